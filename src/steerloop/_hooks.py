@@ -1,0 +1,209 @@
+"""The hook bus: named hooks, each with one fixed mode.
+
+* **emit** — every listener in registration order; failures are logged and contained.
+  A listener that returns an awaitable has it run as a task the bus tracks.
+* **serial** — awaited one after another; the first non-``None`` return stops the rest.
+* **waterfall** — the last-registered listener runs first and receives ``next``; the
+  runtime's default ends the chain.
+
+Registrations return a ``Disposer``. A ``HookScope`` filters listeners to one agent's
+payloads and undoes all its registrations at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, Literal, TypeVar
+
+__all__ = ["Disposer", "HookBus", "HookMode", "HookScope"]
+
+T = TypeVar("T")
+HookMode = Literal["emit", "serial", "waterfall"]
+_log = logging.getLogger("steerloop")
+
+HOOK_MODES: dict[str, HookMode] = {
+    "agent/created": "emit",
+    "agent/disposed": "emit",
+    "agent/status": "emit",
+    "agent/error": "emit",
+    "agent/session-start": "emit",
+    "agent/inbox/inserted": "emit",
+    "agent/inbox/claimed": "emit",
+    "agent/inbox/discarded": "emit",
+    "agent/assistant-stream": "emit",
+    "agent/pre-step": "waterfall",
+    "agent/request": "waterfall",
+    "agent/request-error": "waterfall",
+    "agent/turn-stopping": "serial",
+    "session/event": "emit",
+    "tools/pre-execute": "serial",
+    "tools/post-execute": "waterfall",
+    "tools/result": "emit",
+}
+
+
+class Disposer:
+    """Undoes one registration; calling it again is a no-op."""
+
+    __slots__ = ("_fn",)
+
+    def __init__(self, fn: Callable[[], None]) -> None:
+        self._fn: Callable[[], None] | None = fn
+
+    def __call__(self) -> None:
+        fn, self._fn = self._fn, None
+        if fn is not None:
+            fn()
+
+
+class _Entry:
+    __slots__ = ("fn", "owner")
+
+    def __init__(self, fn: Callable[..., Any], owner: str | None) -> None:
+        self.fn = fn
+        self.owner = owner
+
+
+def owner_of(payload: object) -> str | None:
+    """The agent/session id a payload belongs to, for scoped listeners."""
+    agent = getattr(payload, "agent", None)
+    if agent is not None:
+        return str(agent.id)
+    session = getattr(payload, "session", None)
+    if session is not None:
+        return str(session.id)
+    exec_ = getattr(payload, "exec", None)
+    if exec_ is not None and exec_.agent is not None:
+        return str(exec_.agent.id)
+    return None
+
+
+class HookBus:
+    """Named hooks with fixed modes (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self._listeners: dict[str, list[_Entry]] = {}
+        self._modes: dict[str, HookMode] = dict(HOOK_MODES)
+        self._tasks: set[asyncio.Future[Any]] = set()
+
+    def define(self, name: str, mode: HookMode) -> None:
+        """Declare a plugin hook; redefining a hook with another mode raises ``ValueError``."""
+        existing = self._modes.get(name)
+        if existing is not None and existing != mode:
+            raise ValueError(f"hook {name!r} already has mode {existing!r}")
+        self._modes[name] = mode
+
+    def mode(self, name: str) -> HookMode:
+        try:
+            return self._modes[name]
+        except KeyError:
+            raise ValueError(f"unknown hook {name!r}") from None
+
+    def on(self, name: str, listener: Callable[..., Any], *, owner: str | None = None) -> Disposer:
+        """Register ``listener`` for ``name``; returns its disposer."""
+        self.mode(name)
+        if not callable(listener):
+            raise ValueError("listener must be callable")
+        entry = _Entry(listener, owner)
+        entries = self._listeners.setdefault(name, [])
+        # Copy-on-write: an emission in progress keeps iterating its own snapshot.
+        self._listeners[name] = [*entries, entry]
+
+        def dispose() -> None:
+            current = self._listeners.get(name, [])
+            self._listeners[name] = [e for e in current if e is not entry]
+
+        return Disposer(dispose)
+
+    def has(self, name: str) -> bool:
+        return bool(self._listeners.get(name))
+
+    def _select(self, name: str, payload: object) -> list[_Entry]:
+        entries = self._listeners.get(name)
+        if not entries:
+            return []
+        if all(e.owner is None for e in entries):
+            return entries
+        owner = owner_of(payload)
+        return [e for e in entries if e.owner is None or e.owner == owner]
+
+    def emit(self, name: str, payload: object) -> None:
+        """Notify every listener; failures are logged, awaitables run as tracked tasks."""
+        for entry in self._select(name, payload):
+            try:
+                result = entry.fn(payload)
+            except Exception:
+                _log.exception("listener of %s raised", name)
+                continue
+            if inspect.isawaitable(result):
+                task = asyncio.ensure_future(result)
+                self._tasks.add(task)
+                task.add_done_callback(self._settled(name))
+
+    def _settled(self, name: str) -> Callable[[asyncio.Future[Any]], None]:
+        def done(task: asyncio.Future[Any]) -> None:
+            self._tasks.discard(task)
+            if not task.cancelled() and task.exception() is not None:
+                _log.error("listener of %s failed", name, exc_info=task.exception())
+
+        return done
+
+    async def emit_awaited(self, name: str, payload: object) -> None:
+        """Await every listener in order; the first failure propagates."""
+        for entry in self._select(name, payload):
+            result = entry.fn(payload)
+            if inspect.isawaitable(result):
+                await result
+
+    async def serial(self, name: str, payload: object) -> Any:
+        """Await listeners in order; return the first non-``None`` result."""
+        for entry in self._select(name, payload):
+            result = entry.fn(payload)
+            if inspect.isawaitable(result):
+                result = await result
+            if result is not None:
+                return result
+        return None
+
+    async def waterfall(self, name: str, payload: object, default: Callable[[], Awaitable[T]]) -> T:
+        """Run the chain, last-registered first, ending in ``default``."""
+        entries = self._select(name, payload)
+        if not entries:
+            return await default()
+
+        async def call(i: int) -> Any:
+            if i < 0:
+                return await default()
+
+            async def next_() -> Any:
+                return await call(i - 1)
+
+            result = entries[i].fn(payload, next_)
+            if inspect.isawaitable(result):
+                result = await result
+            return result
+
+        return await call(len(entries) - 1)  # type: ignore[no-any-return]
+
+    async def drain(self) -> None:
+        """Wait for awaitables returned by emit listeners."""
+        while self._tasks:
+            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+
+class HookScope:
+    """Registrations on a bus that only see one owner's payloads and unwind together."""
+
+    def __init__(self, bus: HookBus, owner: str, disposers: list[Disposer]) -> None:
+        self._bus = bus
+        self._owner = owner
+        self._disposers = disposers
+
+    def on(self, name: str, listener: Callable[..., Any]) -> Disposer:
+        """Register a listener that only receives this agent's payloads."""
+        disposer = self._bus.on(name, listener, owner=self._owner)
+        self._disposers.append(disposer)
+        return disposer

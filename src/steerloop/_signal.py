@@ -1,0 +1,125 @@
+"""Cooperative cancellation: an ``AbortController`` owns an ``AbortSignal``.
+
+The first ``abort(reason)`` wins; listeners run synchronously, once, in registration order.
+Work that owns a signal checks it at its checkpoints (``throw_if_aborted``) or races an
+awaitable against it (``race``); nothing here cancels tasks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from .errors import AbortedError
+
+__all__ = ["AbortController", "AbortSignal", "AbortedError"]
+
+T = TypeVar("T")
+_log = logging.getLogger("steerloop")
+
+
+class AbortSignal:
+    """Read side of an abort: ``aborted``, ``reason``, listeners and awaiting."""
+
+    __slots__ = ("_aborted", "_listeners", "_reason", "_waiter")
+
+    def __init__(self) -> None:
+        self._aborted = False
+        self._reason: Any = None
+        self._listeners: list[Callable[[Any], object]] | None = []
+        self._waiter: asyncio.Future[None] | None = None
+
+    @property
+    def aborted(self) -> bool:
+        return self._aborted
+
+    @property
+    def reason(self) -> Any:
+        return self._reason
+
+    def throw_if_aborted(self) -> None:
+        """Raise ``AbortedError(reason)`` once the signal is aborted."""
+        if self._aborted:
+            raise AbortedError(self._reason)
+
+    def add_listener(self, fn: Callable[[Any], object]) -> Callable[[], None]:
+        """Call ``fn(reason)`` at abort (at once if already aborted); returns a disposer."""
+        if self._aborted or self._listeners is None:
+            fn(self._reason)
+            return _noop
+        listeners = self._listeners
+        listeners.append(fn)
+
+        def dispose() -> None:
+            try:
+                listeners.remove(fn)
+            except ValueError:
+                pass
+
+        return dispose
+
+    async def wait(self) -> None:
+        """Return once the signal is aborted."""
+        if self._aborted:
+            return
+        if self._waiter is None:
+            self._waiter = asyncio.get_running_loop().create_future()
+        await asyncio.shield(self._waiter)
+
+    async def race(self, awaitable: Awaitable[T]) -> T:
+        """Await ``awaitable`` unless the signal aborts first, then raise ``AbortedError``.
+
+        The awaitable keeps running if it loses; the caller still owns it.
+        """
+        self.throw_if_aborted()
+        fut = asyncio.ensure_future(awaitable)
+        if fut.done():
+            return fut.result()
+        done = asyncio.get_running_loop().create_future()
+
+        def wake(_: object) -> None:
+            if not done.done():
+                done.set_result(None)
+
+        fut.add_done_callback(wake)
+        dispose = self.add_listener(wake)
+        try:
+            await done
+        finally:
+            dispose()
+            fut.remove_done_callback(wake)
+        if fut.done():
+            return fut.result()
+        raise AbortedError(self._reason)
+
+    def _fire(self, reason: Any) -> None:
+        self._aborted = True
+        self._reason = reason
+        listeners, self._listeners = self._listeners or [], None
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+        for fn in listeners:
+            try:
+                fn(reason)
+            except Exception:
+                _log.exception("abort listener raised")
+
+
+class AbortController:
+    """Owner side of an abort; ``signal`` is handed down the call chain."""
+
+    __slots__ = ("signal",)
+
+    def __init__(self) -> None:
+        self.signal = AbortSignal()
+
+    def abort(self, reason: Any = None) -> None:
+        """Abort the signal with ``reason``; later calls change nothing."""
+        if not self.signal._aborted:
+            self.signal._fire(reason)
+
+
+def _noop() -> None:
+    return None

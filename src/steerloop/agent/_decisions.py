@@ -1,0 +1,162 @@
+"""Hook payloads and the decisions listeners return to the loop."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from .._signal import AbortSignal
+from ..llm._types import LlmFailure, RetryPolicy
+from ..messages import UserMessage
+
+if TYPE_CHECKING:
+    from ._agent import Agent
+
+__all__ = [
+    "AgentPayload",
+    "ClaimedPayload",
+    "ErrorPayload",
+    "InboxMessagePayload",
+    "PreStepDecision",
+    "PreStepPayload",
+    "RequestErrorAction",
+    "RequestErrorPayload",
+    "RequestPayload",
+    "SessionStartPayload",
+    "StatusPayload",
+    "StreamFrame",
+    "StreamFramePayload",
+    "TurnStoppingPayload",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class PreStepDecision:
+    """``agent/pre-step`` result: ``enter(messages)`` or ``reject()``."""
+
+    kind: Literal["enter", "reject"]
+    messages: tuple[UserMessage, ...] = ()
+    starts_request_series: bool = False
+
+    @classmethod
+    def enter(
+        cls, messages: Sequence[UserMessage], starts_request_series: bool = False
+    ) -> PreStepDecision:
+        batch = tuple(messages)
+        if not all(isinstance(m, UserMessage) for m in batch):
+            raise ValueError("PreStepDecision.enter() takes UserMessages")
+        return cls("enter", batch, starts_request_series)
+
+    @classmethod
+    def reject(cls) -> PreStepDecision:
+        return cls("reject")
+
+
+@dataclass(frozen=True, slots=True)
+class RequestErrorAction:
+    """``agent/request-error`` result: ``retry()``; return ``None`` for terminal."""
+
+    kind: Literal["retry"] = "retry"
+
+    @classmethod
+    def retry(cls) -> RequestErrorAction:
+        return cls()
+
+
+@dataclass(frozen=True, slots=True)
+class AgentPayload:
+    """``agent/created`` and ``agent/disposed``."""
+
+    agent: Agent
+
+
+@dataclass(frozen=True, slots=True)
+class SessionStartPayload:
+    agent: Agent
+    source: Literal["startup", "resume"]
+
+
+@dataclass(frozen=True, slots=True)
+class StatusPayload:
+    agent: Agent
+    status: Literal["idle", "running"]
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorPayload:
+    agent: Agent
+    turn: int
+    step: int
+    error: BaseException
+
+
+@dataclass(frozen=True, slots=True)
+class InboxMessagePayload:
+    """``agent/inbox/inserted`` and ``agent/inbox/discarded``."""
+
+    agent: Agent
+    message: UserMessage
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimedPayload:
+    agent: Agent
+    message: UserMessage
+    turn: int
+
+
+@dataclass(frozen=True, slots=True)
+class PreStepPayload:
+    agent: Agent
+    messages: tuple[UserMessage, ...]
+    turn: int
+    step: int
+    signal: AbortSignal
+
+
+@dataclass(frozen=True, slots=True)
+class RequestPayload:
+    agent: Agent
+    turn: int
+    step: int
+    signal: AbortSignal
+
+
+@dataclass(frozen=True, slots=True)
+class RequestErrorPayload:
+    agent: Agent
+    turn: int
+    step: int
+    provider: str
+    failure: LlmFailure
+    retry_policy: RetryPolicy | None
+    signal: AbortSignal
+
+
+@dataclass(frozen=True, slots=True)
+class TurnStoppingPayload:
+    agent: Agent
+    turn: int
+    signal: AbortSignal
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StreamFrame:
+    """A live frame of ``agent/assistant-stream``: ``start``, ``chunk`` or ``end``."""
+
+    kind: Literal["start", "chunk", "end"]
+    attempt_id: str
+    revision: int
+    turn: int | None = None
+    step: int | None = None
+    index: int | None = None
+    time: int | None = None
+    chunk: Any = None
+    outcome: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class StreamFramePayload:
+    agent: Agent
+    frame: StreamFrame

@@ -1,0 +1,206 @@
+"""The driver: turns one after another while input is pending (§7.5).
+
+A turn writes ``turn/start`` before it claims input or assembles the prompt, then runs
+pre-step → step until a stop boundary finds nothing more to do. Every opened turn is
+closed by exactly one ``turn/end``; failures are contained here and reported through
+``agent/error``, so ``when_idle`` never raises a turn's failure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
+
+from .._cancel import CancelCause
+from .._signal import AbortController, AbortSignal
+from ..errors import AbortedError, LlmError
+from ..llm._types import LlmFailure
+from ..messages import MessageSource, TextBlock, UserMessage, user_message
+from ..prompt import RUNTIME_CONTEXT_PLUGIN
+from ..session._events import TurnEnd, TurnEndReason, TurnStart
+from ._decisions import PreStepDecision, PreStepPayload, TurnStoppingPayload
+from ._registry import initiator_context
+from ._step import StepRunner
+
+if TYPE_CHECKING:
+    from ._agent import Agent
+
+__all__ = ["TurnState", "failure_of", "open_turn", "run_driver"]
+
+_CONTEXT_SOURCE = MessageSource(kind="plugin", plugin=RUNTIME_CONTEXT_PLUGIN)
+
+
+@dataclass(slots=True)
+class TurnState:
+    turn: int
+    signal: AbortSignal
+    claimed: list[UserMessage] = field(default_factory=list)
+    claim_error: Exception | None = None
+    step: int = 0
+    max_tokens: bool = False
+    failed_in_step: bool = False
+
+
+def open_turn(agent: Agent, controller: AbortController) -> TurnState:
+    """Write ``turn/start`` and claim the first batch, synchronously."""
+    with initiator_context(agent):
+        turn = agent.session.last_turn + 1
+        agent.session.append("turn/start", TurnStart(turn=turn))
+        state = TurnState(turn, controller.signal)
+        agent._turn = state
+        try:
+            state.claimed = agent.inbox.claim("next-turn", turn)
+        except Exception as exc:
+            state.claim_error = exc
+        return state
+
+
+async def run_driver(agent: Agent, state: TurnState) -> None:
+    """Run turns until the inbox is empty, a turn is blocked, or the agent is disposed."""
+    with initiator_context(agent):
+        try:
+            while True:
+                kind = await run_turn(agent, state)
+                if kind == "blocked" or agent._disposing or not agent.inbox.has_pending:
+                    break
+                controller = agent._controller = AbortController()
+                try:
+                    state = open_turn(agent, controller)
+                except Exception as exc:
+                    agent.report_error(0, 0, exc)
+                    break
+        finally:
+            agent._turn = None
+            agent._converge()
+
+
+async def run_turn(agent: Agent, state: TurnState) -> str:
+    """Run one opened turn to its single ``turn/end``; returns the end reason's kind."""
+    try:
+        if state.claim_error is not None:
+            raise state.claim_error
+        reason = await _turn_body(agent, state)
+    except Exception as exc:
+        if state.signal.aborted:
+            reason = TurnEndReason(kind="aborted", reason=_cause(state.signal))
+        else:
+            reason = TurnEndReason(kind="error", error=failure_of(exc))
+            agent.report_error(state.turn, state.step if state.failed_in_step else 0, exc)
+    try:
+        agent.session.append("turn/end", TurnEnd(turn=state.turn, reason=reason))
+    except Exception as exc:
+        agent.report_error(state.turn, 0, exc)
+    return reason.kind
+
+
+def _cause(signal: AbortSignal) -> CancelCause:
+    reason = signal.reason
+    return reason if isinstance(reason, CancelCause) else CancelCause.user()
+
+
+async def _turn_body(agent: Agent, state: TurnState) -> TurnEndReason:
+    rt = agent.runtime
+    signal = state.signal
+    target: Literal["next-turn", "next-step"] = "next-turn"
+    owes_request = False
+    claimed = state.claimed
+    first = True
+    while True:
+        if not first:
+            claimed = agent.inbox.claim(target, state.turn)
+        first = False
+        signal.throw_if_aborted()
+        prompt = await rt.system_prompt.assemble(agent)
+        signal.throw_if_aborted()
+        context_text = ""
+        if rt.system_prompt.has_context_sections():
+            context_text = await rt.system_prompt.render_context(agent)
+            signal.throw_if_aborted()
+        batch = tuple(claimed)
+        include_context = bool(batch) or owes_request
+
+        async def default() -> PreStepDecision:
+            messages = list(batch)
+            if include_context:
+                snapshot = _context_snapshot(agent, context_text)
+                if snapshot is not None:
+                    messages.append(snapshot)
+            return PreStepDecision.enter(messages)
+
+        decision = await rt.hooks.waterfall(
+            "agent/pre-step",
+            PreStepPayload(agent, batch, state.turn, state.step + 1, signal),
+            default,
+        )
+        signal.throw_if_aborted()
+        if not isinstance(decision, PreStepDecision):
+            raise TypeError(f"agent/pre-step must return a PreStepDecision, not {decision!r}")
+        if decision.kind == "reject":
+            return TurnEndReason(kind="blocked")
+        if not decision.messages and not owes_request:
+            return _stop_reason(state)
+        state.step += 1
+        outcome = await StepRunner(agent, state).run(
+            decision.messages, prompt, decision.starts_request_series
+        )
+        if outcome == "max-tokens":
+            state.max_tokens = True
+        if outcome is None:
+            owes_request = True
+            target = "next-step"
+            continue
+        owes_request = False
+        target = "next-step"
+        signal.throw_if_aborted()
+        if agent.inbox.next_step:
+            continue
+        await rt.hooks.serial("agent/turn-stopping", TurnStoppingPayload(agent, state.turn, signal))
+        signal.throw_if_aborted()
+        if agent.inbox.next_step:
+            continue
+        return _stop_reason(state)
+
+
+def _stop_reason(state: TurnState) -> TurnEndReason:
+    return TurnEndReason(kind="max-tokens" if state.max_tokens else "completed")
+
+
+def _context_snapshot(agent: Agent, text: str) -> UserMessage | None:
+    """A runtime-context message, unless the last one on the surface says the same."""
+    if not text:
+        return None
+    for message in reversed(agent.session.derived_tuple()):
+        if message.role == "user" and message.source.plugin == RUNTIME_CONTEXT_PLUGIN:
+            block = message.content[0] if message.content else None
+            if isinstance(block, TextBlock) and block.text == text:
+                return None
+            break
+    return user_message(text, source=_CONTEXT_SOURCE)
+
+
+def failure_of(exc: BaseException) -> LlmFailure:
+    """The ``turn/end.reason.error`` facts for ``exc`` (C7.5-21)."""
+    if isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        first = exc.exceptions[0]
+        if isinstance(first, LlmError):
+            return first.failure
+        return LlmFailure(message=_chain_text(exc), code="UNKNOWN")
+    if isinstance(exc, LlmError):
+        return exc.failure
+    if isinstance(exc, AbortedError):
+        return LlmFailure(message=_chain_text(exc), code="ABORTED")
+    return LlmFailure(message=_chain_text(exc), code="UNKNOWN")
+
+
+def _chain_text(exc: BaseException) -> str:
+    parts: list[str] = []
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        text = str(current)
+        parts.append(f"{type(current).__name__}: {text}" if text else type(current).__name__)
+        current = current.__cause__ or (
+            None if current.__suppress_context__ else current.__context__
+        )
+    return " <- ".join(parts)

@@ -1,0 +1,237 @@
+"""The inbox: two queues (``next-turn``, ``next-step``) whose state is a fold of the log.
+
+Every mutation is one ``agent/inbox/spliced`` event written *before* the state changes, so
+``session/event`` listeners read the pre-splice state and a resumed inbox equals the live one.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Literal
+
+from .._hooks import HookBus
+from ..errors import SessionCorruptError
+from ..messages import UserMessage, check_json, message_to_json
+from ..session._events import InboxSpliced, SessionEvent
+from ._decisions import ClaimedPayload, InboxMessagePayload
+
+if TYPE_CHECKING:
+    from ..session._session import Session
+
+__all__ = ["Inbox", "InboxTarget", "fold_inbox", "normalise_splice"]
+
+InboxTarget = Literal["next-turn", "next-step"]
+_TARGETS = ("next-turn", "next-step")
+
+
+def _index(value: Any, n: int, *, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"{what} must be a number")
+    if isinstance(value, float):
+        if math.isnan(value):
+            return 0
+        if math.isinf(value):
+            return n if value > 0 else -n - 1  # -inf clamps to 0 below
+        value = math.trunc(value)
+    return int(value)
+
+
+def normalise_splice(n: int, start: Any, delete_count: Any) -> tuple[int, int]:
+    """Normalise ``(start, delete_count)`` for a queue of length ``n`` (C7.4-16)."""
+    s = _index(start, n, what="start")
+    s = max(n + s, 0) if s < 0 else min(s, n)
+    if isinstance(delete_count, float) and math.isinf(delete_count) and delete_count > 0:
+        d = n - s
+    else:
+        d = _index(delete_count, n, what="delete_count")
+    return s, min(max(d, 0), n - s)
+
+
+class Inbox:
+    """Pending input of one agent."""
+
+    def __init__(
+        self,
+        session: Session,
+        hooks: HookBus,
+        agent: Any,
+        next_turn: Iterable[UserMessage] = (),
+        next_step: Iterable[UserMessage] = (),
+    ) -> None:
+        self._session = session
+        self._hooks = hooks
+        self._agent = agent
+        self._queues: dict[str, list[UserMessage]] = {
+            "next-turn": list(next_turn),
+            "next-step": list(next_step),
+        }
+        self.guard: Callable[[], None] | None = None
+
+    @property
+    def next_turn(self) -> tuple[UserMessage, ...]:
+        return tuple(self._queues["next-turn"])
+
+    @property
+    def next_step(self) -> tuple[UserMessage, ...]:
+        return tuple(self._queues["next-step"])
+
+    @property
+    def has_pending(self) -> bool:
+        return bool(self._queues["next-turn"] or self._queues["next-step"])
+
+    def queue(self, target: InboxTarget) -> list[UserMessage]:
+        return self._queues[_check_target(target)]
+
+    def pending_ids(self) -> set[str]:
+        return {m.id for q in self._queues.values() for m in q}
+
+    # --- host API --------------------------------------------------------------------
+
+    def splice(
+        self, target: InboxTarget, start: Any, delete_count: Any, items: Sequence[UserMessage] = ()
+    ) -> list[UserMessage]:
+        """Remove and insert messages, like ``list`` splice; returns the removed ones."""
+        return self._splice(target, start, delete_count, items, outcome="canceled")
+
+    def append(self, target: InboxTarget, message: UserMessage) -> None:
+        self._splice(target, len(self.queue(target)), 0, (message,), outcome="canceled")
+
+    def prepend(self, target: InboxTarget, message: UserMessage) -> None:
+        self._splice(target, 0, 0, (message,), outcome="canceled")
+
+    def replace(self, message_id: str, message: UserMessage) -> bool:
+        """Rewrite a pending message in place; ``False`` if ``message_id`` is not pending."""
+        for target in _TARGETS:
+            for i, pending in enumerate(self._queues[target]):
+                if pending.id == message_id:
+                    self._splice(
+                        target,
+                        i,
+                        1,
+                        (message,),
+                        outcome="canceled",  # type: ignore[arg-type]
+                        ignore_id=message_id,
+                    )
+                    return True
+        return False
+
+    def remove(self, message_id: str) -> bool:
+        """Discard a pending message; ``False`` if it is not pending (e.g. already claimed)."""
+        for target in _TARGETS:
+            for i, pending in enumerate(self._queues[target]):
+                if pending.id == message_id:
+                    self._splice(target, i, 1, (), outcome="canceled")  # type: ignore[arg-type]
+                    return True
+        return False
+
+    def clear(self) -> None:
+        """Discard everything: ``next-step`` first, then ``next-turn``."""
+        for target in ("next-step", "next-turn"):
+            if self._queues[target]:
+                self._splice(target, 0, len(self._queues[target]), (), outcome="canceled")  # type: ignore[arg-type]
+
+    # --- loop API --------------------------------------------------------------------
+
+    def claim(self, target: InboxTarget, turn: int) -> list[UserMessage]:
+        """Take all of ``next-step`` and, for ``next-turn``, the first queued prompt."""
+        claimed: list[UserMessage] = []
+        if self._queues["next-step"]:
+            claimed += self._splice(
+                "next-step", 0, len(self._queues["next-step"]), (), outcome=None
+            )
+        if target == "next-turn" and self._queues["next-turn"]:
+            claimed += self._splice("next-turn", 0, 1, (), outcome=None)
+        if self._hooks.has("agent/inbox/claimed"):
+            for message in claimed:
+                self._hooks.emit("agent/inbox/claimed", ClaimedPayload(self._agent, message, turn))
+        return claimed
+
+    def _splice(
+        self,
+        target: InboxTarget,
+        start: Any,
+        delete_count: Any,
+        items: Sequence[UserMessage],
+        *,
+        outcome: Literal["canceled"] | None,
+        ignore_id: str | None = None,
+    ) -> list[UserMessage]:
+        queue = self.queue(target)
+        inserted = tuple(items)
+        s, d = normalise_splice(len(queue), start, delete_count)
+        if d == 0 and not inserted:
+            return []
+        if inserted:
+            if self.guard is not None:
+                self.guard()
+            pending = self.pending_ids()
+            removing = {m.id for m in queue[s : s + d]}
+            seen: set[str] = set()
+            for message in inserted:
+                if not isinstance(message, UserMessage):
+                    raise ValueError(f"the inbox holds UserMessages, not {type(message).__name__}")
+                check_json(message_to_json(message), "message content")
+                if message.id in seen or (
+                    message.id in pending and message.id not in removing and message.id != ignore_id
+                ):
+                    raise ValueError(f"message {message.id!r} is already pending")
+                seen.add(message.id)
+        removed = queue[s : s + d]
+        self._session.append(
+            "agent/inbox/spliced",
+            InboxSpliced(
+                target=target,
+                start=s,
+                removed_count=d,
+                inserted=inserted,
+                outcome=outcome if d else None,
+            ),
+        )
+        queue[s : s + d] = inserted
+        if outcome is not None:
+            if removed and self._hooks.has("agent/inbox/discarded"):
+                for message in removed:
+                    self._hooks.emit(
+                        "agent/inbox/discarded", InboxMessagePayload(self._agent, message)
+                    )
+            if inserted and self._hooks.has("agent/inbox/inserted"):
+                for message in inserted:
+                    self._hooks.emit(
+                        "agent/inbox/inserted", InboxMessagePayload(self._agent, message)
+                    )
+        return removed
+
+
+def _check_target(target: str) -> str:
+    if target not in _TARGETS:
+        raise ValueError(f"target must be 'next-turn' or 'next-step', not {target!r}")
+    return target
+
+
+def fold_inbox(events: Iterable[SessionEvent]) -> dict[str, list[UserMessage]]:
+    """Rebuild both queues from ``agent/inbox/spliced`` events, validating each splice.
+
+    Raises:
+        SessionCorruptError: a splice is out of range or makes a pending id appear twice.
+    """
+    queues: dict[str, list[UserMessage]] = {"next-turn": [], "next-step": []}
+    for event in events:
+        if event.type != "agent/inbox/spliced":
+            continue
+        data = event.data
+        if not isinstance(data, InboxSpliced) or data.target not in queues:
+            raise SessionCorruptError(f"seq {event.seq}: malformed agent/inbox/spliced")
+        queue = queues[data.target]
+        if not (0 <= data.start <= len(queue)) or not (
+            0 <= data.removed_count <= len(queue) - data.start
+        ):
+            raise SessionCorruptError(
+                f"seq {event.seq}: splice start={data.start} removed={data.removed_count} "
+                f"is outside a {data.target} queue of {len(queue)}"
+            )
+        queue[data.start : data.start + data.removed_count] = data.inserted
+        ids = [m.id for q in queues.values() for m in q]
+        if len(ids) != len(set(ids)):
+            raise SessionCorruptError(f"seq {event.seq}: a pending message id appears twice")
+    return queues

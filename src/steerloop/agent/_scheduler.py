@@ -1,0 +1,243 @@
+"""The tool scheduler: a bounded rolling pool whose results commit in model order (§7.9).
+
+Design notes:
+
+* Arguments are parsed once, up front. Each call is *classified* immediately before it
+  starts, against the live registry: a concurrency-safe call joins the rolling pool
+  (at most ``max_parallel_tool_calls`` bodies, the cap read when a parallel group begins);
+  anything else is an exclusive barrier that waits for every started call to finish and
+  commit, runs alone, and commits before the next call starts.
+* Starting a call appends ``tool/call`` and awaits the pre-execute policy in the
+  scheduler's own coroutine, so policies run in model order and never overlap; only
+  bodies run as tasks.
+* Finished bodies park their result in a slot; the commit cursor advances over consecutive
+  ready slots: post-execute → ``tools/result`` → ``tool/result`` → deferred context.
+* On abort nothing new starts; started bodies drain and commit; every unstarted call gets
+  ``tool/call`` + ``ABORTED_BEFORE_DISPATCH`` back to back; then ``AbortedError``.
+* A failure of the scheduler's own steps stops new starts, waits for started bodies and
+  raises; the step's recovery answers whatever was not committed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+from typing import TYPE_CHECKING, Any
+
+from .._ids import new_id
+from .._signal import AbortSignal
+from ..errors import AbortedError
+from ..messages import MessageSource, ToolCallBlock, ToolResultMessage, UserMessage
+from ..session._events import ToolCallEvent, ToolErrorInfo, ToolResultEvent
+from ..tools._define import Tool, ToolExec, ToolResult
+from ..tools._runtime import error_result, result_blocks
+
+if TYPE_CHECKING:
+    from ._agent import Agent
+
+__all__ = ["ToolScheduler", "parse_arguments"]
+
+_UNSET = object()
+
+
+def parse_arguments(raw: str) -> tuple[Any, str | None]:
+    """``""`` is ``{}``; invalid JSON is reported (the raw text stays in the log)."""
+    if raw.strip() == "":
+        return {}, None
+    try:
+        return json.loads(raw), None
+    except ValueError as exc:
+        return raw, str(exc)
+
+
+class _Slot:
+    __slots__ = ("call_seq", "exec", "result")
+
+    def __init__(self) -> None:
+        self.exec: ToolExec | None = None
+        self.call_seq = 0
+        self.result: ToolResult | None = None
+
+
+class ToolScheduler:
+    """Runs the tool calls of one assistant message."""
+
+    def __init__(
+        self, agent: Agent, turn: int, step: int, signal: AbortSignal, message_seq: int
+    ) -> None:
+        self.agent = agent
+        self.rt = agent.runtime
+        self.session = agent.session
+        self.turn = turn
+        self.step = step
+        self.signal = signal
+        self.message_seq = message_seq
+        self.concluded = False
+
+    async def run(self, calls: tuple[ToolCallBlock, ...]) -> bool:
+        """Run ``calls``; returns whether a committed result concluded the turn."""
+        self.calls = calls
+        self.parsed = [parse_arguments(c.arguments) for c in calls]
+        self.slots = [_Slot() for _ in calls]
+        self.cursor = 0
+        self.running: dict[asyncio.Task[ToolResult], int] = {}
+        started = 0
+        try:
+            cap: int | None = None
+            while started < len(calls) and not self.signal.aborted:
+                if self._is_safe(started):
+                    if cap is None:
+                        cap = self.rt.max_parallel_tool_calls
+                    while len(self.running) >= cap:
+                        await self._wait_some()
+                    if self.signal.aborted:
+                        break
+                    await self._start(started)
+                else:
+                    cap = None
+                    await self._wait_all()
+                    if self.signal.aborted:
+                        break
+                    await self._start(started)
+                    await self._wait_all()
+                started += 1
+            await self._wait_all()
+        except Exception:
+            await self._abandon()
+            raise
+        for index in range(started, len(calls)):
+            self._synthesise_aborted(index)
+        if self.signal.aborted:
+            raise AbortedError(self.signal.reason)
+        return self.concluded
+
+    # --- classification and starting ------------------------------------------------
+
+    def _tool(self, index: int) -> Tool | None:
+        return self.rt.tools.get(self.calls[index].name, self.agent.id)
+
+    def _is_safe(self, index: int) -> bool:
+        args, error = self.parsed[index]
+        tool = self._tool(index)
+        if error is not None or tool is None:
+            return False
+        try:
+            return tool.is_concurrency_safe(tool.validate(args))
+        except Exception:
+            return False
+
+    async def _start(self, index: int) -> None:
+        call = self.calls[index]
+        slot = self.slots[index]
+        args, parse_error = self.parsed[index]
+        slot.call_seq = self.session.append(
+            "tool/call",
+            ToolCallEvent(
+                turn=self.turn,
+                step=self.step,
+                call_id=call.id,
+                name=call.name,
+                arguments=call.arguments,
+            ),
+        ).seq
+        exec = slot.exec = ToolExec(
+            call_id=call.id,
+            name=call.name,
+            arguments=args,
+            raw_arguments=call.arguments,
+            signal=self.signal,
+            agent=self.agent,
+            turn=self.turn,
+            step=self.step,
+        )
+        tool = self._tool(index)
+        early = await self.rt.tool_pipeline.prepare(exec, tool, parse_error)
+        if early is not None or tool is None:
+            slot.result = early
+            await self._commit_ready()
+            return
+        task = asyncio.get_running_loop().create_task(self.rt.tool_pipeline.dispatch(exec, tool))
+        self.running[task] = index
+
+    # --- waiting and committing ------------------------------------------------------
+
+    async def _wait_some(self) -> None:
+        done, _ = await asyncio.wait(self.running, return_when=asyncio.FIRST_COMPLETED)
+        for task in done:
+            index = self.running.pop(task)
+            self.slots[index].result = task.result()
+        await self._commit_ready()
+
+    async def _wait_all(self) -> None:
+        while self.running:
+            await self._wait_some()
+        await self._commit_ready()
+
+    async def _abandon(self) -> None:
+        if self.running:
+            await asyncio.wait(self.running)
+            self.running.clear()
+
+    async def _commit_ready(self) -> None:
+        while self.cursor < len(self.slots) and self.slots[self.cursor].result is not None:
+            slot = self.slots[self.cursor]
+            assert slot.exec is not None and slot.result is not None
+            result, contexts = await self.rt.tool_pipeline.finalize(slot.exec, slot.result)
+            self._append_result(self.calls[self.cursor], slot.call_seq, result)
+            self.cursor += 1
+            for message in (*slot.exec.deferred, *contexts):
+                self.agent.inbox.append("next-step", _as_tool_context(message, slot.exec.call_id))
+            if result.concludes_turn:
+                self.concluded = True
+
+    def _append_result(self, call: ToolCallBlock, call_seq: int, result: ToolResult) -> None:
+        error = None
+        if result.is_error:
+            err = result.error
+            error = ToolErrorInfo(
+                code=err.code if err else "TOOL_FAILED", name=err.name if err else None
+            )
+        self.session.append(
+            "tool/result",
+            ToolResultEvent(
+                turn=self.turn,
+                step=self.step,
+                message=ToolResultMessage(
+                    id=new_id("msg"),
+                    call_id=call.id,
+                    content=result_blocks(result.content),
+                    is_error=result.is_error,
+                ),
+                error=error,
+                meta=result.meta,
+            ),
+            surface_op="append",
+            source_event_seqs=(call_seq,),
+        )
+
+    def _synthesise_aborted(self, index: int) -> None:
+        call = self.calls[index]
+        seq = self.session.append(
+            "tool/call",
+            ToolCallEvent(
+                turn=self.turn,
+                step=self.step,
+                call_id=call.id,
+                name=call.name,
+                arguments=call.arguments,
+            ),
+        ).seq
+        self._append_result(
+            call,
+            seq,
+            error_result(
+                "ABORTED_BEFORE_DISPATCH", "the call was cancelled before it started", "AbortError"
+            ),
+        )
+
+
+def _as_tool_context(message: UserMessage, call_id: str) -> UserMessage:
+    if message.source.kind != "user":
+        return message
+    return dataclasses.replace(message, source=MessageSource(kind="tool", call_id=call_id))

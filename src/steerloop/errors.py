@@ -1,0 +1,80 @@
+"""The steerloop error hierarchy.
+
+::
+
+    SteerloopError
+    ├── AbortedError                  cooperative cancellation observed (carries the reason)
+    ├── LlmError                      a model call failed; carries an ``LlmFailure``
+    ├── ToolDefinitionError           a tool definition is malformed
+    └── SessionPersistenceError       the session log could not be loaded or stored
+        ├── SessionPersistenceNotFoundError
+        ├── SessionCorruptError
+        ├── SessionConflictError
+        └── SessionStorageError
+
+Misuse raises the builtin ``ValueError`` (bad arguments) or ``RuntimeError`` (wrong state).
+Provider SDK exceptions are translated at the adapter boundary and never leak.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .llm._types import LlmFailure
+
+__all__ = [
+    "AbortedError",
+    "LlmError",
+    "SessionConflictError",
+    "SessionCorruptError",
+    "SessionPersistenceError",
+    "SessionPersistenceNotFoundError",
+    "SessionStorageError",
+    "SteerloopError",
+    "ToolDefinitionError",
+]
+
+
+class SteerloopError(Exception):
+    """Base class of every error steerloop raises on purpose."""
+
+
+class AbortedError(SteerloopError):
+    """Raised at a checkpoint once a signal was aborted; ``reason`` is the abort reason."""
+
+    def __init__(self, reason: Any = None) -> None:
+        super().__init__(f"aborted: {reason!r}")
+        self.reason = reason
+
+
+class LlmError(SteerloopError):
+    """A model request failed; ``failure`` holds the facts recorded in the log."""
+
+    def __init__(self, failure: LlmFailure) -> None:
+        super().__init__(failure.message)
+        self.failure = failure
+
+
+class ToolDefinitionError(SteerloopError, ValueError):
+    """A tool definition is malformed (bad name, schema or options)."""
+
+
+class SessionPersistenceError(SteerloopError):
+    """A session log could not be loaded from or written to its store."""
+
+
+class SessionPersistenceNotFoundError(SessionPersistenceError):
+    """The store holds no session with the requested id."""
+
+
+class SessionCorruptError(SessionPersistenceError):
+    """A stored log is malformed; the message names the offending seq."""
+
+
+class SessionConflictError(SessionPersistenceError):
+    """Another writer owns the session."""
+
+
+class SessionStorageError(SessionPersistenceError):
+    """The storage backend failed (I/O, disk full, read-only, unreachable)."""

@@ -1,0 +1,142 @@
+"""The LLM seam: adapters by provider, call preparation, and a normalising ``stream``."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .._hooks import Disposer
+from .._signal import AbortSignal
+from ..errors import AbortedError, LlmError
+from ._types import CallConfig, GenerateRequest, LlmAdapter, LlmFailure, ModelInfo, RetryPolicy
+from .chunks import Finish, FinishReason, StreamChunk
+
+__all__ = ["LlmService", "PreparedCall"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PreparedCall:
+    """A call config frozen for one request, with what the adapter contributes."""
+
+    config: CallConfig
+    adapter: LlmAdapter
+    adapter_defaults: Mapping[str, Any] = field(default_factory=dict)
+    retry_policy: RetryPolicy = RetryPolicy()
+    context_window: int | None = None
+    reads_in_history_system: bool = False
+
+    @property
+    def provider(self) -> str:
+        assert self.config.provider is not None
+        return self.config.provider
+
+    @property
+    def model(self) -> str:
+        assert self.config.model is not None
+        return self.config.model
+
+    def open_stream(self, request: GenerateRequest) -> AsyncIterator[StreamChunk]:
+        """Obtain the adapter's iterator (the stream counts as started once this returns)."""
+        return aiter(self.adapter.stream(request))
+
+
+class LlmService:
+    """Adapter registry and request preparation (``rt.llm``)."""
+
+    def __init__(self) -> None:
+        self._adapters: dict[str, list[LlmAdapter]] = {}
+
+    def register_adapter(
+        self, providers: list[str] | tuple[str, ...], adapter: LlmAdapter
+    ) -> Disposer:
+        """Serve ``providers`` with ``adapter``; the latest registration wins."""
+        if isinstance(providers, str) or not providers:
+            raise ValueError("providers must be a non-empty list of names")
+        if not callable(getattr(adapter, "stream", None)):
+            raise ValueError("an adapter needs a stream(request) method")
+        for name in providers:
+            if not isinstance(name, str) or not name:
+                raise ValueError("provider names must be non-empty strings")
+            self._adapters.setdefault(name, []).append(adapter)
+
+        def dispose() -> None:
+            for name in providers:
+                stack = self._adapters.get(name, [])
+                if adapter in stack:
+                    stack.remove(adapter)
+
+        return Disposer(dispose)
+
+    def adapter_for(self, provider: str) -> LlmAdapter | None:
+        stack = self._adapters.get(provider)
+        return stack[-1] if stack else None
+
+    async def prepare_call(
+        self, config: CallConfig, signal: AbortSignal | None = None
+    ) -> PreparedCall:
+        """Resolve the adapter and model facts for ``config``.
+
+        Raises:
+            LlmError: the provider or model is missing, or no adapter serves the provider.
+        """
+        missing = [n for n in ("provider", "model") if not getattr(config, n)]
+        if missing:
+            raise LlmError(
+                LlmFailure(
+                    message=f"no {' or '.join(missing)} configured for the request "
+                    "(set AgentOptions or route it in agent/request)",
+                    code="NO_ROUTE",
+                )
+            )
+        assert config.provider is not None and config.model is not None
+        adapter = self.adapter_for(config.provider)
+        if adapter is None:
+            raise LlmError(
+                LlmFailure(
+                    message=f"no adapter registered for provider {config.provider!r}",
+                    code="NO_ADAPTER",
+                )
+            )
+        info: ModelInfo | None = None
+        resolve = getattr(adapter, "resolve_model", None)
+        if resolve is not None:
+            info = await resolve(config.provider, config.model)
+        if signal is not None:
+            signal.throw_if_aborted()
+        info = info or ModelInfo()
+        defaults = {k: v for k, v in info.defaults.items() if getattr(config, k, None) is None}
+        return PreparedCall(
+            config=config,
+            adapter=adapter,
+            adapter_defaults=defaults,
+            retry_policy=info.retry_policy,
+            context_window=info.context_window,
+            reads_in_history_system=info.reads_in_history_system,
+        )
+
+    async def stream(self, request: GenerateRequest) -> AsyncIterator[StreamChunk]:
+        """Stream ``request`` for callers outside the loop.
+
+        Selection, dispatch and iteration failures become a terminal ``error`` finish (an
+        abort of ``request.signal`` a terminal ``aborted`` one), so consumers see one shape.
+        """
+        try:
+            prepared = await self.prepare_call(
+                CallConfig(provider=request.provider, model=request.model), request.signal
+            )
+            async for chunk in prepared.open_stream(request):
+                yield chunk
+        except AbortedError as exc:
+            yield _terminal("aborted", LlmFailure(message=str(exc), code="ABORTED"))
+        except LlmError as exc:
+            yield _terminal("error", exc.failure)
+        except Exception as exc:
+            if request.signal is not None and request.signal.aborted:
+                yield _terminal("aborted", LlmFailure(message="request aborted", code="ABORTED"))
+            else:
+                yield _terminal("error", LlmFailure(message=str(exc) or repr(exc), code="UNKNOWN"))
+
+
+def _terminal(kind: Any, failure: LlmFailure) -> Finish:
+    return Finish(reason=FinishReason(kind=kind, failure=failure))

@@ -1,0 +1,141 @@
+"""Records of the LLM seam: call config, requests, failures, usage, adapters."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from ..messages import Message
+
+if TYPE_CHECKING:
+    from .._signal import AbortSignal
+    from .chunks import StreamChunk
+
+__all__ = [
+    "CallConfig",
+    "GenerateRequest",
+    "LlmAdapter",
+    "LlmFailure",
+    "ModelInfo",
+    "RetryPolicy",
+    "TokenUsage",
+    "ToolSchema",
+]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LlmFailure:
+    """Facts of a failed model request, recorded verbatim in the log."""
+
+    message: str
+    code: str
+    status: int | None = None
+    retryable: bool | None = None
+    provider_retry_after_ms: int | None = None
+    request_id: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> LlmFailure:
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TokenUsage:
+    """Disjoint token counts of one attempt."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int | None = None
+    cache_write_tokens: int | None = None
+    reasoning_tokens: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CallConfig:
+    """The frozen route of one request; return ``config.replace(...)`` from ``agent/request``."""
+
+    provider: str | None = None
+    model: str | None = None
+    max_tokens: int | None = None
+    reasoning_effort: str | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    extra: Mapping[str, Any] | None = None
+
+    def replace(self, **changes: Any) -> CallConfig:
+        return dataclasses.replace(self, **changes)
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if value is not None:
+                out[f.name] = dict(value) if f.name == "extra" else value
+        return out
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> CallConfig:
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RetryPolicy:
+    """Advice for an ``agent/request-error`` listener; the loop itself never retries."""
+
+    max_attempts: int = 4
+    base_delay_ms: int = 500
+    max_delay_ms: int = 30_000
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelInfo:
+    """What an adapter knows about a model: limits and adapter defaults."""
+
+    context_window: int | None = None
+    max_output_tokens: int | None = None
+    defaults: Mapping[str, Any] = field(default_factory=dict)
+    reads_in_history_system: bool = False
+    retry_policy: RetryPolicy = RetryPolicy()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolSchema:
+    """A tool as the model sees it."""
+
+    name: str
+    description: str
+    parameters: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GenerateRequest:
+    """One frozen model request; ``messages`` is exactly ``session.derive_messages()``."""
+
+    provider: str
+    model: str
+    messages: tuple[Message, ...]
+    tools: tuple[ToolSchema, ...] = ()
+    max_tokens: int | None = None
+    reasoning_effort: str | None = None
+    session_id: str | None = None
+    signal: AbortSignal | None = None
+    config: CallConfig | None = None
+
+
+@runtime_checkable
+class LlmAdapter(Protocol):
+    """A provider: streams chunks for a request and resolves model facts."""
+
+    def stream(self, request: GenerateRequest) -> AsyncIterator[StreamChunk]: ...
+
+    async def resolve_model(self, provider: str, model: str) -> ModelInfo | None: ...

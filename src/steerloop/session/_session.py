@@ -1,0 +1,269 @@
+"""The event-sourced session: an append-only log and the model-visible surface it folds to."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, overload
+
+from .._hooks import HookBus
+from .._ids import Clock, default_clock
+from ..messages import Message, check_json
+from ._events import (
+    SURFACE_TYPES,
+    Replace,
+    SessionEndSeed,
+    SessionEvent,
+    SurfaceOp,
+    TurnStart,
+    encode,
+    surface_message,
+)
+
+__all__ = ["EventSink", "Session", "SessionEventPayload"]
+
+
+@dataclass(frozen=True, slots=True)
+class SessionEventPayload:
+    """Payload of the ``session/event`` hook."""
+
+    session: Session
+    event: SessionEvent
+
+
+class EventSink:
+    """Where appended events go to become durable; the in-memory sink keeps nothing."""
+
+    def write(self, event: SessionEvent) -> None:
+        """Hand one event over, synchronously and in seq order."""
+
+    async def flush(self) -> None:
+        """Return once every event written so far is durable."""
+
+    async def close(self) -> None:
+        """Flush and release the write handle."""
+
+    async def discard(self) -> None:
+        """Release the write handle of a session that was never published; store nothing."""
+
+
+class _EventsView(Sequence[SessionEvent]):
+    __slots__ = ("_events",)
+
+    def __init__(self, events: list[SessionEvent]) -> None:
+        self._events = events
+
+    @overload
+    def __getitem__(self, index: int) -> SessionEvent: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[SessionEvent]: ...
+    def __getitem__(self, index: int | slice) -> SessionEvent | Sequence[SessionEvent]:
+        return self._events[index]
+
+    def __len__(self) -> int:
+        return len(self._events)
+
+    def __iter__(self) -> Iterator[SessionEvent]:
+        return iter(self._events)
+
+    def __repr__(self) -> str:
+        return f"<events {len(self._events)}>"
+
+
+Observer = Callable[[SessionEvent], None]
+
+
+class Session:
+    """An append-only log of ``SessionEvent``s with an incrementally folded surface."""
+
+    def __init__(
+        self,
+        id: str,
+        *,
+        hooks: HookBus | None = None,
+        clock: Clock = default_clock,
+        seed: Sequence[SessionEvent] = (),
+        sink: EventSink | None = None,
+        header: dict[str, Any] | None = None,
+        inherited_seed: bool = False,
+    ) -> None:
+        if not isinstance(id, str) or not id:
+            raise ValueError("session id must be a non-empty string")
+        self.id = id
+        self.header: dict[str, Any] = dict(header or {})
+        self._hooks = hooks or HookBus()
+        self._clock = clock
+        self._sink = sink or EventSink()
+        self._events: list[SessionEvent] = []
+        self._view = _EventsView(self._events)
+        self._surface: list[int] = []
+        self._projected: dict[int, Message | None] = {}
+        self._derived: tuple[Message, ...] | None = ()
+        self._latest: dict[str, SessionEvent] = {}
+        self._observers: list[Observer] = []
+        self.last_turn = 0
+        self.surface_replaced = 0
+        for event in seed:
+            self._fold(event)
+        if seed and seed[-1].type != "session/end-seed":
+            self.append("session/end-seed", SessionEndSeed(inherited=inherited_seed))
+
+    # --- reading ---------------------------------------------------------------------
+
+    @property
+    def events(self) -> Sequence[SessionEvent]:
+        return self._view
+
+    @property
+    def next_seq(self) -> int:
+        return len(self._events) + 1
+
+    def latest(self, type: str) -> SessionEvent | None:
+        """The most recent event of ``type``."""
+        return self._latest.get(type)
+
+    def surface_seqs(self) -> tuple[int, ...]:
+        return tuple(self._surface)
+
+    def event(self, seq: int) -> SessionEvent:
+        return self._events[seq - 1]
+
+    def derive_messages(self) -> list[Message]:
+        """The model-visible history: the surface projected to messages."""
+        if self._derived is None:
+            derived = []
+            for seq in self._surface:
+                message = self._projected[seq]
+                if message is not None:
+                    derived.append(message)
+            self._derived = tuple(derived)
+        return list(self._derived)
+
+    def derived_tuple(self) -> tuple[Message, ...]:
+        self.derive_messages()
+        assert self._derived is not None
+        return self._derived
+
+    # --- writing ---------------------------------------------------------------------
+
+    def append(
+        self,
+        type: str,
+        data: Any,
+        *,
+        surface_op: SurfaceOp | None = None,
+        source_event_seqs: Sequence[int] | None = None,
+        ignorable: bool = False,
+    ) -> SessionEvent:
+        """Validate and append one event; notify ``session/event`` listeners synchronously."""
+        seq = len(self._events) + 1
+        sources = tuple(source_event_seqs) if source_event_seqs is not None else None
+        self._validate(type, data, surface_op, sources, seq)
+        event = SessionEvent(
+            seq=seq,
+            time=self._clock(),
+            type=type,
+            data=data,
+            ignorable=ignorable,
+            surface_op=surface_op,
+            source_event_seqs=sources,
+        )
+        self._sink.write(event)
+        self._fold(event)
+        for observer in list(self._observers):
+            observer(event)
+        if self._hooks.has("session/event"):
+            self._hooks.emit("session/event", SessionEventPayload(self, event))
+        return event
+
+    def observe(self, observer: Observer) -> Callable[[], None]:
+        """Internal: call ``observer(event)`` for every later append until disposed."""
+        self._observers.append(observer)
+        return lambda: self._observers.remove(observer) if observer in self._observers else None
+
+    async def flush(self) -> None:
+        """Barrier: every event appended so far is durable when this returns."""
+        await self._sink.flush()
+
+    async def close(self) -> None:
+        """Flush every event and release the persistence write handle."""
+        await self._sink.close()
+
+    async def discard(self) -> None:
+        """Drop the write handle of an unpublished session, leaving no stored artifact."""
+        await self._sink.discard()
+
+    def _validate(
+        self,
+        type: str,
+        data: Any,
+        surface_op: SurfaceOp | None,
+        sources: tuple[int, ...] | None,
+        seq: int,
+    ) -> None:
+        if not isinstance(type, str) or not type:
+            raise ValueError("event type must be a non-empty string")
+        is_surface = type in SURFACE_TYPES
+        if is_surface and surface_op is None:
+            raise ValueError(f"{type} is a surface event and needs a surface_op")
+        if not is_surface and (surface_op is not None or sources is not None):
+            raise ValueError(f"{type} is log-only: surface_op/source_event_seqs are forbidden")
+        if sources is not None:
+            if len(set(sources)) != len(sources) or any(
+                not isinstance(s, int) or s < 1 or s >= seq for s in sources
+            ):
+                raise ValueError("source_event_seqs must be distinct earlier seqs")
+        if isinstance(surface_op, Replace):
+            try:
+                start = self._surface.index(surface_op.start_seq)
+                end = self._surface.index(surface_op.end_seq)
+            except ValueError:
+                raise ValueError("replace range is not on the current surface") from None
+            if start > end:
+                raise ValueError("replace range starts after it ends")
+            shadowed = self._surface[start : end + 1]
+            if sources is None or not set(shadowed) <= set(sources):
+                raise ValueError("a replace must cite every node it shadows")
+        elif surface_op is not None and surface_op != "append":
+            raise ValueError(f"unknown surface_op {surface_op!r}")
+        if isinstance(data, dict | list) or type not in _TYPED:
+            check_json(encode(data), f"payload of {type}")
+
+    def _fold(self, event: SessionEvent) -> None:
+        self._events.append(event)
+        self._latest[event.type] = event
+        op = event.surface_op
+        if op == "append":
+            self._surface.append(event.seq)
+            self._projected[event.seq] = surface_message(event)
+            self._derived = None
+        elif isinstance(op, Replace):
+            start = self._surface.index(op.start_seq)
+            end = self._surface.index(op.end_seq)
+            self._surface[start : end + 1] = [event.seq]
+            self._projected[event.seq] = surface_message(event)
+            self._derived = None
+            self.surface_replaced += 1
+        elif event.type == "turn/start":
+            data = event.data
+            self.last_turn = data.turn if isinstance(data, TurnStart) else int(data["turn"])
+
+
+_TYPED = frozenset(
+    {
+        "turn/start",
+        "turn/end",
+        "step/start",
+        "step/end",
+        "user/message",
+        "system/message",
+        "assistant/message",
+        "assistant/attempt",
+        "tool/call",
+        "tool/result",
+        "agent/inbox/spliced",
+        "request/header",
+        "request/context",
+        "session/end-seed",
+    }
+)

@@ -1,0 +1,17 @@
+"""Tools: definitions, the registry and the execute pipeline."""
+
+from ._define import PostExecute, Tool, ToolDecision, ToolError, ToolExec, ToolResult, define_tool
+from ._runtime import ToolHookPayload, ToolPipeline, ToolRegistry
+
+__all__ = [
+    "PostExecute",
+    "Tool",
+    "ToolDecision",
+    "ToolError",
+    "ToolExec",
+    "ToolHookPayload",
+    "ToolPipeline",
+    "ToolRegistry",
+    "ToolResult",
+    "define_tool",
+]

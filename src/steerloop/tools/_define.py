@@ -1,0 +1,178 @@
+"""Tool definitions: schema, body, concurrency class, and the records a call produces."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import jsonschema
+import pydantic
+
+from ..errors import ToolDefinitionError
+from ..messages import Block, UserMessage
+
+if TYPE_CHECKING:
+    from .._signal import AbortSignal
+
+__all__ = [
+    "PostExecute",
+    "Tool",
+    "ToolDecision",
+    "ToolError",
+    "ToolExec",
+    "ToolResult",
+    "define_tool",
+]
+
+_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+@dataclass(frozen=True, slots=True)
+class ToolError:
+    """Machine-readable error of a tool result (``code`` from EVENTS.md §5, or the tool's own)."""
+
+    code: str
+    name: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolResult:
+    """What a tool call produced."""
+
+    content: str | Sequence[Block]
+    is_error: bool = False
+    error: ToolError | None = None
+    concludes_turn: bool = False
+    meta: Any = None
+
+
+@dataclass(slots=True, kw_only=True, eq=False)
+class ToolExec:
+    """The context of one tool call, handed to the body and the pipeline hooks."""
+
+    call_id: str
+    name: str
+    arguments: Any
+    raw_arguments: str
+    signal: AbortSignal
+    agent: Any
+    turn: int = 0
+    step: int = 0
+    deferred: list[UserMessage] = field(default_factory=list)
+
+    def defer_context(self, message: UserMessage) -> None:
+        """Queue ``message`` for the next step, once this call's result has committed."""
+        if not isinstance(message, UserMessage):
+            raise ValueError("defer_context takes a UserMessage")
+        self.deferred.append(message)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolDecision:
+    """A ``tools/pre-execute`` verdict."""
+
+    kind: str
+    reason: str | None = None
+
+    @classmethod
+    def allow(cls) -> ToolDecision:
+        return cls("allow")
+
+    @classmethod
+    def deny(cls, reason: str) -> ToolDecision:
+        return cls("deny", reason)
+
+
+@dataclass(frozen=True, slots=True)
+class PostExecute:
+    """A ``tools/post-execute`` verdict."""
+
+    kind: str
+    content: str | Sequence[Block] | None = None
+    additional_contexts: tuple[UserMessage, ...] = ()
+
+    @classmethod
+    def accept(
+        cls,
+        content: str | Sequence[Block] | None = None,
+        additional_contexts: Sequence[UserMessage] = (),
+    ) -> PostExecute:
+        return cls("accept", content, tuple(additional_contexts))
+
+    @classmethod
+    def block(cls, feedback: str, additional_contexts: Sequence[UserMessage] = ()) -> PostExecute:
+        return cls("block", feedback, tuple(additional_contexts))
+
+
+Execute = Callable[[Any, ToolExec], Awaitable[Any]]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Tool:
+    """A tool the model can call. Build one with ``define_tool``."""
+
+    name: str
+    description: str
+    parameters: Mapping[str, Any]
+    execute: Execute
+    concurrency_safe: bool | Callable[[Any], bool] = False
+    model: type[pydantic.BaseModel] | None = None
+    timeout: float | None = None
+
+    def validate(self, args: Any) -> Any:
+        """Check parsed arguments against the schema; returns what the body receives."""
+        if self.model is not None:
+            return self.model.model_validate(args)
+        jsonschema.validate(args, dict(self.parameters))
+        return args
+
+    def is_concurrency_safe(self, args: Any) -> bool:
+        flag = self.concurrency_safe
+        return bool(flag(args)) if callable(flag) else bool(flag)
+
+
+def define_tool(
+    *,
+    name: str,
+    description: str,
+    parameters: type[pydantic.BaseModel] | Mapping[str, Any],
+    execute: Execute,
+    concurrency_safe: bool | Callable[[Any], bool] = False,
+    timeout: float | None = None,
+) -> Tool:
+    """Define a tool from a pydantic model or a JSON-schema dict.
+
+    Raises:
+        ToolDefinitionError: a bad name, schema, body or timeout.
+    """
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise ToolDefinitionError(f"tool name {name!r} must match {_NAME.pattern}")
+    if not isinstance(description, str):
+        raise ToolDefinitionError("description must be a string")
+    if not callable(execute):
+        raise ToolDefinitionError("execute must be an async callable")
+    if timeout is not None and (not isinstance(timeout, int | float) or timeout <= 0):
+        raise ToolDefinitionError("timeout must be a positive number of seconds")
+    model: type[pydantic.BaseModel] | None = None
+    if isinstance(parameters, type) and issubclass(parameters, pydantic.BaseModel):
+        model = parameters
+        schema: Mapping[str, Any] = parameters.model_json_schema()
+    elif isinstance(parameters, Mapping):
+        try:
+            jsonschema.validators.validator_for(parameters).check_schema(parameters)
+        except jsonschema.SchemaError as exc:
+            raise ToolDefinitionError(f"invalid parameter schema: {exc.message}") from None
+        schema = dict(parameters)
+    else:
+        raise ToolDefinitionError("parameters must be a pydantic model or a JSON-schema dict")
+    return Tool(
+        name=name,
+        description=description,
+        parameters=schema,
+        execute=execute,
+        concurrency_safe=concurrency_safe,
+        model=model,
+        timeout=timeout,
+    )

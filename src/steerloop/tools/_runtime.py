@@ -1,0 +1,225 @@
+"""The tool registry and the execute pipeline (prepare → dispatch → finalize)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import jsonschema
+import pydantic
+
+from .._hooks import Disposer, HookBus
+from .._signal import AbortController
+from ..errors import AbortedError
+from ..llm._types import ToolSchema
+from ..messages import Block, TextBlock, UserMessage, check_json
+from ._define import PostExecute, Tool, ToolDecision, ToolError, ToolExec, ToolResult
+
+__all__ = ["ToolHookPayload", "ToolPipeline", "ToolRegistry", "error_result", "result_blocks"]
+
+
+@dataclass(frozen=True, slots=True)
+class ToolHookPayload:
+    """Payload of ``tools/pre-execute`` (``result`` is ``None``), ``post-execute``, ``result``."""
+
+    exec: ToolExec
+    result: ToolResult | None = None
+
+
+class _Entry:
+    __slots__ = ("owner", "tool")
+
+    def __init__(self, tool: Tool, owner: str | None) -> None:
+        self.tool = tool
+        self.owner = owner
+
+
+class ToolRegistry:
+    """Tools by name (``rt.tools``); scoped tools are visible to their own agent only."""
+
+    def __init__(self) -> None:
+        self._entries: list[_Entry] = []
+
+    def register(self, tool: Tool, *, owner: str | None = None) -> Disposer:
+        """Make ``tool`` visible; the latest registration of a name wins."""
+        if not isinstance(tool, Tool):
+            raise ValueError("register() takes a Tool made by define_tool()")
+        entry = _Entry(tool, owner)
+        self._entries.append(entry)
+
+        def dispose() -> None:
+            if entry in self._entries:
+                self._entries.remove(entry)
+
+        return Disposer(dispose)
+
+    def get(self, name: str, agent_id: str | None = None) -> Tool | None:
+        """The tool called ``name`` as ``agent_id`` sees it (any registration when ``None``)."""
+        for entry in reversed(self._entries):
+            if entry.tool.name == name and (
+                agent_id is None or entry.owner is None or entry.owner == agent_id
+            ):
+                return entry.tool
+        return None
+
+    def list(self, agent_id: str | None = None) -> tuple[Tool, ...]:
+        """Visible tools, one per name, in first-registration order."""
+        seen: dict[str, Tool] = {}
+        for entry in self._entries:
+            if agent_id is None or entry.owner is None or entry.owner == agent_id:
+                seen[entry.tool.name] = entry.tool
+        return tuple(seen.values())
+
+    def schemas(self, agent_id: str | None = None) -> tuple[ToolSchema, ...]:
+        return tuple(
+            ToolSchema(name=t.name, description=t.description, parameters=t.parameters)
+            for t in self.list(agent_id)
+        )
+
+
+def result_blocks(content: str | Sequence[Block]) -> tuple[Block, ...]:
+    if isinstance(content, str):
+        return (TextBlock(content),)
+    return tuple(content)
+
+
+def error_result(code: str, message: str, name: str | None = None) -> ToolResult:
+    return ToolResult(content=message, is_error=True, error=ToolError(code, name))
+
+
+def _normalise(value: Any) -> ToolResult:
+    if isinstance(value, ToolResult):
+        return value
+    if isinstance(value, str):
+        return ToolResult(content=value)
+    check_json(value, "tool result")
+    return ToolResult(content=json.dumps(value, ensure_ascii=False))
+
+
+def _describe(exc: BaseException) -> str:
+    return str(exc) or type(exc).__name__
+
+
+class ToolPipeline:
+    """Runs one call through pre-execute policy, the body, and post-execute."""
+
+    def __init__(self, hooks: HookBus) -> None:
+        self._hooks = hooks
+
+    async def prepare(
+        self, exec: ToolExec, tool: Tool | None, parse_error: str | None
+    ) -> ToolResult | None:
+        """Return a result that answers the call without running it, or ``None`` to dispatch."""
+        if parse_error is not None:
+            return error_result("INVALID_ARGS", f"arguments are not valid JSON: {parse_error}")
+        if tool is None:
+            return error_result("UNKNOWN_TOOL", f"unknown tool {exec.name!r}")
+        try:
+            exec.arguments = tool.validate(exec.arguments)
+        except pydantic.ValidationError as exc:
+            return error_result("INVALID_ARGS", f"invalid arguments: {exc}")
+        except jsonschema.ValidationError as exc:
+            return error_result("INVALID_ARGS", f"invalid arguments: {exc.message}")
+        if exec.signal.aborted:
+            return _aborted_before_dispatch()
+        try:
+            decision = await self._hooks.serial("tools/pre-execute", ToolHookPayload(exec))
+        except Exception as exc:
+            return error_result(
+                "TOOL_FAILED", f"pre-execute policy failed: {_describe(exc)}", type(exc).__name__
+            )
+        if exec.signal.aborted:
+            return _aborted_before_dispatch()
+        if isinstance(decision, ToolDecision) and decision.kind == "deny":
+            return error_result("DENIED", decision.reason or "denied by policy")
+        return None
+
+    async def dispatch(self, exec: ToolExec, tool: Tool) -> ToolResult:
+        """Run the body; exceptions become ``TOOL_FAILED``, a cancelled success ``ABORTED``."""
+        parent = exec.signal
+        timer: asyncio.TimerHandle | None = None
+        timed_out = False
+        dispose_relay = None
+        if tool.timeout is not None:
+            child = AbortController()
+            dispose_relay = parent.add_listener(child.abort)
+
+            def expire() -> None:
+                nonlocal timed_out
+                timed_out = True
+                child.abort(TimeoutError(f"tool {tool.name!r} timed out after {tool.timeout}s"))
+
+            timer = asyncio.get_running_loop().call_later(tool.timeout, expire)
+            exec.signal = child.signal
+        try:
+            result = _normalise(await tool.execute(exec.arguments, exec))
+        except Exception as exc:
+            if parent.aborted:
+                return _aborted(exc)
+            if timed_out:
+                return error_result(
+                    "TOOL_FAILED", f"timed out after {tool.timeout}s", "TimeoutError"
+                )
+            return error_result("TOOL_FAILED", _describe(exc), type(exc).__name__)
+        finally:
+            if timer is not None:
+                timer.cancel()
+            if dispose_relay is not None:
+                dispose_relay()
+            exec.signal = parent
+        if parent.aborted and not result.is_error:
+            return _aborted(None)
+        return result
+
+    async def finalize(
+        self, exec: ToolExec, result: ToolResult
+    ) -> tuple[ToolResult, tuple[UserMessage, ...]]:
+        """Apply ``tools/post-execute`` and announce ``tools/result``."""
+        contexts: tuple[UserMessage, ...] = ()
+
+        async def default() -> PostExecute:
+            return PostExecute.accept()
+
+        try:
+            verdict = await self._hooks.waterfall(
+                "tools/post-execute", ToolHookPayload(exec, result), default
+            )
+        except Exception as exc:
+            result = error_result(
+                "TOOL_FAILED", f"post-execute policy failed: {_describe(exc)}", type(exc).__name__
+            )
+        else:
+            if isinstance(verdict, PostExecute):
+                contexts = verdict.additional_contexts
+                if verdict.kind == "block":
+                    result = ToolResult(
+                        content=verdict.content or "blocked by policy",
+                        is_error=True,
+                        error=ToolError("BLOCKED"),
+                        meta=result.meta,
+                    )
+                elif verdict.content is not None:
+                    result = ToolResult(
+                        content=verdict.content,
+                        is_error=result.is_error,
+                        error=result.error,
+                        concludes_turn=result.concludes_turn,
+                        meta=result.meta,
+                    )
+        self._hooks.emit("tools/result", ToolHookPayload(exec, result))
+        return result, contexts
+
+
+def _aborted_before_dispatch() -> ToolResult:
+    return error_result(
+        "ABORTED_BEFORE_DISPATCH", "the call was cancelled before it started", "AbortError"
+    )
+
+
+def _aborted(exc: BaseException | None) -> ToolResult:
+    if exc is not None and not isinstance(exc, AbortedError):
+        return error_result("TOOL_FAILED", _describe(exc), type(exc).__name__)
+    return error_result("ABORTED", "the call was cancelled", "AbortError")
