@@ -142,3 +142,19 @@ def u(text: str) -> UserMessage:
     from steerloop import user_message
 
     return user_message(text)
+
+
+@pytest.fixture
+async def store_rt() -> AsyncIterator[Runtime]:
+    """A runtime over a fresh ``memory://`` store (``rt.sessions.persistence``)."""
+    runtime = await Runtime.open(store="memory://")
+    try:
+        yield runtime
+    finally:
+        await asyncio.wait_for(runtime.close(), SETTLE_TIMEOUT)
+
+
+@pytest.fixture
+async def hs(store_rt: Runtime) -> Harness:
+    """Like ``h``, but the runtime persists sessions in a ``MemoryStore``."""
+    return Harness(store_rt)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from types import TracebackType
 from typing import Any
 
@@ -12,6 +13,7 @@ from .llm._runtime import LlmService
 from .prompt import SystemPromptService
 from .session._events import SessionEvent
 from .session._session import EventSink, Session
+from .session._store import SessionStore, open_store
 from .tools._runtime import ToolPipeline, ToolRegistry
 
 __all__ = ["Runtime", "SessionRegistry"]
@@ -20,15 +22,67 @@ __all__ = ["Runtime", "SessionRegistry"]
 class SessionRegistry:
     """``rt.sessions``: live sessions, and the store behind them (``persistence``)."""
 
-    def __init__(self, persistence: Any = None) -> None:
+    def __init__(
+        self, persistence: SessionStore | None = None, *, clock: Clock = default_clock
+    ) -> None:
         self._live: dict[str, Session] = {}
         self.persistence = persistence
+        self._clock = clock
 
     def get(self, session_id: str) -> Session | None:
         return self._live.get(session_id)
 
     def list(self) -> tuple[Session, ...]:
         return tuple(self._live.values())
+
+    async def fork(self, session_id: str, at_seq: int, new_session_id: str) -> Session:
+        """Store a new session seeded with ``session_id``'s events up to ``at_seq``.
+
+        The child gets the parent's prefix verbatim, restore repair for an unbalanced tail
+        (C7.2-9), then ``session/end-seed{inherited: true}`` at the cut (C7.10-9). The
+        parent's log is never modified. The parent may be live (its in-memory log is used)
+        or only stored. Returns a detached snapshot of the stored child; drive it with
+        ``rt.agents.resume(resume_session_id=new_session_id, ...)``.
+
+        Raises:
+            RuntimeError: no store is configured, or ``new_session_id`` is live.
+            ValueError: ``at_seq`` is not a seq of the parent, or a bad id.
+            SessionPersistenceNotFoundError: the parent is neither live nor stored.
+            SessionConflictError: ``new_session_id`` is already stored or being written.
+        """
+        store = self.persistence
+        if store is None:
+            raise RuntimeError("fork() needs a store: open the runtime with store=... ")
+        if not isinstance(new_session_id, str) or not new_session_id:
+            raise ValueError("new_session_id must be a non-empty string")
+        if new_session_id in self._live:
+            raise RuntimeError(f"session {new_session_id!r} is live in this runtime")
+        parent = self._live.get(session_id)
+        events = tuple(parent.events) if parent is not None else await store.load(session_id)
+        if isinstance(at_seq, bool) or not isinstance(at_seq, int):
+            raise ValueError(f"at_seq must be an integer, not {at_seq!r}")
+        if not 1 <= at_seq <= len(events):
+            raise ValueError(f"at_seq {at_seq} is outside {session_id!r} (1..{len(events)})")
+        await store.check_absent(new_session_id)
+        prefix = events[:at_seq]
+        writer = store.open_writer(new_session_id)
+        try:
+            for event in prefix:
+                writer.write(event)
+            child = Session(
+                new_session_id,
+                clock=self._clock,
+                seed=prefix,
+                sink=writer,
+                header={"parent_session": session_id, "is_seeded": True},
+                inherited_seed=True,
+            )
+            child.publish()
+        except BaseException:
+            await writer.discard()
+            raise
+        await writer.close()
+        return child
 
     def _add(self, session: Session) -> None:
         self._live[session.id] = session
@@ -53,7 +107,7 @@ class Runtime:
         max_parallel_tool_calls: int = 10,
         persona: str = "",
         clock: Clock = default_clock,
-        store: Any = None,
+        store: SessionStore | None = None,
     ) -> None:
         self._max_parallel = _check_parallel(max_parallel_tool_calls)
         self.clock = clock
@@ -63,16 +117,18 @@ class Runtime:
         self.tools = ToolRegistry()
         self.tool_pipeline = ToolPipeline(self.hooks)
         self.system_prompt = SystemPromptService(persona)
-        self.sessions = SessionRegistry(store)
+        self.sessions = SessionRegistry(store, clock=clock)
+        self._owns_store = False
         self.agents = AgentRegistry(self)
         self._closed = False
+        self._closing: asyncio.Future[None] | None = None
         self._restore_ids: Any = None
 
     @classmethod
     async def open(
         cls,
         *,
-        store: str | None = None,
+        store: str | SessionStore | None = None,
         max_parallel_tool_calls: int = 10,
         persona: str = "",
         clock: Clock | None = None,
@@ -81,7 +137,9 @@ class Runtime:
         """Open a runtime.
 
         Args:
-            store: ``None`` for in-memory sessions (no persistence).
+            store: ``None`` for in-memory sessions (no persistence); ``"memory://"`` for a
+                ``MemoryStore`` (persistence within this process); or a ``SessionStore``
+                instance, which the caller keeps owning (``close()`` does not close it).
             max_parallel_tool_calls: bound of the rolling tool pool (1 = serial).
             persona: the first part of every system prompt.
             clock: epoch-ms clock for event times (inject for reproducible logs).
@@ -91,16 +149,14 @@ class Runtime:
             ValueError: an invalid option, or a store URL this build cannot open.
         """
         _check_parallel(max_parallel_tool_calls)
-        if store is not None:
-            raise ValueError(
-                f"cannot open store {store!r}: only the in-memory runtime (store=None) is "
-                "available in this build"
-            )
+        backend = open_store(store) if store is not None else None
         rt = cls(
             max_parallel_tool_calls=max_parallel_tool_calls,
             persona=persona,
             clock=clock or default_clock,
+            store=backend,
         )
+        rt._owns_store = isinstance(store, str)
         if ids is not None:
             rt._restore_ids = set_id_factory(ids)
         return rt
@@ -119,16 +175,25 @@ class Runtime:
         return Session(session_id, hooks=self.hooks, clock=self.clock, seed=seed, sink=sink)
 
     async def close(self) -> None:
-        """Dispose every live agent and close the store; idempotent."""
-        if self._closed:
-            return
-        self._closed = True
+        """Dispose every live agent and close the store.
+
+        Memoised: every caller, concurrent or later, awaits the same completion and sees
+        the same outcome (C7.2-27).
+        """
+        if self._closing is None:
+            self._closed = True
+            self._closing = asyncio.ensure_future(self._close())
+        await asyncio.shield(self._closing)
+
+    async def _close(self) -> None:
         try:
             await self.agents.close()
         finally:
             await self.hooks.drain()
             if self._restore_ids is not None:
                 self._restore_ids()
+            if self._owns_store and self.store is not None:
+                await self.store.close()
 
     async def __aenter__(self) -> Runtime:
         return self

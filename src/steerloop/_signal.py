@@ -28,7 +28,7 @@ class AbortSignal:
     def __init__(self) -> None:
         self._aborted = False
         self._reason: Any = None
-        self._listeners: list[Callable[[Any], object]] | None = []
+        self._listeners: list[list[Callable[[Any], object] | None]] | None = []
         self._waiter: asyncio.Future[None] | None = None
 
     @property
@@ -49,14 +49,22 @@ class AbortSignal:
         if self._aborted or self._listeners is None:
             fn(self._reason)
             return _noop
+        # One cell per registration: disposing empties the cell, so an abort in progress
+        # skips it without the list shifting under the iteration.
+        cell: list[Callable[[Any], object] | None] = [fn]
         listeners = self._listeners
-        listeners.append(fn)
+        listeners.append(cell)
 
         def dispose() -> None:
-            try:
-                listeners.remove(fn)
-            except ValueError:
-                pass
+            if cell[0] is None:
+                return
+            cell[0] = None
+            if self._listeners is listeners:
+                # By identity: two cells holding the same function compare equal.
+                for i, other in enumerate(listeners):
+                    if other is cell:
+                        del listeners[i]
+                        break
 
         return dispose
 
@@ -100,7 +108,11 @@ class AbortSignal:
         listeners, self._listeners = self._listeners or [], None
         if self._waiter is not None and not self._waiter.done():
             self._waiter.set_result(None)
-        for fn in listeners:
+        for cell in listeners:
+            fn = cell[0]
+            if fn is None:
+                continue
+            cell[0] = None
             try:
                 fn(reason)
             except Exception:

@@ -248,6 +248,18 @@ def check_json(value: JsonValue, what: str) -> None:
         json.dumps(value, allow_nan=False, default=_refuse)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{what} is not JSON-serialisable: {exc}") from None
+    # json.dumps coerces int/float/bool/None keys to strings, which would not round-trip.
+    stack: list[Any] = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            for key, child in item.items():
+                if not isinstance(key, str):
+                    raise ValueError(f"{what} is not JSON-serialisable: key {key!r} is not a str")
+                if isinstance(child, dict | list | tuple):
+                    stack.append(child)
+        elif isinstance(item, list | tuple):
+            stack.extend(c for c in item if isinstance(c, dict | list | tuple))
 
 
 def _refuse(value: object) -> None:

@@ -16,7 +16,7 @@ from .._cancel import CancelCause
 from .._signal import AbortController, AbortSignal
 from ..messages import UserMessage
 from ._decisions import ErrorPayload, StatusPayload
-from ._inbox import Inbox, InboxTarget
+from ._inbox import Inbox, InboxTarget, fold_inbox
 from ._options import AgentOptions
 
 if TYPE_CHECKING:
@@ -55,7 +55,8 @@ class Agent:
         self.parent = parent
         self.meta = dict(meta or {})
         self._rt = runtime
-        self.inbox = Inbox(session, runtime.hooks, self)
+        pending = fold_inbox(session.events)  # a resumed inbox is the fold of its splices
+        self.inbox = Inbox(session, runtime.hooks, self, pending["next-turn"], pending["next-step"])
         self.inbox.guard = None
         self._phase: Phase = "idle"
         self._reported: Literal["idle", "running"] = "idle"
@@ -122,7 +123,9 @@ class Agent:
         if not wakeup or self._disposing:
             return
         if redirect or self._phase == "maintenance":
-            self._wake_latched = True
+            # Disposal never latches: the owner is exiting, nothing may run after it (C7.4-14).
+            if not self._aborted_by_disposal():
+                self._wake_latched = True
         elif self._phase == "idle":
             self._start_driver()
 
@@ -140,6 +143,13 @@ class Agent:
         self._wake_latched = False
         if self._controller is not None:
             self._controller.abort(cause)
+
+    def _aborted_by_disposal(self) -> bool:
+        controller = self._controller
+        if controller is None or not controller.signal.aborted:
+            return False
+        reason = controller.signal.reason
+        return isinstance(reason, CancelCause) and reason.kind == "disposed"
 
     # --- idle and maintenance --------------------------------------------------------
 

@@ -61,7 +61,7 @@ async def run_driver(agent: Agent, state: TurnState) -> None:
         try:
             while True:
                 kind = await run_turn(agent, state)
-                if kind == "blocked" or agent._disposing or not agent.inbox.has_pending:
+                if not _continues(agent, kind):
                     break
                 controller = agent._controller = AbortController()
                 try:
@@ -72,6 +72,21 @@ async def run_driver(agent: Agent, state: TurnState) -> None:
         finally:
             agent._turn = None
             agent._converge()
+
+
+def _continues(agent: Agent, kind: str) -> bool:
+    """Whether the driver opens another turn after one that ended with ``kind``.
+
+    A blocked or aborted turn stops the driver: what is still queued stays parked until a
+    latched or new wake (C7.5-18a, C7.8-4). After an error the driver still serves queued
+    prompts (C7.5-18a), while ``next-step`` leftovers of the failed turn stay pending until
+    another waking send (C7.5-10). Otherwise any pending item opens the next turn (C7.5-18).
+    """
+    if agent._disposing or kind in ("blocked", "aborted"):
+        return False
+    if kind == "error":
+        return bool(agent.inbox.next_turn)
+    return agent.inbox.has_pending
 
 
 async def run_turn(agent: Agent, state: TurnState) -> str:
@@ -106,10 +121,11 @@ async def _turn_body(agent: Agent, state: TurnState) -> TurnEndReason:
     claimed = state.claimed
     first = True
     while True:
+        # Checked before a later claim too, so an abort never takes kept input (C7.8-4).
+        signal.throw_if_aborted()
         if not first:
             claimed = agent.inbox.claim(target, state.turn)
         first = False
-        signal.throw_if_aborted()
         prompt = await rt.system_prompt.assemble(agent)
         signal.throw_if_aborted()
         context_text = ""
@@ -119,7 +135,11 @@ async def _turn_body(agent: Agent, state: TurnState) -> TurnEndReason:
         batch = tuple(claimed)
         include_context = bool(batch) or owes_request
 
-        async def default() -> PreStepDecision:
+        async def default(
+            batch: tuple[UserMessage, ...] = batch,
+            include_context: bool = include_context,
+            context_text: str = context_text,
+        ) -> PreStepDecision:
             messages = list(batch)
             if include_context:
                 snapshot = _context_snapshot(agent, context_text)
@@ -181,10 +201,8 @@ def _context_snapshot(agent: Agent, text: str) -> UserMessage | None:
 def failure_of(exc: BaseException) -> LlmFailure:
     """The ``turn/end.reason.error`` facts for ``exc`` (C7.5-21)."""
     if isinstance(exc, BaseExceptionGroup) and exc.exceptions:
-        first = exc.exceptions[0]
-        if isinstance(first, LlmError):
-            return first.failure
-        return LlmFailure(message=_chain_text(exc), code="UNKNOWN")
+        # A group's first member is the original failure (C7.7-12, C7.10-6).
+        return failure_of(exc.exceptions[0])
     if isinstance(exc, LlmError):
         return exc.failure
     if isinstance(exc, AbortedError):

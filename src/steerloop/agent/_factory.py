@@ -13,13 +13,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Literal
 
 from .._cancel import CancelCause
-from .._hooks import Disposer, HookScope
+from .._hooks import Disposer
 from .._signal import AbortController
 from ..errors import AbortedError, SessionPersistenceNotFoundError
+from ..session._codec import validate_log
 from ..tools._define import Tool
 from ._agent import Agent
 from ._decisions import AgentPayload, SessionStartPayload
@@ -30,6 +32,8 @@ if TYPE_CHECKING:
     from .._runtime import Runtime
 
 __all__ = ["AgentHandle", "AgentRegistry", "AgentScope"]
+
+_log = logging.getLogger("steerloop")
 
 Setup = Callable[["AgentScope"], Any]
 
@@ -62,6 +66,16 @@ class _ScopedPrompt:
         )
 
 
+class _ScopedHooks:
+    def __init__(self, scope: AgentScope) -> None:
+        self._scope = scope
+
+    def on(self, name: str, listener: Callable[..., Any]) -> Disposer:
+        """Register a listener that only receives this agent's payloads."""
+        scope = self._scope
+        return scope._keep(scope._rt.hooks.on(name, listener, owner=scope.agent.id))
+
+
 class AgentScope:
     """Registrations owned by one agent; ``setup(scope)`` composes through it."""
 
@@ -69,17 +83,23 @@ class AgentScope:
         self._rt = runtime
         self.agent = agent
         self._disposers: list[Disposer] = []
+        self._closed = False
         self.tools = _ScopedTools(self)
-        self.hooks = HookScope(runtime.hooks, agent.id, self._disposers)
+        self.hooks = _ScopedHooks(self)
         self.system_prompt = _ScopedPrompt(self)
 
     def _keep(self, disposer: Disposer) -> Disposer:
+        # A closed scope (rolled back or disposed) takes no new registrations: an abandoned
+        # setup or a stray task must not leave anything behind.
+        if self._closed:
+            disposer()
+            raise RuntimeError(f"the scope of agent {self.agent.id!r} is closed")
         self._disposers.append(disposer)
         return disposer
 
-    def undo(self) -> list[BaseException]:
+    def undo(self) -> list[Exception]:
         """Undo every registration, newest first; returns the failures."""
-        errors: list[BaseException] = []
+        errors: list[Exception] = []
         while self._disposers:
             try:
                 self._disposers.pop()()
@@ -87,17 +107,23 @@ class AgentScope:
                 errors.append(exc)
         return errors
 
+    def _close(self) -> list[Exception]:
+        """Refuse further registrations and undo the existing ones; returns the failures."""
+        self._closed = True
+        return self.undo()
+
 
 class AgentHandle:
     """What ``create`` returns: the agent and its memoized ``dispose``."""
 
-    def __init__(self, registry: AgentRegistry, agent: Agent) -> None:
+    def __init__(self, registry: AgentRegistry, lifecycle: _Lifecycle) -> None:
         self._registry = registry
-        self.agent = agent
+        self._lifecycle = lifecycle
+        self.agent = lifecycle.agent
 
     async def dispose(self) -> None:
         """Tear the agent down (once; every caller awaits the same outcome)."""
-        await self._registry._dispose(self.agent)
+        await self._registry._dispose(self._lifecycle)
 
 
 class _Lifecycle:
@@ -118,7 +144,8 @@ class AgentRegistry:
         self._live = LiveAgents()
         self._lifecycles: dict[str, _Lifecycle] = {}
         self._reserved: set[str] = set()
-        self._creations: set[asyncio.Future[Any]] = set()
+        # Each in-flight creation: its task and a future resolved once it settled.
+        self._creations: dict[asyncio.Future[None], asyncio.Task[Any] | None] = {}
         self._closing = AbortController()
 
     # --- lookups ---------------------------------------------------------------------
@@ -196,6 +223,7 @@ class AgentRegistry:
                 f"cannot resume {resume_session_id!r}: no store is configured (in-memory runtime)"
             )
         seed = await store.load(resume_session_id)
+        validate_log(seed)  # whatever the backend, an invalid log publishes nothing (C7.4-20)
         return await self._build(
             resume_session_id, agent_options, setup, meta, parent, "resume", seed
         )
@@ -216,7 +244,9 @@ class AgentRegistry:
         if lifecycle is not None:
             if lifecycle.teardown is None:
                 raise RuntimeError(f"session {session_id!r} is live in this runtime")
-            await asyncio.shield(lifecycle.teardown)
+            # Wait, then load what it flushed (C7.2-8); its failure is the disposer's to see.
+            with contextlib.suppress(Exception):
+                await asyncio.shield(lifecycle.teardown)
         try:
             return await self.resume(
                 resume_session_id=session_id,
@@ -248,18 +278,31 @@ class AgentRegistry:
         source: Literal["startup", "resume"],
         seed: Any,
     ) -> AgentHandle:
+        self._check_open()
         if session_id in self._live.agents or session_id in self._reserved:
             raise RuntimeError(f"an agent for session {session_id!r} is already live")
         self._reserved.add(session_id)
-        current = asyncio.current_task()
-        if current is not None:
-            self._creations.add(current)
+        settled: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._creations[settled] = asyncio.current_task()
         try:
             return await self._transaction(session_id, options, setup, meta, parent, source, seed)
         finally:
             self._reserved.discard(session_id)
-            if current is not None:
-                self._creations.discard(current)
+            del self._creations[settled]
+            settled.set_result(None)
+
+    async def _await_setup(self, awaitable: Awaitable[Any], scope: AgentScope) -> Any:
+        """Await an async setup unless the runtime starts closing first (C7.2-18)."""
+        pending = asyncio.ensure_future(awaitable)
+        try:
+            return await self._closing.signal.race(pending)
+        except AbortedError:
+            if pending.done():
+                raise  # the setup's own failure
+            # Abandoned, not cancelled (setup is user code): the rollback closes the scope,
+            # and whatever the setup still registers is undone when it finishes.
+            pending.add_done_callback(lambda done: _abandoned(done, scope))
+            raise RuntimeError("the runtime closed during agent creation") from None
 
     async def _transaction(
         self,
@@ -274,18 +317,26 @@ class AgentRegistry:
         rt = self._rt
         if parent is None:
             parent = self.current_initiator()
+        # A store writer buffers until ``session.publish()`` below (C7.2-19), so every
+        # rollback path leaves the stored artifact as it was.
         sink = rt.store.open_writer(session_id) if rt.store is not None else None
-        session = rt.open_session(session_id, seed, sink)
-        agent = Agent(rt, session, options, parent=parent, meta=meta)
+        try:
+            session = rt.open_session(session_id, seed, sink)
+            agent = Agent(rt, session, options, parent=parent, meta=meta)
+        except BaseException:
+            if sink is not None:
+                await sink.discard()
+            raise
         scope = AgentScope(rt, agent)
         lifecycle = _Lifecycle(agent, scope)
-        handle = AgentHandle(self, agent)
+        handle = AgentHandle(self, lifecycle)
         published = False
+        announced = False
         try:
             if setup is not None:
                 commit = setup(scope)
                 if inspect.isawaitable(commit):
-                    commit = await self._closing.signal.race(_as_future(commit))
+                    commit = await self._await_setup(commit, scope)
                 if callable(commit):
                     commit()
             self._check_open()
@@ -295,28 +346,28 @@ class AgentRegistry:
             published = True
             agent._published = True
             agent._begin_maintenance()
-            try:
-                await rt.hooks.emit_awaited("agent/created", AgentPayload(agent))
-            except BaseException:
-                rt.hooks.emit("agent/disposed", AgentPayload(agent))
-                raise
+            announced = True
+            await rt.hooks.emit_awaited("agent/created", AgentPayload(agent))
+            session.publish()
             rt.hooks.emit("agent/session-start", SessionStartPayload(agent, source))
         except BaseException as exc:
+            # Roll back in teardown order: scope → write handle → agent (``agent/disposed``
+            # pairs a partly delivered ``agent/created``) → session.
             agent._disposing = True
+            errors = scope._close()
+            with contextlib.suppress(Exception):
+                await session.discard()
             agent._disposed = True
             if published:
                 self._live.remove(agent)
                 self._lifecycles.pop(session_id, None)
+                if announced:
+                    rt.hooks.emit("agent/disposed", AgentPayload(agent))
                 rt.sessions._remove(session)
-            errors = scope.undo()
-            with contextlib.suppress(Exception):
-                await session.discard()
             if not lifecycle.published.done():
                 lifecycle.published.set_result(None)
             if agent._activity is not None and not agent._activity.done.done():
                 agent._activity.done.set_result(None)
-            if isinstance(exc, AbortedError):
-                raise RuntimeError("the runtime closed during agent creation") from exc
             for error in errors:
                 exc.add_note(f"undoing the scope also failed: {error!r}")
             raise
@@ -326,19 +377,15 @@ class AgentRegistry:
 
     # --- teardown --------------------------------------------------------------------
 
-    def _dispose(self, agent: Agent) -> Awaitable[None]:
-        lifecycle = self._lifecycles.get(agent.id)
-        if lifecycle is None or lifecycle.agent is not agent:
-            done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            done.set_result(None)
-            return done
+    def _dispose(self, lifecycle: _Lifecycle) -> Awaitable[None]:
+        """Start the lifecycle's teardown once; every caller awaits the same outcome."""
         if lifecycle.teardown is None:
             lifecycle.teardown = asyncio.ensure_future(self._teardown(lifecycle))
         return asyncio.shield(lifecycle.teardown)
 
     async def _teardown(self, lifecycle: _Lifecycle) -> None:
         agent = lifecycle.agent
-        errors: list[BaseException] = []
+        errors: list[Exception] = []
         await asyncio.shield(lifecycle.published)
         agent._disposing = True
         try:
@@ -347,11 +394,14 @@ class AgentRegistry:
             errors.append(exc)
         await agent.when_idle()
         for child in self.children(agent):
+            child_lifecycle = self._lifecycles.get(child.id)
+            if child_lifecycle is None or child_lifecycle.agent is not child:
+                continue
             try:
-                await self._dispose(child)
+                await self._dispose(child_lifecycle)
             except Exception as exc:
                 errors.append(exc)
-        errors += lifecycle.scope.undo()
+        errors += lifecycle.scope._close()
         try:
             await agent.session.close()
         except Exception as exc:
@@ -370,15 +420,20 @@ class AgentRegistry:
     async def close(self) -> None:
         """Stop accepting work, dispose every live agent, wait for creations to settle."""
         self._closing.abort(RuntimeError("runtime closing"))
-        errors: list[BaseException] = []
+        errors: list[Exception] = []
+        lifecycles = [
+            lc for a in list(self._live.agents.values()) if (lc := self._lifecycles.get(a.id))
+        ]
         results = await asyncio.gather(
-            *(self._dispose(a) for a in list(self._live.agents.values())), return_exceptions=True
+            *(self._dispose(lc) for lc in lifecycles), return_exceptions=True
         )
-        errors += [r for r in results if isinstance(r, BaseException)]
-        pending = [t for t in self._creations if t is not asyncio.current_task()]
+        errors += [r for r in results if isinstance(r, Exception)]
+        # A close() called from inside a creation (its own task) cannot wait for that one.
+        current = asyncio.current_task()
+        pending = [f for f, task in self._creations.items() if task is None or task is not current]
         if pending:
             await asyncio.wait(pending)
-        if len(errors) == 1 and not isinstance(errors[0], BaseExceptionGroup):
+        if len(errors) == 1 and not isinstance(errors[0], ExceptionGroup):
             raise errors[0]
         if errors:
             raise ExceptionGroup("closing the runtime failed", errors)
@@ -392,5 +447,9 @@ def _validate(session_id: object, options: object) -> None:
     options.validate()
 
 
-async def _as_future(awaitable: Awaitable[Any]) -> Any:
-    return await awaitable
+def _abandoned(setup: asyncio.Future[Any], scope: AgentScope) -> None:
+    """An abandoned setup finished: consume its outcome, undo what it registered late."""
+    if not setup.cancelled():
+        setup.exception()
+    for error in scope.undo():
+        _log.error("undoing the scope of an abandoned setup failed", exc_info=error)

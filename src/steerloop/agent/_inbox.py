@@ -22,7 +22,8 @@ if TYPE_CHECKING:
 __all__ = ["Inbox", "InboxTarget", "fold_inbox", "normalise_splice"]
 
 InboxTarget = Literal["next-turn", "next-step"]
-_TARGETS = ("next-turn", "next-step")
+_TARGETS: tuple[InboxTarget, ...] = ("next-turn", "next-step")
+_CLEAR_ORDER: tuple[InboxTarget, ...] = ("next-step", "next-turn")
 
 
 def _index(value: Any, n: int, *, what: str) -> int:
@@ -110,7 +111,7 @@ class Inbox:
                         i,
                         1,
                         (message,),
-                        outcome="canceled",  # type: ignore[arg-type]
+                        outcome="canceled",
                         ignore_id=message_id,
                     )
                     return True
@@ -121,15 +122,15 @@ class Inbox:
         for target in _TARGETS:
             for i, pending in enumerate(self._queues[target]):
                 if pending.id == message_id:
-                    self._splice(target, i, 1, (), outcome="canceled")  # type: ignore[arg-type]
+                    self._splice(target, i, 1, (), outcome="canceled")
                     return True
         return False
 
     def clear(self) -> None:
         """Discard everything: ``next-step`` first, then ``next-turn``."""
-        for target in ("next-step", "next-turn"):
+        for target in _CLEAR_ORDER:
             if self._queues[target]:
-                self._splice(target, 0, len(self._queues[target]), (), outcome="canceled")  # type: ignore[arg-type]
+                self._splice(target, 0, len(self._queues[target]), (), outcome="canceled")
 
     # --- loop API --------------------------------------------------------------------
 
@@ -209,6 +210,10 @@ def _check_target(target: str) -> str:
     return target
 
 
+def _is_index(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def fold_inbox(events: Iterable[SessionEvent]) -> dict[str, list[UserMessage]]:
     """Rebuild both queues from ``agent/inbox/spliced`` events, validating each splice.
 
@@ -223,6 +228,11 @@ def fold_inbox(events: Iterable[SessionEvent]) -> dict[str, list[UserMessage]]:
         if not isinstance(data, InboxSpliced) or data.target not in queues:
             raise SessionCorruptError(f"seq {event.seq}: malformed agent/inbox/spliced")
         queue = queues[data.target]
+        if not (_is_index(data.start) and _is_index(data.removed_count)):
+            raise SessionCorruptError(
+                f"seq {event.seq}: splice start={data.start!r} "
+                f"removed={data.removed_count!r} are not integers"
+            )
         if not (0 <= data.start <= len(queue)) or not (
             0 <= data.removed_count <= len(queue) - data.start
         ):

@@ -10,43 +10,19 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .._ids import new_id
-from ..messages import TextBlock, ToolCallBlock, ToolResultMessage
+from ..messages import ToolCallBlock
 from ..session._events import (
     AssistantMessageEvent,
     SessionEvent,
     ToolCallEvent,
-    ToolErrorInfo,
     ToolResultEvent,
 )
+from ..session._repair import NOT_STARTED_TEXT, OUTCOME_UNKNOWN_TEXT, conservative_result
 
 if TYPE_CHECKING:
     from ..session._session import Session
 
 __all__ = ["NOT_STARTED_TEXT", "OUTCOME_UNKNOWN_TEXT", "ToolCallTracker", "conservative_result"]
-
-OUTCOME_UNKNOWN_TEXT = (
-    "The outcome of this tool call is unknown: it was started but its result was never "
-    "recorded. Its effects may or may not have happened; verify the current state before "
-    "retrying it."
-)
-NOT_STARTED_TEXT = "This tool call was never started: it did not run and had no effect."
-
-
-def conservative_result(
-    turn: int, step: int, call: ToolCallBlock, call_seq: int | None
-) -> ToolResultEvent:
-    """The result written for a requested call that has no ``tool/result``."""
-    code = "TOOL_OUTCOME_UNKNOWN" if call_seq is not None else "TOOL_NOT_STARTED"
-    text = OUTCOME_UNKNOWN_TEXT if call_seq is not None else NOT_STARTED_TEXT
-    return ToolResultEvent(
-        turn=turn,
-        step=step,
-        message=ToolResultMessage(
-            id=new_id("msg"), call_id=call.id, content=(TextBlock(text),), is_error=True
-        ),
-        error=ToolErrorInfo(code=code),
-    )
 
 
 class ToolCallTracker:

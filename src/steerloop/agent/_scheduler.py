@@ -86,19 +86,19 @@ class ToolScheduler:
         try:
             cap: int | None = None
             while started < len(calls) and not self.signal.aborted:
+                # Classify again after every wait: a commit in between may re-register tools.
                 if self._is_safe(started):
                     if cap is None:
                         cap = self.rt.max_parallel_tool_calls
-                    while len(self.running) >= cap:
+                    if len(self.running) >= cap:
                         await self._wait_some()
-                    if self.signal.aborted:
-                        break
+                        continue
                     await self._start(started)
                 else:
+                    if self.running:
+                        await self._wait_all()
+                        continue
                     cap = None
-                    await self._wait_all()
-                    if self.signal.aborted:
-                        break
                     await self._start(started)
                     await self._wait_all()
                 started += 1

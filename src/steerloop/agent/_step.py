@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
+import weakref
 from collections.abc import AsyncIterator, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -48,7 +50,15 @@ __all__ = ["StepOutcome", "StepRunner"]
 
 StepOutcome = Literal["completed", "max-tokens"] | None
 _RETRY = object()
-_revisions = itertools.count(1)
+# Frame revisions are process-local: one counter per runtime, never persisted (C7.6-19).
+_revisions: weakref.WeakKeyDictionary[Any, itertools.count[int]] = weakref.WeakKeyDictionary()
+
+
+def _revision_counter(runtime: Any) -> itertools.count[int]:
+    counter = _revisions.get(runtime)
+    if counter is None:
+        counter = _revisions[runtime] = itertools.count(1)
+    return counter
 
 
 class StepRunner:
@@ -115,11 +125,13 @@ class StepRunner:
             raise TypeError(f"agent/request must return a CallConfig, not {config!r}")
         prepared = await rt.llm.prepare_call(config, signal)
         signal.throw_if_aborted()
-        self._project_system_prompt(prompt, prepared, starts_series)
+        # A pre-step series declaration belongs to the step's first request, not its retries.
+        series = starts_series and first
+        self._project_system_prompt(prompt, prepared, series)
         if first:
             for message in messages:
                 self.session.append("user/message", message, surface_op="append")
-        request = self._build_request(prepared, starts_series)
+        request = self._build_request(prepared, series)
         signal.throw_if_aborted()
         return await self._stream(prepared, request)
 
@@ -133,7 +145,7 @@ class StepRunner:
         self, prompt: str, prepared: PreparedCall, starts_series: bool
     ) -> None:
         session = self.session
-        nodes = [s for s in session.surface_seqs() if session.event(s).type == "system/message"]
+        nodes = session.system_nodes()
         content = (TextBlock(prompt),) if prompt else ()
 
         def event(text_content: tuple[TextBlock, ...]) -> SystemMessageEvent:
@@ -148,19 +160,23 @@ class StepRunner:
                 session.append("system/message", event(content), surface_op="append")
             return
         active = [s for s in nodes if session.event(s).data.message.content]
-        current = session.event(active[-1]).data.message.content if active else ()
-        if current == content:
-            return
-        if content and prepared.reads_in_history_system and not starts_series and active:
-            session.append("system/message", event(content), surface_op="append")
-            return
+        if prepared.reads_in_history_system and not starts_series:
+            current = session.event(active[-1]).data.message.content if active else ()
+            if current == content:
+                return
+            if content and active:
+                session.append("system/message", event(content), surface_op="append")
+                return
+        # Normalise: the head node carries the prompt and no other system node is active, so
+        # derive_messages() holds at most one system message, at index 0 (C7.6-4/5).
         head = nodes[0]
-        session.append(
-            "system/message",
-            event(content),
-            surface_op=Replace(head, head),
-            source_event_seqs=(head,),
-        )
+        if session.event(head).data.message.content != content:
+            session.append(
+                "system/message",
+                event(content),
+                surface_op=Replace(head, head),
+                source_event_seqs=(head,),
+            )
         for seq in active:
             if seq != head:
                 session.append(
@@ -184,14 +200,13 @@ class StepRunner:
             ]
         latest = session.latest("request/header")
         reason: str | None = None
-        series = starts_series
+        series = starts_series or session.surface_replaced != agent._replaced_at_request
         if not agent._requested:
             reason = "initial" if latest is None else "resume"
         elif latest is None or latest.data.header != header:
             reason = "change"
-        elif starts_series or session.surface_replaced != agent._replaced_at_request:
+        elif series:
             reason = "series"
-            series = True
         if reason is not None:
             session.append(
                 "request/header",
@@ -230,16 +245,21 @@ class StepRunner:
         records: list[StreamRecord] = []
         clock = self.rt.clock
         signal = self.signal
-        raised: BaseException | None = None
+        raised: Exception | None = None
         try:
-            if not signal.aborted:
-                async for chunk in iterator:
-                    if signal.aborted:
-                        break
-                    record = StreamRecord(clock(), chunk)
-                    records.append(record)
-                    assembler.push(chunk)
-                    live.chunk(record)
+            # The signal is checked before every fetch and before handling what a fetch
+            # returned, so after an abort no further chunk is consumed (C7.6-12).
+            while not signal.aborted:
+                try:
+                    chunk = await anext(iterator)
+                except StopAsyncIteration:
+                    break
+                if signal.aborted:
+                    break
+                record = StreamRecord(clock(), chunk)
+                records.append(record)
+                assembler.push(chunk)
+                live.chunk(record)
         except Exception as exc:
             raised = exc
         finally:
@@ -251,9 +271,20 @@ class StepRunner:
             raise raised
         reason = assembler.reason
         if reason.kind in ("error", "aborted"):
-            self._settle_attempt(live, records, None)
-            return await self._offer_failure(prepared, reason.failure, reason.kind)
+            failure = _failure_of_finish(reason.failure, reason.kind)
+            self._settle_attempt(live, records, LlmError(failure))
+            return await self._offer_failure(prepared, failure)
         return await self._settle_message(prepared, live, assembler, records)
+
+    def _settle(self, live: _LiveFrames, type: str, data: Any, *, surface: bool = False) -> Any:
+        """Append the settling event of an attempt and close its live frames."""
+        try:
+            event = self.session.append(type, data, surface_op="append" if surface else None)
+        except BaseException:
+            live.end(None, None)
+            raise
+        live.end(event.type, event.seq)
+        return event
 
     def _settle_aborted(
         self,
@@ -265,7 +296,8 @@ class StepRunner:
         prefix = assembler.safe_prefix()
         if prefix:
             message = self._assistant(prefix, assembler, prepared)
-            event = self.session.append(
+            self._settle(
+                live,
                 "assistant/message",
                 AssistantMessageEvent(
                     turn=self.turn,
@@ -275,41 +307,33 @@ class StepRunner:
                     usage=assembler.usage,
                     interrupted=True,
                 ),
-                surface_op="append",
+                surface=True,
             )
         else:
-            event = self.session.append(
+            self._settle(
+                live,
                 "assistant/attempt",
                 AssistantAttempt(turn=self.turn, step=self.step, stream=tuple(records)),
             )
-        live.end(event.type, event.seq)
         raise AbortedError(self.signal.reason)
 
     def _settle_attempt(
-        self, live: _LiveFrames, records: list[StreamRecord], original: BaseException | None
+        self, live: _LiveFrames, records: list[StreamRecord], original: Exception
     ) -> None:
+        """Settle a failed stream as ``assistant/attempt`` (C7.7-12 when that fails too)."""
         try:
-            event = self.session.append(
+            self._settle(
+                live,
                 "assistant/attempt",
                 AssistantAttempt(turn=self.turn, step=self.step, stream=tuple(records)),
             )
         except Exception as append_exc:
-            live.end(None, None)
-            if original is None:
-                raise
             raise ExceptionGroup(
                 "settling the failed attempt failed", [original, append_exc]
             ) from None
-        live.end(event.type, event.seq)
 
-    async def _offer_failure(self, prepared: PreparedCall, failure: Any, kind: str) -> Any:
-        if failure is None:
-            failure = LlmFailure(
-                message=f"the provider ended the stream with {kind}",
-                code="ABORTED" if kind == "aborted" else "UNKNOWN",
-            )
-
-        async def terminal() -> None:
+    async def _offer_failure(self, prepared: PreparedCall, failure: LlmFailure) -> Any:
+        async def terminal() -> RequestErrorAction | None:
             return None
 
         action = await self.rt.hooks.waterfall(
@@ -357,7 +381,8 @@ class StepRunner:
         if kind == "max-tokens":
             blocks = tuple(b for b in blocks if not isinstance(b, ToolCallBlock))
         message = self._assistant(blocks, assembler, prepared)
-        event = self.session.append(
+        event = self._settle(
+            live,
             "assistant/message",
             AssistantMessageEvent(
                 turn=self.turn,
@@ -366,9 +391,8 @@ class StepRunner:
                 stream=tuple(records),
                 usage=assembler.usage,
             ),
-            surface_op="append",
+            surface=True,
         )
-        live.end(event.type, event.seq)
         if kind == "max-tokens":
             return "max-tokens"
         calls = message.tool_calls
@@ -382,11 +406,12 @@ class StepRunner:
 class _LiveFrames:
     """Emits ``agent/assistant-stream`` frames; a no-op without listeners."""
 
-    __slots__ = ("agent", "attempt_id", "hooks", "index", "on")
+    __slots__ = ("agent", "attempt_id", "hooks", "index", "on", "revisions")
 
     def __init__(self, agent: Agent, attempt_id: str) -> None:
         self.agent = agent
         self.hooks = agent.runtime.hooks
+        self.revisions = _revision_counter(agent.runtime)
         self.attempt_id = attempt_id
         self.on = self.hooks.has("agent/assistant-stream")
         self.index = 0
@@ -400,7 +425,7 @@ class _LiveFrames:
                 StreamFrame(
                     kind="start",
                     attempt_id=self.attempt_id,
-                    revision=next(_revisions),
+                    revision=next(self.revisions),
                     turn=turn,
                     step=step,
                 )
@@ -412,7 +437,7 @@ class _LiveFrames:
                 StreamFrame(
                     kind="chunk",
                     attempt_id=self.attempt_id,
-                    revision=next(_revisions),
+                    revision=next(self.revisions),
                     index=self.index,
                     time=record.time,
                     chunk=record.chunk,
@@ -431,17 +456,24 @@ class _LiveFrames:
                 StreamFrame(
                     kind="end",
                     attempt_id=self.attempt_id,
-                    revision=next(_revisions),
+                    revision=next(self.revisions),
                     index=self.index,
                     outcome=outcome,
                 )
             )
 
 
+def _failure_of_finish(failure: LlmFailure | None, kind: str) -> LlmFailure:
+    if failure is not None:
+        return failure
+    return LlmFailure(
+        message=f"the provider ended the stream with {kind}",
+        code="ABORTED" if kind == "aborted" else "UNKNOWN",
+    )
+
+
 async def _aclose(iterator: AsyncIterator[StreamChunk]) -> None:
     aclose = getattr(iterator, "aclose", None)
     if aclose is not None:
-        try:
+        with contextlib.suppress(Exception):
             await aclose()
-        except Exception:
-            pass

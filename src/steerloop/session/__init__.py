@@ -1,13 +1,16 @@
-"""Event-sourced sessions: the log, its events and the surface projection."""
+"""Event-sourced sessions: the log, its events, the surface projection and persistence."""
 
 from ._events import Replace, SessionEvent, TurnEndReason
 from ._session import EventSink, Session, SessionEventPayload
+from ._store import MemoryStore, SessionStore
 
 __all__ = [
     "EventSink",
+    "MemoryStore",
     "Replace",
     "Session",
     "SessionEvent",
     "SessionEventPayload",
+    "SessionStore",
     "TurnEndReason",
 ]

@@ -19,6 +19,7 @@ from ._events import (
     encode,
     surface_message,
 )
+from ._repair import plan_repair
 
 __all__ = ["EventSink", "Session", "SessionEventPayload"]
 
@@ -42,6 +43,13 @@ class EventSink:
 
     async def close(self) -> None:
         """Flush and release the write handle."""
+
+    def publish(self) -> None:
+        """The session was published: store what was buffered, then store every later write.
+
+        Until this is called a persistent sink buffers writes, so a creation that rolls
+        back (``discard``) leaves no stored artifact (C7.2-19).
+        """
 
     async def discard(self) -> None:
         """Release the write handle of a session that was never published; store nothing."""
@@ -86,6 +94,7 @@ class Session:
         sink: EventSink | None = None,
         header: dict[str, Any] | None = None,
         inherited_seed: bool = False,
+        repair: bool = True,
     ) -> None:
         if not isinstance(id, str) or not id:
             raise ValueError("session id must be a non-empty string")
@@ -98,14 +107,25 @@ class Session:
         self._view = _EventsView(self._events)
         self._surface: list[int] = []
         self._projected: dict[int, Message | None] = {}
+        # Surface folding is incremental (G-3): appends extend these, only a Replace rebuilds.
+        self._derived_list: list[Message] = []
         self._derived: tuple[Message, ...] | None = ()
+        self._system_nodes: list[int] = []
         self._latest: dict[str, SessionEvent] = {}
         self._observers: list[Observer] = []
         self.last_turn = 0
         self.surface_replaced = 0
         for event in seed:
             self._fold(event)
-        if seed and seed[-1].type != "session/end-seed":
+        if repair:
+            for fix in plan_repair(seed):
+                self.append(
+                    fix.type,
+                    fix.data,
+                    surface_op=fix.surface_op,
+                    source_event_seqs=fix.source_event_seqs,
+                )
+        if self._events and _needs_seed_marker(self._events[-1], inherited_seed):
             self.append("session/end-seed", SessionEndSeed(inherited=inherited_seed))
 
     # --- reading ---------------------------------------------------------------------
@@ -125,23 +145,21 @@ class Session:
     def surface_seqs(self) -> tuple[int, ...]:
         return tuple(self._surface)
 
+    def system_nodes(self) -> tuple[int, ...]:
+        """Seqs of the ``system/message`` nodes on the surface, in surface order."""
+        return tuple(self._system_nodes)
+
     def event(self, seq: int) -> SessionEvent:
         return self._events[seq - 1]
 
     def derive_messages(self) -> list[Message]:
         """The model-visible history: the surface projected to messages."""
-        if self._derived is None:
-            derived = []
-            for seq in self._surface:
-                message = self._projected[seq]
-                if message is not None:
-                    derived.append(message)
-            self._derived = tuple(derived)
-        return list(self._derived)
+        return list(self._derived_list)
 
     def derived_tuple(self) -> tuple[Message, ...]:
-        self.derive_messages()
-        assert self._derived is not None
+        """``derive_messages()`` as a frozen tuple, cached until the surface changes."""
+        if self._derived is None:
+            self._derived = tuple(self._derived_list)
         return self._derived
 
     # --- writing ---------------------------------------------------------------------
@@ -189,6 +207,10 @@ class Session:
         """Flush every event and release the persistence write handle."""
         await self._sink.close()
 
+    def publish(self) -> None:
+        """Commit the session to its store: buffered and later events become durable."""
+        self._sink.publish()
+
     async def discard(self) -> None:
         """Drop the write handle of an unpublished session, leaving no stored artifact."""
         await self._sink.discard()
@@ -208,11 +230,11 @@ class Session:
             raise ValueError(f"{type} is a surface event and needs a surface_op")
         if not is_surface and (surface_op is not None or sources is not None):
             raise ValueError(f"{type} is log-only: surface_op/source_event_seqs are forbidden")
-        if sources is not None:
-            if len(set(sources)) != len(sources) or any(
-                not isinstance(s, int) or s < 1 or s >= seq for s in sources
-            ):
-                raise ValueError("source_event_seqs must be distinct earlier seqs")
+        if sources is not None and (
+            len(set(sources)) != len(sources)
+            or any(not isinstance(s, int) or s < 1 or s >= seq for s in sources)
+        ):
+            raise ValueError("source_event_seqs must be distinct earlier seqs")
         if isinstance(surface_op, Replace):
             try:
                 start = self._surface.index(surface_op.start_seq)
@@ -235,18 +257,38 @@ class Session:
         op = event.surface_op
         if op == "append":
             self._surface.append(event.seq)
-            self._projected[event.seq] = surface_message(event)
-            self._derived = None
+            message = self._projected[event.seq] = surface_message(event)
+            if message is not None:
+                self._derived_list.append(message)
+                self._derived = None
+            if event.type == "system/message":
+                self._system_nodes.append(event.seq)
         elif isinstance(op, Replace):
             start = self._surface.index(op.start_seq)
             end = self._surface.index(op.end_seq)
             self._surface[start : end + 1] = [event.seq]
             self._projected[event.seq] = surface_message(event)
+            projected = (self._projected[seq] for seq in self._surface)
+            self._derived_list = [m for m in projected if m is not None]
             self._derived = None
+            self._system_nodes = [
+                seq for seq in self._surface if self._events[seq - 1].type == "system/message"
+            ]
             self.surface_replaced += 1
         elif event.type == "turn/start":
             data = event.data
             self.last_turn = data.turn if isinstance(data, TurnStart) else int(data["turn"])
+
+
+def _needs_seed_marker(last: SessionEvent, inherited: bool) -> bool:
+    """A seed is marked once: not again when it already ends with ``session/end-seed``.
+
+    A fork child (``inherited``) needs an inherited marker at its cut, so a parent's plain
+    marker at the cut is followed by one with ``inherited=True``.
+    """
+    if last.type != "session/end-seed":
+        return True
+    return inherited and not (isinstance(last.data, SessionEndSeed) and last.data.inherited)
 
 
 _TYPED = frozenset(

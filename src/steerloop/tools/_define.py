@@ -120,12 +120,18 @@ class Tool:
     concurrency_safe: bool | Callable[[Any], bool] = False
     model: type[pydantic.BaseModel] | None = None
     timeout: float | None = None
+    validator: Any = field(default=None, repr=False, compare=False)
 
     def validate(self, args: Any) -> Any:
         """Check parsed arguments against the schema; returns what the body receives."""
         if self.model is not None:
             return self.model.model_validate(args)
-        jsonschema.validate(args, dict(self.parameters))
+        if self.validator is not None:
+            error = jsonschema.exceptions.best_match(self.validator.iter_errors(args))
+            if error is not None:
+                raise error
+        else:
+            jsonschema.validate(args, dict(self.parameters))
         return args
 
     def is_concurrency_safe(self, args: Any) -> bool:
@@ -156,15 +162,19 @@ def define_tool(
     if timeout is not None and (not isinstance(timeout, int | float) or timeout <= 0):
         raise ToolDefinitionError("timeout must be a positive number of seconds")
     model: type[pydantic.BaseModel] | None = None
+    validator: Any = None
     if isinstance(parameters, type) and issubclass(parameters, pydantic.BaseModel):
         model = parameters
         schema: Mapping[str, Any] = parameters.model_json_schema()
     elif isinstance(parameters, Mapping):
+        validator_cls = jsonschema.validators.validator_for(parameters)
         try:
-            jsonschema.validators.validator_for(parameters).check_schema(parameters)
+            validator_cls.check_schema(parameters)
         except jsonschema.SchemaError as exc:
             raise ToolDefinitionError(f"invalid parameter schema: {exc.message}") from None
         schema = dict(parameters)
+        # Compiled once: jsonschema.validate() would re-check the schema on every call.
+        validator = validator_cls(schema)
     else:
         raise ToolDefinitionError("parameters must be a pydantic model or a JSON-schema dict")
     return Tool(
@@ -175,4 +185,5 @@ def define_tool(
         concurrency_safe=concurrency_safe,
         model=model,
         timeout=timeout,
+        validator=validator,
     )

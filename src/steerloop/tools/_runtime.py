@@ -138,8 +138,15 @@ class ToolPipeline:
         return None
 
     async def dispatch(self, exec: ToolExec, tool: Tool) -> ToolResult:
-        """Run the body; exceptions become ``TOOL_FAILED``, a cancelled success ``ABORTED``."""
+        """Run the body; exceptions become ``TOOL_FAILED``, a cancelled success ``ABORTED``.
+
+        With ``tool.timeout`` the body gets a child signal that also aborts at the deadline
+        (cooperative: the body still decides when to return); whatever it returns or raises
+        after the deadline becomes a ``TOOL_FAILED`` result naming the timeout.
+        """
         parent = exec.signal
+        if parent.aborted:
+            return _aborted_before_dispatch()
         timer: asyncio.TimerHandle | None = None
         timed_out = False
         dispose_relay = None
@@ -160,9 +167,7 @@ class ToolPipeline:
             if parent.aborted:
                 return _aborted(exc)
             if timed_out:
-                return error_result(
-                    "TOOL_FAILED", f"timed out after {tool.timeout}s", "TimeoutError"
-                )
+                return _timed_out(tool)
             return error_result("TOOL_FAILED", _describe(exc), type(exc).__name__)
         finally:
             if timer is not None:
@@ -170,8 +175,10 @@ class ToolPipeline:
             if dispose_relay is not None:
                 dispose_relay()
             exec.signal = parent
-        if parent.aborted and not result.is_error:
-            return _aborted(None)
+        if parent.aborted:
+            return result if result.is_error else _aborted(None)
+        if timed_out:
+            return _timed_out(tool)
         return result
 
     async def finalize(
@@ -195,10 +202,11 @@ class ToolPipeline:
             if isinstance(verdict, PostExecute):
                 contexts = verdict.additional_contexts
                 if verdict.kind == "block":
+                    # A policy refusal: DENIED is the runtime's code for it (EVENTS.md §5).
                     result = ToolResult(
                         content=verdict.content or "blocked by policy",
                         is_error=True,
-                        error=ToolError("BLOCKED"),
+                        error=ToolError("DENIED"),
                         meta=result.meta,
                     )
                 elif verdict.content is not None:
@@ -216,6 +224,12 @@ class ToolPipeline:
 def _aborted_before_dispatch() -> ToolResult:
     return error_result(
         "ABORTED_BEFORE_DISPATCH", "the call was cancelled before it started", "AbortError"
+    )
+
+
+def _timed_out(tool: Tool) -> ToolResult:
+    return error_result(
+        "TOOL_FAILED", f"tool {tool.name!r} timed out after {tool.timeout}s", "TimeoutError"
     )
 
 

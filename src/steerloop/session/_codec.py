@@ -1,0 +1,522 @@
+"""The persisted JSON form of the log: lossless decode and whole-log validation (G-7).
+
+Encoding is ``SessionEvent.to_json()``; ``event_from_json`` is its inverse for every type
+of EVENTS.md §2, so ``event_from_json(e.to_json()) == e``. Decoding is strict: a malformed
+envelope or payload raises ``SessionCorruptError`` naming the seq, never a half-typed event.
+
+Unknown types: a *required* unknown type (including the legacy ``assistant/chunk``) makes
+the log unreadable. An *ignorable* unknown type is kept, not skipped: its payload stays the
+raw JSON value (``data`` is a ``dict``/``list``/scalar) so seqs stay contiguous, the event
+re-encodes byte-for-byte, and a resumed session never reuses its seq. It is log-only: it
+never carries surface metadata and never reaches ``derive_messages()``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, NoReturn
+
+from .._cancel import CancelCause
+from ..errors import SessionCorruptError
+from ..llm._types import LlmFailure, TokenUsage
+from ..llm.chunks import (
+    BlockEnd,
+    BlockStart,
+    Finish,
+    FinishReason,
+    ReasoningDelta,
+    StreamChunk,
+    TextDelta,
+    ToolCallDelta,
+    UsageChunk,
+)
+from ..messages import (
+    AssistantMessage,
+    Message,
+    SystemMessage,
+    ToolResultMessage,
+    UserMessage,
+    block_from_json,
+    message_from_json,
+)
+from ._events import (
+    SURFACE_TYPES,
+    AssistantAttempt,
+    AssistantMessageEvent,
+    InboxSpliced,
+    Replace,
+    RequestContext,
+    RequestHeader,
+    SessionEndSeed,
+    SessionEvent,
+    StepBoundary,
+    StreamRecord,
+    SurfaceOp,
+    SystemMessageEvent,
+    ToolCallEvent,
+    ToolErrorInfo,
+    ToolResultEvent,
+    TurnEnd,
+    TurnEndReason,
+    TurnStart,
+)
+
+__all__ = ["KNOWN_TYPES", "decode_log", "event_from_json", "event_to_json", "validate_log"]
+
+Json = Any
+
+
+class _Malformed(Exception):
+    """Internal: what is wrong with a payload; wrapped into ``SessionCorruptError``."""
+
+
+def _fail(message: str) -> NoReturn:
+    raise _Malformed(message)
+
+
+# --- scalar readers --------------------------------------------------------------------
+
+
+def _obj(value: Json, what: str) -> Mapping[str, Json]:
+    if not isinstance(value, dict):
+        _fail(f"{what} must be an object")
+    return value
+
+
+def _int(data: Mapping[str, Json], key: str, *, minimum: int | None = None) -> int:
+    value = data.get(key)
+    if isinstance(value, bool) or not isinstance(value, int):
+        _fail(f"{key!r} must be an integer")
+    if minimum is not None and value < minimum:
+        _fail(f"{key!r} must be >= {minimum}")
+    return value
+
+
+def _opt_int(data: Mapping[str, Json], key: str, *, minimum: int | None = None) -> int | None:
+    return None if data.get(key) is None else _int(data, key, minimum=minimum)
+
+
+def _str(data: Mapping[str, Json], key: str) -> str:
+    value = data.get(key)
+    if not isinstance(value, str):
+        _fail(f"{key!r} must be a string")
+    return value
+
+
+def _opt_str(data: Mapping[str, Json], key: str) -> str | None:
+    return None if data.get(key) is None else _str(data, key)
+
+
+def _bool(data: Mapping[str, Json], key: str, default: bool) -> bool:
+    value = data.get(key, default)
+    if not isinstance(value, bool):
+        _fail(f"{key!r} must be a boolean")
+    return value
+
+
+def _opt_bool(data: Mapping[str, Json], key: str) -> bool | None:
+    return None if data.get(key) is None else _bool(data, key, False)
+
+
+def _list(data: Mapping[str, Json], key: str) -> list[Json]:
+    value = data.get(key)
+    if not isinstance(value, list):
+        _fail(f"{key!r} must be an array")
+    return value
+
+
+def _json(value: Json, what: str) -> Json:
+    """Check that ``value`` is plain JSON (what ``json.loads`` produces)."""
+    if value is None or isinstance(value, str | bool | int):
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            _fail(f"{what} holds a non-finite number")
+        return value
+    if isinstance(value, list):
+        for item in value:
+            _json(item, what)
+        return value
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                _fail(f"{what} has a non-string key")
+            _json(item, what)
+        return value
+    _fail(f"{what} is not JSON ({type(value).__name__})")
+
+
+# --- nested records --------------------------------------------------------------------
+
+
+def _message(value: Json, cls: type[Message], what: str) -> Any:
+    data = _obj(value, what)
+    if not isinstance(data.get("content"), list):
+        _fail(f"{what}.content must be an array")
+    if "source" in data:
+        _obj(data["source"], f"{what}.source")
+    if cls is ToolResultMessage and not isinstance(data.get("is_error", False), bool):
+        _fail(f"{what}.is_error must be a boolean")
+    try:
+        message = message_from_json(data)
+    except (ValueError, TypeError, AttributeError) as exc:
+        _fail(f"{what}: {exc}")
+    if not isinstance(message, cls):
+        _fail(f"{what} must have role {cls.__name__}, not {data.get('role')!r}")
+    return message
+
+
+def _failure(value: Json, what: str) -> LlmFailure:
+    data = _obj(value, what)
+    return LlmFailure(
+        message=_str(data, "message"),
+        code=_str(data, "code"),
+        status=_opt_int(data, "status"),
+        retryable=_opt_bool(data, "retryable"),
+        provider_retry_after_ms=_opt_int(data, "provider_retry_after_ms"),
+        request_id=_opt_str(data, "request_id"),
+    )
+
+
+def _usage(value: Json) -> TokenUsage:
+    data = _obj(value, "usage")
+    return TokenUsage(
+        input_tokens=_int(data, "input_tokens"),
+        output_tokens=_int(data, "output_tokens"),
+        cache_read_tokens=_opt_int(data, "cache_read_tokens"),
+        cache_write_tokens=_opt_int(data, "cache_write_tokens"),
+        reasoning_tokens=_opt_int(data, "reasoning_tokens"),
+    )
+
+
+_BLOCK_TYPES = ("text", "reasoning", "tool-call")
+_FINISH_KINDS = ("stop", "tool-calls", "max-tokens", "error", "aborted")
+
+
+def _chunk(value: Json) -> StreamChunk:
+    data = _obj(value, "chunk")
+    kind = data.get("kind")
+    if kind == "block-start":
+        block_type = data.get("block_type")
+        if block_type not in _BLOCK_TYPES:
+            _fail(f"unknown block_type {block_type!r}")
+        return BlockStart(index=_int(data, "index"), block_type=block_type)
+    if kind == "text-delta":
+        return TextDelta(index=_int(data, "index"), text=_str(data, "text"))
+    if kind == "reasoning-delta":
+        return ReasoningDelta(index=_int(data, "index"), text=_str(data, "text"))
+    if kind == "tool-call-delta":
+        return ToolCallDelta(
+            index=_int(data, "index"),
+            id=_str(data, "id"),
+            arguments_delta=_str(data, "arguments_delta"),
+            name=_opt_str(data, "name"),
+        )
+    if kind == "block-end":
+        try:
+            block = block_from_json(_obj(data.get("block"), "block"))
+        except ValueError as exc:
+            _fail(str(exc))
+        return BlockEnd(index=_int(data, "index"), block=block)
+    if kind == "usage":
+        return UsageChunk(usage=_usage(data.get("usage")))
+    if kind == "finish":
+        reason = _obj(data.get("reason"), "finish.reason")
+        finish_kind = reason.get("kind")
+        if finish_kind not in _FINISH_KINDS:
+            _fail(f"unknown finish reason {finish_kind!r}")
+        failure = reason.get("failure")
+        return Finish(
+            reason=FinishReason(
+                kind=finish_kind,
+                failure=None if failure is None else _failure(failure, "finish.failure"),
+            ),
+            replay_state=_json(data.get("replay_state"), "replay_state"),
+        )
+    _fail(f"unknown stream chunk kind {kind!r}")
+
+
+def _stream(data: Mapping[str, Json]) -> tuple[StreamRecord, ...]:
+    records = []
+    for item in _list(data, "stream"):
+        record = _obj(item, "stream record")
+        records.append(StreamRecord(_int(record, "time"), _chunk(record.get("chunk"))))
+    return tuple(records)
+
+
+# --- payloads, one decoder per type ----------------------------------------------------
+
+_REASON_KINDS = ("completed", "blocked", "aborted", "error", "max-tokens", "interrupted")
+
+
+def _turn_end(data: Mapping[str, Json]) -> TurnEnd:
+    reason = _obj(data.get("reason"), "reason")
+    kind = reason.get("kind")
+    if kind not in _REASON_KINDS:
+        _fail(f"unknown turn end reason {kind!r}")
+    cause: CancelCause | None = None
+    if reason.get("reason") is not None:
+        raw = _obj(reason["reason"], "reason.reason")
+        try:
+            cause = CancelCause(_str(raw, "kind"), _opt_str(raw, "reason"))  # type: ignore[arg-type]
+        except ValueError as exc:
+            _fail(str(exc))
+    error = None if reason.get("error") is None else _failure(reason["error"], "reason.error")
+    return TurnEnd(
+        turn=_int(data, "turn", minimum=1),
+        reason=TurnEndReason(kind=kind, reason=cause, error=error),
+    )
+
+
+def _step(data: Mapping[str, Json]) -> StepBoundary:
+    return StepBoundary(turn=_int(data, "turn", minimum=1), step=_int(data, "step", minimum=1))
+
+
+def _system(data: Mapping[str, Json]) -> SystemMessageEvent:
+    return SystemMessageEvent(
+        turn=_int(data, "turn", minimum=0),
+        step=_int(data, "step", minimum=0),
+        message=_message(data.get("message"), SystemMessage, "message"),
+    )
+
+
+def _assistant(data: Mapping[str, Json]) -> AssistantMessageEvent:
+    usage = data.get("usage")
+    return AssistantMessageEvent(
+        turn=_int(data, "turn", minimum=1),
+        step=_int(data, "step", minimum=1),
+        message=_message(data.get("message"), AssistantMessage, "message"),
+        stream=_stream(data),
+        usage=None if usage is None else _usage(usage),
+        interrupted=_bool(data, "interrupted", False),
+    )
+
+
+def _attempt(data: Mapping[str, Json]) -> AssistantAttempt:
+    return AssistantAttempt(
+        turn=_int(data, "turn", minimum=1), step=_int(data, "step", minimum=1), stream=_stream(data)
+    )
+
+
+def _tool_call(data: Mapping[str, Json]) -> ToolCallEvent:
+    return ToolCallEvent(
+        turn=_int(data, "turn", minimum=1),
+        step=_int(data, "step", minimum=1),
+        call_id=_str(data, "call_id"),
+        name=_str(data, "name"),
+        arguments=_str(data, "arguments"),
+    )
+
+
+def _tool_result(data: Mapping[str, Json]) -> ToolResultEvent:
+    raw_error = data.get("error")
+    error = None
+    if raw_error is not None:
+        err = _obj(raw_error, "error")
+        error = ToolErrorInfo(code=_str(err, "code"), name=_opt_str(err, "name"))
+    return ToolResultEvent(
+        turn=_int(data, "turn", minimum=1),
+        step=_int(data, "step", minimum=1),
+        message=_message(data.get("message"), ToolResultMessage, "message"),
+        error=error,
+        meta=_json(data.get("meta"), "meta"),
+    )
+
+
+def _spliced(data: Mapping[str, Json]) -> InboxSpliced:
+    target = data.get("target")
+    if target not in ("next-turn", "next-step"):
+        _fail(f"unknown inbox target {target!r}")
+    outcome = data.get("outcome")
+    if outcome not in (None, "canceled"):
+        _fail(f"unknown splice outcome {outcome!r}")
+    raw_inserted = data.get("inserted", [])
+    if not isinstance(raw_inserted, list):
+        _fail("'inserted' must be an array")
+    inserted = tuple(_message(m, UserMessage, "inserted message") for m in raw_inserted)
+    return InboxSpliced(
+        target=target,
+        start=_int(data, "start", minimum=0),
+        removed_count=_int(data, "removed_count", minimum=0) if "removed_count" in data else 0,
+        inserted=inserted,
+        outcome=outcome,
+    )
+
+
+def _header(data: Mapping[str, Json]) -> RequestHeader:
+    header = _json(_obj(data.get("header"), "header"), "header")
+    if not isinstance(header.get("config"), dict):
+        _fail("header.config must be an object")
+    reason = data.get("reason")
+    if reason not in ("initial", "resume", "change", "series"):
+        _fail(f"unknown header reason {reason!r}")
+    return RequestHeader(
+        header=header, reason=reason, starts_series=_bool(data, "starts_series", False)
+    )
+
+
+def _context(data: Mapping[str, Json]) -> RequestContext:
+    update = data.get("system_prompt_update")
+    if update not in (None, "in-history"):
+        _fail(f"unknown system_prompt_update {update!r}")
+    return RequestContext(
+        provider=_str(data, "provider"),
+        model=_str(data, "model"),
+        context_window=_opt_int(data, "context_window"),
+        system_prompt_update=update,
+    )
+
+
+_DECODERS: dict[str, Callable[[Mapping[str, Json]], Any]] = {
+    "turn/start": lambda d: TurnStart(turn=_int(d, "turn", minimum=1)),
+    "turn/end": _turn_end,
+    "step/start": _step,
+    "step/end": _step,
+    "user/message": lambda d: _message(d, UserMessage, "user/message"),
+    "system/message": _system,
+    "assistant/message": _assistant,
+    "assistant/attempt": _attempt,
+    "tool/call": _tool_call,
+    "tool/result": _tool_result,
+    "agent/inbox/spliced": _spliced,
+    "request/header": _header,
+    "request/context": _context,
+    "session/end-seed": lambda d: SessionEndSeed(inherited=_bool(d, "inherited", False)),
+}
+
+KNOWN_TYPES: frozenset[str] = frozenset(_DECODERS)
+
+
+# --- envelope --------------------------------------------------------------------------
+
+
+def event_to_json(event: SessionEvent) -> dict[str, Json]:
+    """The persisted JSON form of one event (``SessionEvent.to_json()``)."""
+    return event.to_json()
+
+
+def event_from_json(raw: Json) -> SessionEvent:
+    """Decode one persisted event, validating its envelope and its payload.
+
+    Raises:
+        SessionCorruptError: a malformed envelope or payload, or an unknown required type;
+            the message names the seq (or says the seq itself is unreadable).
+    """
+    if not isinstance(raw, dict):
+        raise SessionCorruptError(f"event is not a JSON object: {raw!r:.80}")
+    seq = raw.get("seq")
+    if isinstance(seq, bool) or not isinstance(seq, int) or seq < 1:
+        raise SessionCorruptError(f"event has an invalid seq {seq!r}")
+    try:
+        return _decode(raw, seq)
+    except _Malformed as exc:
+        raise SessionCorruptError(f"seq {seq}: {exc}") from None
+
+
+def _decode(raw: Mapping[str, Json], seq: int) -> SessionEvent:
+    type_ = raw.get("type")
+    if not isinstance(type_, str) or not type_:
+        _fail("type must be a non-empty string")
+    time = _int(raw, "time", minimum=0)
+    ignorable = _bool(raw, "ignorable", False)
+    if "data" not in raw:
+        _fail("the event has no data")
+    surface_op = _surface_op(raw.get("surface_op"))
+    sources = _sources(raw.get("source_event_seqs"), seq)
+    decoder = _DECODERS.get(type_)
+    if decoder is None:
+        if not ignorable:
+            _fail(f"unknown required event type {type_!r}")
+        data = _json(raw["data"], "data")
+        is_surface = False
+    else:
+        data = decoder(_obj(raw["data"], f"{type_} payload"))
+        is_surface = type_ in SURFACE_TYPES
+    if is_surface and surface_op is None:
+        _fail(f"{type_} is a surface event and has no surface_op")
+    if not is_surface and (surface_op is not None or sources is not None):
+        _fail(f"{type_} is log-only but carries surface metadata")
+    return SessionEvent(
+        seq=seq,
+        time=time,
+        type=type_,
+        data=data,
+        ignorable=ignorable,
+        surface_op=surface_op,
+        source_event_seqs=sources,
+    )
+
+
+def _surface_op(value: Json) -> SurfaceOp | None:
+    if value is None or value == "append":
+        return value  # type: ignore[no-any-return]
+    if isinstance(value, dict):
+        return Replace(_int(value, "start_seq", minimum=1), _int(value, "end_seq", minimum=1))
+    _fail(f"invalid surface_op {value!r}")
+
+
+def _sources(value: Json, seq: int) -> tuple[int, ...] | None:
+    if value is None:
+        return None
+    if not isinstance(value, list):
+        _fail("source_event_seqs must be an array")
+    for item in value:
+        if isinstance(item, bool) or not isinstance(item, int) or not 1 <= item < seq:
+            _fail(f"source_event_seqs entry {item!r} is not an earlier seq")
+    if len(set(value)) != len(value):
+        _fail("source_event_seqs has duplicates")
+    return tuple(value)
+
+
+# --- whole log -------------------------------------------------------------------------
+
+
+def validate_log(events: Sequence[SessionEvent]) -> None:
+    """Check the invariants a single event cannot show.
+
+    Seqs run 1, 2, 3 … without gaps; every ``Replace`` names a contiguous range of the
+    current surface and cites each node it shadows; the ``agent/inbox/spliced`` events
+    fold to a valid inbox (C7.4-20).
+
+    Raises:
+        SessionCorruptError: naming the first offending seq.
+    """
+    surface: list[int] = []
+    for expected, event in enumerate(events, start=1):
+        if event.seq != expected:
+            raise SessionCorruptError(
+                f"seq {event.seq}: expected seq {expected} (the log has a gap or is out of order)"
+            )
+        op = event.surface_op
+        if op == "append":
+            surface.append(event.seq)
+        elif isinstance(op, Replace):
+            try:
+                start = surface.index(op.start_seq)
+                end = surface.index(op.end_seq)
+            except ValueError:
+                raise SessionCorruptError(
+                    f"seq {event.seq}: replace range {op.start_seq}..{op.end_seq} is not on "
+                    "the surface"
+                ) from None
+            if start > end:
+                raise SessionCorruptError(f"seq {event.seq}: replace range starts after it ends")
+            if not set(surface[start : end + 1]) <= set(event.source_event_seqs or ()):
+                raise SessionCorruptError(f"seq {event.seq}: replace does not cite what it shadows")
+            surface[start : end + 1] = [event.seq]
+    # The store layer sits above the agent layer (STYLE §1): the inbox fold is the agent's.
+    from ..agent._inbox import fold_inbox
+
+    fold_inbox(events)
+
+
+def decode_log(raw: Iterable[Json]) -> tuple[SessionEvent, ...]:
+    """Decode and validate a whole persisted log (the body of every store's ``load``).
+
+    Raises:
+        SessionCorruptError: naming the offending seq.
+    """
+    events = tuple(event_from_json(item) for item in raw)
+    validate_log(events)
+    return events

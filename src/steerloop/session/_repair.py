@@ -1,0 +1,142 @@
+"""Restore repair (C7.2-9, EVENTS.md §2.7): close a log whose last turn never closed.
+
+A crashed process can leave the log ending inside a turn. Before a new lifecycle (resume or
+fork) writes anything, the Session appends, in this order:
+
+1. one conservative ``tool/result`` per tool call of the turn's latest assistant message
+   that has no result, in model order — ``TOOL_OUTCOME_UNKNOWN`` when a ``tool/call`` was
+   recorded (the body may have had effects), ``TOOL_NOT_STARTED`` when none was;
+2. ``step/end`` if a step was open;
+3. ``turn/end{reason.kind: "interrupted"}``.
+
+The classification is the one in-step recovery uses (``conservative_result`` is shared with
+``agent/_recovery.py``, C7.10-8). Committed events are never changed; a balanced log gets
+nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .._ids import new_id
+from ..messages import TextBlock, ToolCallBlock, ToolResultMessage
+from ._events import (
+    AssistantMessageEvent,
+    SessionEvent,
+    StepBoundary,
+    SurfaceOp,
+    ToolCallEvent,
+    ToolErrorInfo,
+    ToolResultEvent,
+    TurnEnd,
+    TurnEndReason,
+    TurnStart,
+)
+
+__all__ = [
+    "NOT_STARTED_TEXT",
+    "OUTCOME_UNKNOWN_TEXT",
+    "RepairEvent",
+    "conservative_result",
+    "plan_repair",
+]
+
+OUTCOME_UNKNOWN_TEXT = (
+    "The outcome of this tool call is unknown: it was started but its result was never "
+    "recorded. Its effects may or may not have happened; verify the current state before "
+    "retrying it."
+)
+NOT_STARTED_TEXT = "This tool call was never started: it did not run and had no effect."
+
+
+def conservative_result(
+    turn: int, step: int, call: ToolCallBlock, call_seq: int | None
+) -> ToolResultEvent:
+    """The result written for a requested call that has no ``tool/result``."""
+    code = "TOOL_OUTCOME_UNKNOWN" if call_seq is not None else "TOOL_NOT_STARTED"
+    text = OUTCOME_UNKNOWN_TEXT if call_seq is not None else NOT_STARTED_TEXT
+    return ToolResultEvent(
+        turn=turn,
+        step=step,
+        message=ToolResultMessage(
+            id=new_id("msg"), call_id=call.id, content=(TextBlock(text),), is_error=True
+        ),
+        error=ToolErrorInfo(code=code),
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RepairEvent:
+    """One synthetic event to append (the Session assigns seq and time)."""
+
+    type: str
+    data: Any
+    surface_op: SurfaceOp | None = None
+    source_event_seqs: tuple[int, ...] | None = None
+
+
+def plan_repair(events: Sequence[SessionEvent]) -> list[RepairEvent]:
+    """The synthetic events that close ``events``' last turn; ``[]`` when it is closed."""
+    open_turn: int | None = None
+    turn_index = 0
+    for index, event in enumerate(events):
+        data = event.data
+        if event.type == "turn/start" and isinstance(data, TurnStart):
+            open_turn, turn_index = data.turn, index
+        elif event.type == "turn/end" and isinstance(data, TurnEnd) and data.turn == open_turn:
+            open_turn = None
+    if open_turn is None:
+        return []
+    tail = events[turn_index + 1 :]
+
+    open_step: StepBoundary | None = None
+    message: SessionEvent | None = None
+    for event in tail:
+        data = event.data
+        if event.type == "step/start" and isinstance(data, StepBoundary):
+            open_step = data
+        elif event.type == "step/end" and isinstance(data, StepBoundary) and data == open_step:
+            open_step = None
+        elif isinstance(data, AssistantMessageEvent) and not data.interrupted:
+            message = event
+
+    out: list[RepairEvent] = []
+    if message is not None:
+        assert isinstance(message.data, AssistantMessageEvent)
+        requested = message.data.message.tool_calls
+        call_seqs: dict[str, int] = {}
+        answered: set[str] = set()
+        for event in tail:
+            if event.seq <= message.seq:
+                continue
+            data = event.data
+            if isinstance(data, ToolCallEvent):
+                call_seqs[data.call_id] = event.seq
+            elif isinstance(data, ToolResultEvent):
+                answered.add(data.message.call_id)
+        for call in requested:
+            if call.id in answered:
+                continue
+            call_seq = call_seqs.get(call.id)
+            out.append(
+                RepairEvent(
+                    type="tool/result",
+                    data=conservative_result(message.data.turn, message.data.step, call, call_seq),
+                    surface_op="append",
+                    source_event_seqs=(call_seq if call_seq is not None else message.seq,),
+                )
+            )
+    if open_step is not None:
+        out.append(
+            RepairEvent(
+                type="step/end", data=StepBoundary(turn=open_step.turn, step=open_step.step)
+            )
+        )
+    out.append(
+        RepairEvent(
+            type="turn/end", data=TurnEnd(turn=open_turn, reason=TurnEndReason(kind="interrupted"))
+        )
+    )
+    return out

@@ -1,0 +1,255 @@
+"""The persistence seam: ``SessionStore`` and the in-memory ``MemoryStore`` (``memory://``).
+
+A store keeps each session's log in its JSON form (``_codec``) and hands out one write
+handle (an ``EventSink``) per session at a time — the write lease (G-2): opening a second
+writer for a session that has one raises ``SessionConflictError``.
+
+A writer buffers everything until ``publish()`` (C7.2-19): a fresh session that never
+publishes, or a resume whose creation rolls back, leaves the stored artifact exactly as it
+was (``discard()``). After ``publish()`` every ``write`` is handed to the store in seq order
+before it returns. ``publish`` re-checks that nobody stored the id (fresh) or extended the
+log (resume) since the writer was opened.
+
+Database stores (SQLite, PostgreSQL) implement the same interface; ``open_store`` maps a
+URL to a store.
+"""
+
+from __future__ import annotations
+
+import abc
+import json
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from ..errors import (
+    SessionConflictError,
+    SessionCorruptError,
+    SessionPersistenceNotFoundError,
+    SessionStorageError,
+)
+from ._codec import decode_log
+from ._events import SessionEvent
+from ._session import EventSink
+
+__all__ = ["MemoryStore", "SessionStore", "open_store"]
+
+
+class SessionStore(abc.ABC):
+    """Where session logs live between lifecycles (``rt.sessions.persistence``)."""
+
+    url: str = ""
+
+    @abc.abstractmethod
+    async def load(self, session_id: str) -> tuple[SessionEvent, ...]:
+        """The decoded, validated log of ``session_id``.
+
+        Raises:
+            SessionPersistenceNotFoundError: nothing is stored under the id.
+            SessionCorruptError: the stored log is malformed (names the seq).
+            SessionStorageError: the backend failed.
+        """
+
+    @abc.abstractmethod
+    async def check_absent(self, session_id: str) -> None:
+        """Raise ``SessionConflictError`` if ``session_id`` is already stored."""
+
+    @abc.abstractmethod
+    def open_writer(self, session_id: str) -> EventSink:
+        """Take the write lease of ``session_id`` and return its buffered writer.
+
+        Raises:
+            SessionConflictError: another writer holds the session.
+        """
+
+    @abc.abstractmethod
+    async def list(self) -> tuple[str, ...]:
+        """Every stored session id, sorted."""
+
+    @abc.abstractmethod
+    async def delete(self, session_id: str) -> None:
+        """Remove a stored session.
+
+        Raises:
+            SessionPersistenceNotFoundError: nothing is stored under the id.
+            SessionConflictError: a writer holds the session.
+        """
+
+    @abc.abstractmethod
+    async def exists(self, session_id: str) -> bool:
+        """Whether a log is stored under ``session_id``."""
+
+    async def close(self) -> None:  # noqa: B027 - optional hook, no-op by default
+        """Release the backend (flushing what is pending)."""
+
+
+def _line(event: SessionEvent) -> str:
+    return json.dumps(event.to_json(), allow_nan=False, separators=(",", ":"), ensure_ascii=False)
+
+
+class MemoryStore(SessionStore):
+    """A store in process memory that keeps every event as its JSON text.
+
+    ``load`` decodes that text, so a resume from a ``MemoryStore`` exercises the same
+    decode and validation path as a database. ``raw``/``put_raw`` expose the stored text
+    (tests use them to inspect an artifact or to plant a crashed or corrupt log).
+    """
+
+    def __init__(self, url: str = "memory://") -> None:
+        self.url = url
+        self._logs: dict[str, list[str]] = {}
+        self._writers: dict[str, _MemoryWriter] = {}
+
+    async def load(self, session_id: str) -> tuple[SessionEvent, ...]:
+        lines = self._logs.get(session_id)
+        if lines is None:
+            raise SessionPersistenceNotFoundError(f"no session {session_id!r} in {self.url}")
+        try:
+            raw = [json.loads(line) for line in lines]
+        except json.JSONDecodeError as exc:
+            index = _bad_line(lines)
+            raise SessionCorruptError(
+                f"session {session_id!r}: stored event #{index + 1} is not JSON: {exc}"
+            ) from None
+        return decode_log(raw)
+
+    async def check_absent(self, session_id: str) -> None:
+        if session_id in self._logs:
+            raise SessionConflictError(
+                f"session {session_id!r} is already stored in {self.url}; resume it instead"
+            )
+
+    def open_writer(self, session_id: str) -> EventSink:
+        if session_id in self._writers:
+            raise SessionConflictError(f"session {session_id!r} already has a writer")
+        writer = _MemoryWriter(self, session_id, self._logs.get(session_id))
+        self._writers[session_id] = writer
+        return writer
+
+    async def list(self) -> tuple[str, ...]:
+        return tuple(sorted(self._logs))
+
+    async def delete(self, session_id: str) -> None:
+        if session_id not in self._logs:
+            raise SessionPersistenceNotFoundError(f"no session {session_id!r} in {self.url}")
+        if session_id in self._writers:
+            raise SessionConflictError(f"session {session_id!r} has an open writer")
+        del self._logs[session_id]
+
+    async def exists(self, session_id: str) -> bool:
+        return session_id in self._logs
+
+    # --- raw access --------------------------------------------------------------------
+
+    def raw(self, session_id: str) -> tuple[str, ...]:
+        """The stored JSON text of each event (``()`` when nothing is stored)."""
+        return tuple(self._logs.get(session_id, ()))
+
+    def put_raw(self, session_id: str, lines: Iterable[str | Mapping[str, Any]]) -> None:
+        """Store ``lines`` (JSON text or JSON objects) as the log of ``session_id``, unchecked."""
+        if session_id in self._writers:
+            raise SessionConflictError(f"session {session_id!r} has an open writer")
+        self._logs[session_id] = [
+            line if isinstance(line, str) else json.dumps(line, separators=(",", ":"))
+            for line in lines
+        ]
+
+    def _release(self, writer: _MemoryWriter) -> None:
+        if self._writers.get(writer.session_id) is writer:
+            del self._writers[writer.session_id]
+
+
+def _bad_line(lines: list[str]) -> int:
+    for index, line in enumerate(lines):
+        try:
+            json.loads(line)
+        except json.JSONDecodeError:
+            return index
+    return len(lines)
+
+
+class _MemoryWriter(EventSink):
+    """The write handle of one session in a ``MemoryStore``."""
+
+    def __init__(self, store: MemoryStore, session_id: str, base: list[str] | None) -> None:
+        self._store = store
+        self.session_id = session_id
+        self._base = base  # the stored list at open time (None: a fresh session)
+        self._base_len = 0 if base is None else len(base)
+        self._pending: list[str] = []
+        self._log: list[str] | None = None  # the stored list once published
+        self._state = "open"  # open -> published -> closed | discarded
+
+    def write(self, event: SessionEvent) -> None:
+        if self._state not in ("open", "published"):
+            raise SessionStorageError(
+                f"session {self.session_id!r}: write of seq {event.seq} after the writer was "
+                f"{self._state}"
+            )
+        expected = self._base_len + len(self._pending) + 1
+        if self._log is not None:
+            expected = len(self._log) + 1
+        if event.seq != expected:
+            raise SessionStorageError(
+                f"session {self.session_id!r}: write of seq {event.seq}, expected {expected}"
+            )
+        line = _line(event)
+        if self._log is not None:
+            self._log.append(line)
+        else:
+            self._pending.append(line)
+
+    def publish(self) -> None:
+        if self._state != "open":
+            raise SessionStorageError(f"session {self.session_id!r}: writer is {self._state}")
+        current = self._store._logs.get(self.session_id)
+        if current is not self._base or (current is not None and len(current) != self._base_len):
+            raise SessionConflictError(
+                f"session {self.session_id!r} changed in {self._store.url} since it was opened"
+            )
+        if current is None:
+            current = self._store._logs[self.session_id] = []
+        current.extend(self._pending)
+        self._pending.clear()
+        self._log = current
+        self._state = "published"
+
+    async def flush(self) -> None:
+        """Published writes are stored synchronously; buffered ones wait for ``publish``."""
+
+    async def close(self) -> None:
+        if self._state in ("closed", "discarded"):
+            return
+        if self._state == "open" and self._pending:
+            # Closing an unpublished handle must not invent an artifact.
+            self._pending.clear()
+        self._state = "closed"
+        self._store._release(self)
+
+    async def discard(self) -> None:
+        if self._state in ("closed", "discarded"):
+            return
+        if self._state == "published":
+            raise SessionStorageError(
+                f"session {self.session_id!r} was already published; it cannot be discarded"
+            )
+        self._pending.clear()
+        self._state = "discarded"
+        self._store._release(self)
+
+
+def open_store(url: str | SessionStore) -> SessionStore:
+    """The store for ``url`` (``memory://``), or ``url`` itself when it is a store.
+
+    Raises:
+        ValueError: a URL this build cannot open.
+    """
+    if isinstance(url, SessionStore):
+        return url
+    if not isinstance(url, str):
+        raise ValueError(f"store must be a URL string or a SessionStore, not {type(url).__name__}")
+    if url == "memory://" or url.startswith("memory://"):
+        return MemoryStore(url)
+    raise ValueError(
+        f"cannot open store {url!r}: this build supports 'memory://' (and store=None for no "
+        "persistence)"
+    )

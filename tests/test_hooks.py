@@ -1,0 +1,390 @@
+"""HookBus: emit / serial / waterfall modes, disposers, scopes."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from steerloop._hooks import HOOK_MODES, Disposer, HookBus, HookScope
+
+
+def _agent_payload(agent_id: str, **fields: Any) -> SimpleNamespace:
+    return SimpleNamespace(agent=SimpleNamespace(id=agent_id), **fields)
+
+
+def test_every_documented_hook_has_its_mode() -> None:
+    """The modes of API.md's hook list are fixed by the runtime."""
+    bus = HookBus()
+    emit = [
+        "agent/created", "agent/disposed", "agent/status", "agent/error",
+        "agent/session-start", "agent/inbox/inserted", "agent/inbox/claimed",
+        "agent/inbox/discarded", "agent/assistant-stream", "session/event", "tools/result",
+    ]  # fmt: skip
+    waterfall = ["agent/pre-step", "agent/request", "agent/request-error", "tools/post-execute"]
+    serial = ["agent/turn-stopping", "tools/pre-execute"]
+    for name in emit:
+        assert bus.mode(name) == "emit", name
+    for name in waterfall:
+        assert bus.mode(name) == "waterfall", name
+    for name in serial:
+        assert bus.mode(name) == "serial", name
+    assert set(HOOK_MODES) == {*emit, *waterfall, *serial}
+
+
+def test_unknown_hook_name_raises_value_error() -> None:
+    """Registering on a hook name the runtime does not know raises ``ValueError``."""
+    bus = HookBus()
+    with pytest.raises(ValueError, match="unknown hook"):
+        bus.on("agent/nope", lambda p: None)
+    with pytest.raises(ValueError):
+        bus.mode("agent/nope")
+
+
+def test_non_callable_listener_raises_value_error() -> None:
+    """A listener must be callable."""
+    with pytest.raises(ValueError):
+        HookBus().on("agent/status", "not callable")  # type: ignore[arg-type]
+
+
+def test_define_plugin_hook_and_conflicting_mode() -> None:
+    """A plugin hook can be declared once per mode; a conflicting redefinition raises."""
+    bus = HookBus()
+    bus.define("plugin/thing", "serial")
+    bus.define("plugin/thing", "serial")
+    assert bus.mode("plugin/thing") == "serial"
+    with pytest.raises(ValueError):
+        bus.define("plugin/thing", "emit")
+    with pytest.raises(ValueError):
+        bus.define("agent/status", "serial")
+
+
+def test_emit_calls_listeners_in_registration_order() -> None:
+    """emit: every listener is called with the payload, in registration order."""
+    bus = HookBus()
+    calls: list[tuple[str, object]] = []
+    payload = object()
+    bus.on("agent/status", lambda p: calls.append(("a", p)))
+    bus.on("agent/status", lambda p: calls.append(("b", p)))
+    bus.on("agent/status", lambda p: calls.append(("c", p)))
+    bus.emit("agent/status", payload)
+    assert calls == [("a", payload), ("b", payload), ("c", payload)]
+
+
+def test_emit_with_no_listeners_is_a_no_op() -> None:
+    """Emitting a hook nobody listens to does nothing."""
+    bus = HookBus()
+    assert not bus.has("agent/status")
+    bus.emit("agent/status", object())
+
+
+def test_emit_contains_a_raising_listener(caplog: pytest.LogCaptureFixture) -> None:
+    """C7.3-12: a raising emit listener is logged and does not stop the others."""
+    bus = HookBus()
+    calls: list[str] = []
+
+    def boom(_: object) -> None:
+        raise RuntimeError("status boom")
+
+    bus.on("agent/status", lambda p: calls.append("a"))
+    bus.on("agent/status", boom)
+    bus.on("agent/status", lambda p: calls.append("c"))
+    with caplog.at_level(logging.ERROR, logger="steerloop"):
+        bus.emit("agent/status", object())
+    assert calls == ["a", "c"]
+    failures = [r for r in caplog.records if r.exc_info and "status boom" in str(r.exc_info[1])]
+    assert len(failures) == 1
+    assert "agent/status" in failures[0].getMessage()
+
+
+async def test_emit_runs_awaitables_and_logs_their_failures(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """C7.3-12: an awaitable returned by an emit listener is run; its failure is logged."""
+    bus = HookBus()
+    calls: list[str] = []
+    gate = asyncio.Event()
+
+    async def ok(_: object) -> None:
+        await gate.wait()
+        calls.append("ok")
+
+    async def bad(_: object) -> None:
+        await gate.wait()
+        raise RuntimeError("async boom")
+
+    bus.on("session/event", ok)
+    bus.on("session/event", bad)
+    bus.on("session/event", lambda p: calls.append("sync"))
+    with caplog.at_level(logging.ERROR, logger="steerloop"):
+        bus.emit("session/event", object())
+        assert calls == ["sync"]  # emit itself does not wait
+        gate.set()
+        await asyncio.wait_for(bus.drain(), 1)
+    assert calls == ["sync", "ok"]
+    failures = [r for r in caplog.records if r.exc_info and "async boom" in str(r.exc_info[1])]
+    assert len(failures) == 1
+
+
+async def test_emit_awaited_awaits_in_order_and_propagates() -> None:
+    """emit_awaited (agent/created) awaits each listener in order; a failure propagates."""
+    bus = HookBus()
+    calls: list[str] = []
+
+    async def first(_: object) -> None:
+        await asyncio.sleep(0)
+        calls.append("first")
+
+    def second(_: object) -> None:
+        calls.append("second")
+        raise RuntimeError("veto")
+
+    bus.on("agent/created", first)
+    bus.on("agent/created", second)
+    bus.on("agent/created", lambda p: calls.append("third"))
+    with pytest.raises(RuntimeError, match="veto"):
+        await bus.emit_awaited("agent/created", object())
+    assert calls == ["first", "second"]
+
+
+async def test_serial_bails_on_first_non_none() -> None:
+    """serial: listeners run one after another; the first non-``None`` result stops the rest."""
+    bus = HookBus()
+    calls: list[str] = []
+
+    async def none_async(_: object) -> None:
+        await asyncio.sleep(0)
+        calls.append("a")
+
+    def none_sync(_: object) -> None:
+        calls.append("b")
+
+    async def value(_: object) -> str:
+        calls.append("c")
+        return "stop"
+
+    bus.on("agent/turn-stopping", none_async)
+    bus.on("agent/turn-stopping", none_sync)
+    bus.on("agent/turn-stopping", value)
+    bus.on("agent/turn-stopping", lambda p: calls.append("d"))
+    assert await bus.serial("agent/turn-stopping", object()) == "stop"
+    assert calls == ["a", "b", "c"]
+
+
+async def test_serial_returns_none_when_nobody_bails() -> None:
+    """serial: with only ``None`` results (or no listeners) the result is ``None``."""
+    bus = HookBus()
+    assert await bus.serial("tools/pre-execute", object()) is None
+    bus.on("tools/pre-execute", lambda p: None)
+    assert await bus.serial("tools/pre-execute", object()) is None
+
+
+async def test_serial_false_is_a_result() -> None:
+    """serial: only ``None`` means "no opinion"; a falsy value bails too."""
+    bus = HookBus()
+    calls: list[str] = []
+    bus.on("tools/pre-execute", lambda p: False)
+    bus.on("tools/pre-execute", lambda p: calls.append("later"))
+    assert await bus.serial("tools/pre-execute", object()) is False
+    assert calls == []
+
+
+async def test_waterfall_last_registered_first_with_next() -> None:
+    """waterfall: the last-registered listener runs first; ``next()`` runs the rest, then the
+    default."""
+    bus = HookBus()
+    trace: list[str] = []
+
+    async def first(payload: object, next_: Any) -> str:
+        trace.append("first>")
+        out = await next_()
+        trace.append("first<")
+        return f"first({out})"
+
+    async def second(payload: object, next_: Any) -> str:
+        trace.append("second>")
+        out = await next_()
+        trace.append("second<")
+        return f"second({out})"
+
+    async def default() -> str:
+        trace.append("default")
+        return "d"
+
+    bus.on("agent/request", first)
+    bus.on("agent/request", second)
+    assert await bus.waterfall("agent/request", object(), default) == "second(first(d))"
+    assert trace == ["second>", "first>", "default", "first<", "second<"]
+
+
+async def test_waterfall_without_next_short_circuits() -> None:
+    """waterfall: a listener that returns without calling ``next`` skips the rest and the
+    default."""
+    bus = HookBus()
+    trace: list[str] = []
+
+    async def inner(payload: object, next_: Any) -> str:
+        trace.append("inner")
+        return await next_()  # type: ignore[no-any-return]
+
+    async def outer(payload: object, next_: Any) -> str:
+        trace.append("outer")
+        return "mine"
+
+    async def default() -> str:
+        trace.append("default")
+        return "d"
+
+    bus.on("agent/pre-step", inner)
+    bus.on("agent/pre-step", outer)
+    assert await bus.waterfall("agent/pre-step", object(), default) == "mine"
+    assert trace == ["outer"]
+
+
+async def test_waterfall_with_no_listeners_runs_the_default() -> None:
+    """waterfall: no listeners → the runtime's default result."""
+    bus = HookBus()
+
+    async def default() -> int:
+        return 42
+
+    assert await bus.waterfall("tools/post-execute", object(), default) == 42
+
+
+async def test_waterfall_accepts_sync_listeners() -> None:
+    """waterfall: a sync listener may return ``next()``'s awaitable or a plain value."""
+    bus = HookBus()
+
+    async def default() -> str:
+        return "d"
+
+    bus.on("agent/request-error", lambda p, next_: next_())
+    assert await bus.waterfall("agent/request-error", object(), default) == "d"
+    bus.on("agent/request-error", lambda p, next_: "plain")
+    assert await bus.waterfall("agent/request-error", object(), default) == "plain"
+
+
+def test_disposer_is_idempotent() -> None:
+    """A Disposer undoes its registration once; calling it again is a no-op."""
+    bus = HookBus()
+    calls: list[str] = []
+    dispose_a = bus.on("agent/status", lambda p: calls.append("a"))
+    bus.on("agent/status", lambda p: calls.append("b"))
+    assert isinstance(dispose_a, Disposer)
+    dispose_a()
+    dispose_a()
+    bus.emit("agent/status", object())
+    assert calls == ["b"]
+
+
+def test_disposing_the_same_listener_registered_twice_removes_one() -> None:
+    """Each registration has its own disposer, even for the same function."""
+    bus = HookBus()
+    calls: list[object] = []
+    first = bus.on("agent/status", calls.append)
+    bus.on("agent/status", calls.append)
+    first()
+    first()
+    bus.emit("agent/status", "p")
+    assert calls == ["p"]
+
+
+def test_disposing_during_emission_does_not_disturb_it() -> None:
+    """Disposing (or adding) listeners during an emission leaves the emission in progress
+    unchanged (it runs over a snapshot); the next emission sees the change."""
+    bus = HookBus()
+    calls: list[str] = []
+    disposers: dict[str, Disposer] = {}
+
+    def a(_: object) -> None:
+        calls.append("a")
+        disposers["a"]()
+        disposers["b"]()
+        bus.on("agent/status", lambda p: calls.append("late"))
+
+    disposers["a"] = bus.on("agent/status", a)
+    disposers["b"] = bus.on("agent/status", lambda p: calls.append("b"))
+    bus.on("agent/status", lambda p: calls.append("c"))
+    bus.emit("agent/status", object())
+    assert calls == ["a", "b", "c"]
+    calls.clear()
+    bus.emit("agent/status", object())
+    assert calls == ["c", "late"]
+
+
+async def test_disposing_during_serial_does_not_disturb_it() -> None:
+    """The serial chain in progress keeps its snapshot when a listener disposes another."""
+    bus = HookBus()
+    calls: list[str] = []
+    disposers: dict[str, Disposer] = {}
+
+    def a(_: object) -> None:
+        calls.append("a")
+        disposers["a"]()
+
+    disposers["a"] = bus.on("agent/turn-stopping", a)
+    bus.on("agent/turn-stopping", lambda p: calls.append("b"))
+    assert await bus.serial("agent/turn-stopping", object()) is None
+    assert calls == ["a", "b"]
+
+
+def test_hook_scope_filters_by_owner() -> None:
+    """Listeners registered through a scope only receive their own agent's payloads; global
+    listeners receive everything."""
+    bus = HookBus()
+    calls: list[tuple[str, str]] = []
+    disposers: list[Disposer] = []
+    scope = HookScope(bus, "a1", disposers)
+    scope.on("agent/status", lambda p: calls.append(("scoped", p.agent.id)))
+    bus.on("agent/status", lambda p: calls.append(("global", p.agent.id)))
+    bus.emit("agent/status", _agent_payload("a1"))
+    bus.emit("agent/status", _agent_payload("a2"))
+    assert calls == [("scoped", "a1"), ("global", "a1"), ("global", "a2")]
+
+
+def test_hook_scope_owner_from_session_and_exec_payloads() -> None:
+    """A scope matches ``session/event`` payloads by session id and ``tools/*`` by exec.agent."""
+    bus = HookBus()
+    calls: list[str] = []
+    scope = HookScope(bus, "a1", [])
+    scope.on("session/event", lambda p: calls.append(f"session:{p.session.id}"))
+    scope.on("tools/result", lambda p: calls.append(f"tool:{p.exec.agent.id}"))
+    for sid in ("a1", "a2"):
+        bus.emit("session/event", SimpleNamespace(session=SimpleNamespace(id=sid), event=None))
+        bus.emit(
+            "tools/result",
+            SimpleNamespace(exec=SimpleNamespace(agent=SimpleNamespace(id=sid)), result=None),
+        )
+    assert calls == ["session:a1", "tool:a1"]
+
+
+def test_hook_scope_disposers_unwind_together() -> None:
+    """The scope records a disposer per registration; running them all unregisters them."""
+    bus = HookBus()
+    calls: list[str] = []
+    disposers: list[Disposer] = []
+    scope = HookScope(bus, "a1", disposers)
+    scope.on("agent/status", lambda p: calls.append("x"))
+    scope.on("agent/error", lambda p: calls.append("y"))
+    assert len(disposers) == 2
+    for dispose in disposers:
+        dispose()
+    bus.emit("agent/status", _agent_payload("a1"))
+    bus.emit("agent/error", _agent_payload("a1"))
+    assert calls == []
+    assert not bus.has("agent/status")
+
+
+async def test_scoped_waterfall_skips_other_agents_listeners() -> None:
+    """A scoped waterfall listener is not part of another agent's chain."""
+    bus = HookBus()
+    HookScope(bus, "a1", []).on("agent/request", lambda p, next_: "a1-only")
+
+    async def default() -> str:
+        return "d"
+
+    assert await bus.waterfall("agent/request", _agent_payload("a1"), default) == "a1-only"
+    assert await bus.waterfall("agent/request", _agent_payload("a2"), default) == "d"
