@@ -18,7 +18,6 @@ from steerloop import (
     define_tool,
 )
 from steerloop.llm._types import GenerateRequest
-from steerloop.session._session import EventSink
 from steerloop.testing import (
     HANG,
     error_response,
@@ -523,38 +522,11 @@ async def test_raising_listeners_are_contained(h: Harness) -> None:
     assert agent.status == "idle"
 
 
-class _MemoryStore:
-    """A minimal store: keeps each session's appended events for a later resume."""
-
-    def __init__(self) -> None:
-        self.logs: dict[str, list[SessionEvent]] = {}
-
-    async def check_absent(self, session_id: str) -> None:
-        return None
-
-    async def load(self, session_id: str) -> tuple[SessionEvent, ...]:
-        if session_id not in self.logs:
-            from steerloop import SessionPersistenceNotFoundError
-
-            raise SessionPersistenceNotFoundError(session_id)
-        return tuple(self.logs[session_id])
-
-    def open_writer(self, session_id: str) -> EventSink:
-        log = self.logs.setdefault(session_id, [])
-
-        class Sink(EventSink):
-            def write(self, event: SessionEvent) -> None:
-                log.append(event)
-
-        return Sink()
-
-
 async def test_new_agent_numbers_after_last_turn_in_log() -> None:
     """C7.3-13: an agent over an existing log numbers turns after its last turn/start."""
     from steerloop.testing import ScriptedAdapter
 
-    store = _MemoryStore()
-    rt = Runtime(store=store)
+    rt = await Runtime.open(store="memory://")
     try:
         adapter = ScriptedAdapter([text_response("r1"), text_response("r3")])
         rt.llm.register_adapter(["mock"], adapter)

@@ -14,6 +14,15 @@ async def test_canonical_text_turn(h: Harness) -> None:
     agent.followup(user_message("u1"))
     await settle(agent)
     assert compact(agent.session) == [
-        "ins(nt,u1)", "T+1", "claim(nt,u1)", "S+1.1", "sys", "user(u1)", "hdr(initial)", "ctx",
-        "msg", "S-1.1", "T-1:completed",
+        "ins(nt,u1)",
+        "T+1",
+        "claim(nt,u1)",
+        "S+1.1",
+        "sys",
+        "user(u1)",
+        "hdr(initial)",
+        "ctx",
+        "msg",
+        "S-1.1",
+        "T-1:completed",
     ]

@@ -145,3 +145,33 @@ def test_register_requires_a_defined_tool(h: Harness) -> None:
     dispose()
     dispose()
     assert h.rt.tools.get("t") is first
+
+
+def test_bool_timeout_is_refused() -> None:
+    """``timeout=True`` is not a number of seconds: ``ToolDefinitionError``."""
+    with pytest.raises(ToolDefinitionError):
+        define_tool(
+            name="t",
+            description="",
+            parameters={"type": "object"},
+            execute=lambda a, e: "x",
+            timeout=True,
+        )
+
+
+async def test_sync_body_runs_and_its_value_is_the_result(h: Harness) -> None:
+    """A synchronous ``execute`` is called and its return value becomes the result."""
+    h.rt.tools.register(
+        define_tool(
+            name="sync",
+            description="",
+            parameters={"type": "object"},
+            execute=lambda args, exec: f"sync {exec.call_id}",
+        )
+    )
+    agent = await h.agent(tool_call_response("c1", "sync", {}), text_response("ok"))
+    agent.followup(user_message("go"))
+    await settle(agent)
+    (result,) = events_of(agent.session, "tool/result")
+    assert result.data.error is None
+    assert label(result.data.message) == "sync c1"

@@ -22,7 +22,7 @@ class PreparedCall:
     config: CallConfig
     adapter: LlmAdapter
     adapter_defaults: Mapping[str, Any] = field(default_factory=dict)
-    retry_policy: RetryPolicy = RetryPolicy()
+    retry_policy: RetryPolicy = field(default_factory=RetryPolicy)
     context_window: int | None = None
     reads_in_history_system: bool = False
 

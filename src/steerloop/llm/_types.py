@@ -105,7 +105,7 @@ class ModelInfo:
     max_output_tokens: int | None = None
     defaults: Mapping[str, Any] = field(default_factory=dict)
     reads_in_history_system: bool = False
-    retry_policy: RetryPolicy = RetryPolicy()
+    retry_policy: RetryPolicy = field(default_factory=RetryPolicy)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

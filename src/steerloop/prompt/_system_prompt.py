@@ -13,7 +13,7 @@ __all__ = ["RUNTIME_CONTEXT_PLUGIN", "Section", "SystemPromptService"]
 
 RUNTIME_CONTEXT_PLUGIN = "steerloop/runtime-context"
 
-Render = str | Callable[[Any], str | None | Awaitable[str | None]]
+Render = str | Callable[[Any], str | Awaitable[str | None] | None]
 
 
 @dataclass(frozen=True, slots=True, eq=False)

@@ -106,7 +106,7 @@ class PostExecute:
         return cls("block", feedback, tuple(additional_contexts))
 
 
-Execute = Callable[[Any, ToolExec], Awaitable[Any]]
+Execute = Callable[[Any, ToolExec], Awaitable[Any] | Any]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -158,8 +158,10 @@ def define_tool(
     if not isinstance(description, str):
         raise ToolDefinitionError("description must be a string")
     if not callable(execute):
-        raise ToolDefinitionError("execute must be an async callable")
-    if timeout is not None and (not isinstance(timeout, int | float) or timeout <= 0):
+        raise ToolDefinitionError("execute must be callable (async, or sync for quick work)")
+    if timeout is not None and (
+        isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0
+    ):
         raise ToolDefinitionError("timeout must be a positive number of seconds")
     model: type[pydantic.BaseModel] | None = None
     validator: Any = None
@@ -169,7 +171,7 @@ def define_tool(
     elif isinstance(parameters, Mapping):
         validator_cls = jsonschema.validators.validator_for(parameters)
         try:
-            validator_cls.check_schema(parameters)
+            validator_cls.check_schema(dict(parameters))
         except jsonschema.SchemaError as exc:
             raise ToolDefinitionError(f"invalid parameter schema: {exc.message}") from None
         schema = dict(parameters)

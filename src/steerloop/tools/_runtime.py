@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -162,7 +163,10 @@ class ToolPipeline:
             timer = asyncio.get_running_loop().call_later(tool.timeout, expire)
             exec.signal = child.signal
         try:
-            result = _normalise(await tool.execute(exec.arguments, exec))
+            value = tool.execute(exec.arguments, exec)
+            if inspect.isawaitable(value):
+                value = await value
+            result = _normalise(value)
         except Exception as exc:
             if parent.aborted:
                 return _aborted(exc)
