@@ -19,16 +19,25 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+from pydantic import BaseModel
+
 from steerloop import AgentOptions, Runtime, define_tool, user_message
 from steerloop.llm.chunks import StreamChunk
-from steerloop.testing import ScriptedAdapter, text_response, tool_call_response, tool_calls_response
+from steerloop.testing import (
+    ScriptedAdapter,
+    text_response,
+    tool_call_response,
+    tool_calls_response,
+)
 
-ECHO_SCHEMA = {"type": "object", "properties": {"x": {"type": "integer"}}, "required": ["x"]}
+
+class EchoArgs(BaseModel):
+    x: int
 
 
-async def echo(args: Any, _exec: Any) -> str:
+async def echo(args: EchoArgs, _exec: Any) -> str:
     await asyncio.sleep(0)
-    return f"echo {args['x']}"
+    return f"echo {args.x}"
 
 
 def script_for(steps: int) -> list[Any]:
@@ -40,9 +49,18 @@ def script_for(steps: int) -> list[Any]:
 async def run_steerloop(steps: int) -> float:
     rt = await Runtime.open()
     rt.llm.register_adapter(["mock"], ScriptedAdapter(script_for(steps)))
-    rt.tools.register(define_tool(name="echo", description="echo", parameters=ECHO_SCHEMA,
-                                  execute=echo, concurrency_safe=True))
-    handle = await rt.agents.create(session_id="bench", agent_options=AgentOptions(provider="mock", model="m"))
+    rt.tools.register(
+        define_tool(
+            name="echo",
+            description="echo",
+            parameters=EchoArgs,
+            execute=echo,
+            concurrency_safe=True,
+        )
+    )
+    handle = await rt.agents.create(
+        session_id="bench", agent_options=AgentOptions(provider="mock", model="m")
+    )
     start = time.perf_counter()
     handle.agent.followup(user_message("go"))
     await handle.agent.when_idle()
@@ -72,7 +90,7 @@ async def run_floor(steps: int) -> float:
                 calls.append((chunk.id, chunk.name or "", chunk.arguments_delta))  # type: ignore[union-attr]
         history.append(("assistant", "".join(text), calls))
         for call_id, _name, raw in calls:
-            result = await echo(json.loads(raw), None)
+            result = await echo(EchoArgs.model_validate(json.loads(raw)), None)
             history.append(("tool", call_id, result))
     return (time.perf_counter() - start) / len(script)
 
@@ -83,12 +101,27 @@ async def run_parallel(n: int, delay: float) -> float:
         return "ok"
 
     rt = await Runtime.open(max_parallel_tool_calls=n)
-    rt.llm.register_adapter(["mock"], ScriptedAdapter(
-        [tool_calls_response([(f"c{i}", "sleepy", {}) for i in range(n)]), text_response("done")]
-    ))
-    rt.tools.register(define_tool(name="sleepy", description="sleep", parameters={"type": "object"},
-                                  execute=sleepy, concurrency_safe=True))
-    handle = await rt.agents.create(session_id="par", agent_options=AgentOptions(provider="mock", model="m"))
+    rt.llm.register_adapter(
+        ["mock"],
+        ScriptedAdapter(
+            [
+                tool_calls_response([(f"c{i}", "sleepy", {}) for i in range(n)]),
+                text_response("done"),
+            ]
+        ),
+    )
+    rt.tools.register(
+        define_tool(
+            name="sleepy",
+            description="sleep",
+            parameters={"type": "object"},
+            execute=sleepy,
+            concurrency_safe=True,
+        )
+    )
+    handle = await rt.agents.create(
+        session_id="par", agent_options=AgentOptions(provider="mock", model="m")
+    )
     start = time.perf_counter()
     handle.agent.followup(user_message("go"))
     await handle.agent.when_idle()
@@ -106,8 +139,10 @@ async def main() -> None:
     parser.add_argument("--steps", type=int, default=2000)
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
-    print(f"python {platform.python_version()} · store: in-memory · steps per run: {args.steps} "
-          f"· repeats: {args.repeats}")
+    print(
+        f"python {platform.python_version()} · store: in-memory · steps per run: {args.steps} "
+        f"· repeats: {args.repeats}"
+    )
     ours, floor = [], []
     for _ in range(args.repeats):
         floor.append(await run_floor(args.steps))

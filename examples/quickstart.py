@@ -60,23 +60,38 @@ async def main() -> None:
         steer_seen.append(last.content[0].text if last.role == "user" else "")
         return text_response("Paris is clear at 21°C; I'll keep it short as you asked.")
 
-    adapter = ScriptedAdapter([
-        tool_calls_response(
-            [("c1", "weather", {"city": "Paris", "delay_ms": 60}),
-             ("c2", "weather", {"city": "Oslo", "delay_ms": 10}),
-             ("c3", "weather", {"city": "Lima", "delay_ms": 30})],
-            text="Checking three cities at once.",
-        ),
-        second_request,
-        hang_after([BlockStart(index=0, block_type="text"),
-                    TextDelta(index=0, text="Let me write a very long essay about")]),
-        text_response("Sure — short answer: pack a light jacket."),
-    ])
+    adapter = ScriptedAdapter(
+        [
+            tool_calls_response(
+                [
+                    ("c1", "weather", {"city": "Paris", "delay_ms": 60}),
+                    ("c2", "weather", {"city": "Oslo", "delay_ms": 10}),
+                    ("c3", "weather", {"city": "Lima", "delay_ms": 30}),
+                ],
+                text="Checking three cities at once.",
+            ),
+            second_request,
+            hang_after(
+                [
+                    BlockStart(index=0, block_type="text"),
+                    TextDelta(index=0, text="Let me write a very long essay about"),
+                ]
+            ),
+            text_response("Sure — short answer: pack a light jacket."),
+        ]
+    )
 
     async with await Runtime.open() as rt:
         rt.llm.register_adapter(["scripted"], adapter)
-        rt.tools.register(define_tool(name="weather", description="Weather for a city",
-                                      parameters=Lookup, execute=weather, concurrency_safe=True))
+        rt.tools.register(
+            define_tool(
+                name="weather",
+                description="Weather for a city",
+                parameters=Lookup,
+                execute=weather,
+                concurrency_safe=True,
+            )
+        )
 
         def show(payload: Any) -> None:
             line = render(payload.event)
@@ -107,8 +122,10 @@ async def main() -> None:
         await agent.when_idle()
 
         history = agent.session.derive_messages()
-        print(f"log: {len(agent.session.events)} events · model-visible history: {len(history)} messages "
-              f"({', '.join(m.role for m in history)})")
+        print(
+            f"log: {len(agent.session.events)} events · model-visible history: {len(history)} messages "
+            f"({', '.join(m.role for m in history)})"
+        )
 
 
 if __name__ == "__main__":

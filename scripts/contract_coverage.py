@@ -35,8 +35,14 @@ def named_ids(tests: Path) -> dict[str, list[str]]:
     found: dict[str, list[str]] = {}
     for path in sorted(tests.rglob("test_*.py")):
         tree = ast.parse(path.read_text(encoding="utf-8"))
-        nodes = [tree, *(n for n in ast.walk(tree) if isinstance(
-            n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef))]
+        nodes = [
+            tree,
+            *(
+                n
+                for n in ast.walk(tree)
+                if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+            ),
+        ]
         for node in nodes:
             doc = ast.get_docstring(node)
             if not doc:

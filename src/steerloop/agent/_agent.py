@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from .._cancel import CancelCause
 from .._signal import AbortController, AbortSignal
+from ..llm._types import CallConfig
 from ..messages import UserMessage
 from ._decisions import ErrorPayload, StatusPayload
 from ._inbox import Inbox, InboxTarget, fold_inbox
@@ -66,6 +67,7 @@ class Agent:
         self._published = False
         self._disposing = False
         self._disposed = False
+        self._header_config: tuple[int, CallConfig] | None = None  # decoded latest header
         self._requested = False  # this loop instance sent its first request
         self._replaced_at_request = session.surface_replaced
         self._turn: TurnState | None = None

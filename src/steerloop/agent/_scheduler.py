@@ -21,6 +21,7 @@ Design notes:
 from __future__ import annotations
 
 import asyncio
+import collections
 import dataclasses
 import json
 from typing import TYPE_CHECKING, Any
@@ -31,7 +32,7 @@ from ..errors import AbortedError
 from ..messages import MessageSource, ToolCallBlock, ToolResultMessage, UserMessage
 from ..session._events import ToolCallEvent, ToolErrorInfo, ToolResultEvent
 from ..tools._define import Tool, ToolExec, ToolResult
-from ..tools._runtime import error_result, result_blocks
+from ..tools._runtime import UNVALIDATED, error_result, result_blocks
 
 if TYPE_CHECKING:
     from ._agent import Agent
@@ -80,8 +81,11 @@ class ToolScheduler:
         self.calls = calls
         self.parsed = [parse_arguments(c.arguments) for c in calls]
         self.slots = [_Slot() for _ in calls]
+        self.validated: dict[int, tuple[Tool, Any]] = {}
         self.cursor = 0
         self.running: dict[asyncio.Task[ToolResult], int] = {}
+        self.finished: collections.deque[asyncio.Task[ToolResult]] = collections.deque()
+        self.wakeup: asyncio.Future[None] | None = None
         started = 0
         try:
             cap: int | None = None
@@ -93,13 +97,13 @@ class ToolScheduler:
                     if len(self.running) >= cap:
                         await self._wait_some()
                         continue
-                    await self._start(started)
+                    await self._start(started, safe=True)
                 else:
                     if self.running:
                         await self._wait_all()
                         continue
                     cap = None
-                    await self._start(started)
+                    await self._start(started, safe=False)
                     await self._wait_all()
                 started += 1
             await self._wait_all()
@@ -117,17 +121,25 @@ class ToolScheduler:
     def _tool(self, index: int) -> Tool | None:
         return self.rt.tools.get(self.calls[index].name, self.agent.id)
 
+    def _validated(self, index: int, tool: Tool) -> Any:
+        """Arguments validated against ``tool``, once per call and tool definition."""
+        cached = self.validated.get(index)
+        if cached is not None and cached[0] is tool:
+            return cached[1]
+        args = tool.validate(self.parsed[index][0])
+        self.validated[index] = (tool, args)
+        return args
+
     def _is_safe(self, index: int) -> bool:
-        args, error = self.parsed[index]
         tool = self._tool(index)
-        if error is not None or tool is None:
+        if self.parsed[index][1] is not None or tool is None:
             return False
         try:
-            return tool.is_concurrency_safe(tool.validate(args))
+            return tool.is_concurrency_safe(self._validated(index, tool))
         except Exception:
             return False
 
-    async def _start(self, index: int) -> None:
+    async def _start(self, index: int, *, safe: bool) -> None:
         call = self.calls[index]
         slot = self.slots[index]
         args, parse_error = self.parsed[index]
@@ -152,19 +164,38 @@ class ToolScheduler:
             step=self.step,
         )
         tool = self._tool(index)
-        early = await self.rt.tool_pipeline.prepare(exec, tool, parse_error)
+        cached = self.validated.get(index)
+        validated = cached[1] if cached is not None and cached[0] is tool else UNVALIDATED
+        early = await self.rt.tool_pipeline.prepare(exec, tool, parse_error, validated)
         if early is not None or tool is None:
             slot.result = early
             await self._commit_ready()
             return
+        if not self.running and (not safe or index == len(self.calls) - 1):
+            # Nothing could overlap this body: run it inline, saving a task and a wake-up.
+            slot.result = await self.rt.tool_pipeline.dispatch(exec, tool)
+            await self._commit_ready()
+            return
         task = asyncio.get_running_loop().create_task(self.rt.tool_pipeline.dispatch(exec, tool))
         self.running[task] = index
+        task.add_done_callback(self._on_done)
+
+    def _on_done(self, task: asyncio.Task[ToolResult]) -> None:
+        self.finished.append(task)
+        if self.wakeup is not None and not self.wakeup.done():
+            self.wakeup.set_result(None)
 
     # --- waiting and committing ------------------------------------------------------
 
     async def _wait_some(self) -> None:
-        done, _ = await asyncio.wait(self.running, return_when=asyncio.FIRST_COMPLETED)
-        for task in done:
+        if not self.finished:
+            self.wakeup = asyncio.get_running_loop().create_future()
+            try:
+                await self.wakeup
+            finally:
+                self.wakeup = None
+        while self.finished:
+            task = self.finished.popleft()
             index = self.running.pop(task)
             self.slots[index].result = task.result()
         await self._commit_ready()

@@ -137,9 +137,16 @@ class StepRunner:
 
     def _default_config(self) -> CallConfig:
         header = self.session.latest("request/header")
-        if not self.agent._requested or header is None:
-            return self.agent.options.call_config()
-        return CallConfig.from_json(header.data.header.get("config", {}))
+        agent = self.agent
+        if not agent._requested or header is None:
+            return agent.options.call_config()
+        cached = agent._header_config
+        if cached is None or cached[0] != header.seq:
+            cached = agent._header_config = (
+                header.seq,
+                CallConfig.from_json(header.data.header.get("config", {})),
+            )
+        return cached[1]
 
     def _project_system_prompt(
         self, prompt: str, prepared: PreparedCall, starts_series: bool

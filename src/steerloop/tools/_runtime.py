@@ -19,7 +19,14 @@ from ..llm._types import ToolSchema
 from ..messages import Block, TextBlock, UserMessage, check_json
 from ._define import PostExecute, Tool, ToolDecision, ToolError, ToolExec, ToolResult
 
-__all__ = ["ToolHookPayload", "ToolPipeline", "ToolRegistry", "error_result", "result_blocks"]
+__all__ = [
+    "UNVALIDATED",
+    "ToolHookPayload",
+    "ToolPipeline",
+    "ToolRegistry",
+    "error_result",
+    "result_blocks",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +111,9 @@ def _describe(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
+UNVALIDATED: Any = object()
+
+
 class ToolPipeline:
     """Runs one call through pre-execute policy, the body, and post-execute."""
 
@@ -111,15 +121,24 @@ class ToolPipeline:
         self._hooks = hooks
 
     async def prepare(
-        self, exec: ToolExec, tool: Tool | None, parse_error: str | None
+        self,
+        exec: ToolExec,
+        tool: Tool | None,
+        parse_error: str | None,
+        validated: Any = UNVALIDATED,
     ) -> ToolResult | None:
-        """Return a result that answers the call without running it, or ``None`` to dispatch."""
+        """Return a result that answers the call without running it, or ``None`` to dispatch.
+
+        ``validated`` carries arguments the caller already validated against ``tool``.
+        """
         if parse_error is not None:
             return error_result("INVALID_ARGS", f"arguments are not valid JSON: {parse_error}")
         if tool is None:
             return error_result("UNKNOWN_TOOL", f"unknown tool {exec.name!r}")
         try:
-            exec.arguments = tool.validate(exec.arguments)
+            exec.arguments = (
+                tool.validate(exec.arguments) if validated is UNVALIDATED else validated
+            )
         except pydantic.ValidationError as exc:
             return error_result("INVALID_ARGS", f"invalid arguments: {exc}")
         except jsonschema.ValidationError as exc:
