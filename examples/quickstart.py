@@ -123,8 +123,8 @@ async def main() -> None:
 
         history = agent.session.derive_messages()
         print(
-            f"log: {len(agent.session.events)} events · model-visible history: {len(history)} messages "
-            f"({', '.join(m.role for m in history)})"
+            f"log: {len(agent.session.events)} events · model-visible history: "
+            f"{len(history)} messages ({', '.join(m.role for m in history)})"
         )
 
 
