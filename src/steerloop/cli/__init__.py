@@ -1,0 +1,5 @@
+"""The ``steerloop`` command line (typer + rich + prompt_toolkit)."""
+
+from ._app import app, main
+
+__all__ = ["app", "main"]

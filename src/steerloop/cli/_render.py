@@ -1,0 +1,119 @@
+"""Render session events the way the chat shows them (rich)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from rich.console import Console
+from rich.markdown import Markdown
+from rich.text import Text
+
+from ..messages import ReasoningBlock, TextBlock, ToolCallBlock
+from ..session._events import SessionEvent
+
+__all__ = ["EventRenderer", "summarise"]
+
+
+def summarise(text: str, limit: int = 100) -> str:
+    """The first line of ``text``, cut to ``limit`` characters."""
+    first = text.strip().splitlines()[0] if text.strip() else ""
+    return first if len(first) <= limit else first[: limit - 1] + "…"
+
+
+def _args(raw: str, limit: int = 60) -> str:
+    try:
+        value = json.loads(raw) if raw.strip() else {}
+    except ValueError:
+        return summarise(raw, limit)
+    if isinstance(value, dict):
+        text = ", ".join(f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in value.items())
+    else:
+        text = json.dumps(value, ensure_ascii=False)
+    return summarise(text, limit)
+
+
+class EventRenderer:
+    """Prints the model-relevant events of a log; tracks usage per turn."""
+
+    def __init__(self, console: Console, *, markdown: bool = True) -> None:
+        self.console = console
+        self.markdown = markdown
+        self._names: dict[str, str] = {}
+        self._usage = [0, 0]
+
+    def render_all(self, events: Iterable[SessionEvent]) -> None:
+        for event in events:
+            self.render(event)
+
+    def render(self, event: SessionEvent) -> None:
+        d: Any = event.data
+        kind = event.type
+        out = self.console
+        if kind == "user/message":
+            source = d.source.kind
+            label = {"user": "you", "plugin": "context", "tool": "tool context", "goal": "goal"}
+            text = " ".join(b.text for b in d.content if isinstance(b, TextBlock))
+            out.print(Text.assemble((f"{label.get(source, source)} ❯ ", "bold cyan"), text))
+        elif kind == "assistant/message":
+            if d.usage is not None:
+                self._usage[0] += d.usage.input_tokens
+                self._usage[1] += d.usage.output_tokens
+            for block in d.message.content:
+                if isinstance(block, ReasoningBlock) and block.text:
+                    out.print(Text(summarise(block.text, 200), style="dim italic"))
+                elif isinstance(block, TextBlock) and block.text:
+                    if self.markdown and not d.interrupted:
+                        out.print(Markdown(block.text))
+                    else:
+                        out.print(Text(block.text))
+                elif isinstance(block, ToolCallBlock):
+                    self._names[block.id] = block.name
+            if d.interrupted:
+                out.print(Text("  ⏹ interrupted", style="yellow"))
+        elif kind == "tool/call":
+            self._names[d.call_id] = d.name
+            out.print(
+                Text.assemble(
+                    ("  ⚙ ", "magenta"),
+                    (d.name, "bold"),
+                    f"({_args(d.arguments)})",
+                    (f"  #{d.call_id}", "dim"),
+                )
+            )
+        elif kind == "tool/result":
+            message = d.message
+            text = " ".join(b.text for b in message.content if isinstance(b, TextBlock))
+            name = self._names.get(message.call_id, "tool")
+            if message.is_error:
+                code = d.error.code if d.error is not None else "ERROR"
+                out.print(
+                    Text.assemble(
+                        ("  ✗ ", "red"),
+                        f"{name} #{message.call_id} ",
+                        (code, "red"),
+                        f": {summarise(text, 80)}",
+                    )
+                )
+            else:
+                out.print(
+                    Text.assemble(
+                        ("  ✓ ", "green"),
+                        f"{name} #{message.call_id}: ",
+                        (summarise(text, 80), "dim"),
+                    )
+                )
+        elif kind == "turn/end":
+            reason = d.reason
+            detail = reason.kind
+            if reason.kind == "aborted" and reason.reason is not None:
+                detail += f" ({reason.reason.kind})"
+            if reason.kind == "error" and reason.error is not None:
+                detail += f": {summarise(reason.error.message, 80)}"
+            usage = (
+                f" · tokens in {self._usage[0]} / out {self._usage[1]}" if any(self._usage) else ""
+            )
+            style = {"completed": "green", "aborted": "yellow", "error": "red"}.get(reason.kind, "")
+            out.print(Text(f"── turn {d.turn} {detail}{usage}", style=f"dim {style}".strip()))
+            self._usage = [0, 0]
