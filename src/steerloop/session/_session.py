@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, overload
 
@@ -53,6 +53,9 @@ class EventSink:
 
     async def discard(self) -> None:
         """Release the write handle of a session that was never published; store nothing."""
+
+    def set_header(self, header: Mapping[str, Any]) -> None:
+        """The session header (EVENTS.md §2.7) to store when a fresh session is published."""
 
 
 class _EventsView(Sequence[SessionEvent]):
@@ -209,6 +212,7 @@ class Session:
 
     def publish(self) -> None:
         """Commit the session to its store: buffered and later events become durable."""
+        self._sink.set_header(self.header)
         self._sink.publish()
 
     async def discard(self) -> None:

@@ -238,10 +238,14 @@ class _MemoryWriter(EventSink):
 
 
 def open_store(url: str | SessionStore) -> SessionStore:
-    """The store for ``url`` (``memory://``), or ``url`` itself when it is a store.
+    """The store for ``url`` (``memory://``, ``sqlite:///path``, ``postgresql://...``), or
+    ``url`` itself.
 
     Raises:
         ValueError: a URL this build cannot open.
+        ImportError: a ``postgresql://`` URL without asyncpg (extra ``steerloop[postgres]``).
+        SessionStorageError: the database cannot be opened or written (SQLite).
+        SessionCorruptError: the database file is not a valid store (SQLite).
     """
     if isinstance(url, SessionStore):
         return url
@@ -249,7 +253,15 @@ def open_store(url: str | SessionStore) -> SessionStore:
         raise ValueError(f"store must be a URL string or a SessionStore, not {type(url).__name__}")
     if url == "memory://" or url.startswith("memory://"):
         return MemoryStore(url)
+    if url.startswith("sqlite:"):
+        from ._sqlite import SqliteStore, _sqlite_path
+
+        return SqliteStore(_sqlite_path(url))
+    if url.startswith(("postgresql://", "postgres://")):
+        from ._postgres import PostgresStore  # asyncpg is imported lazily (steerloop[postgres])
+
+        return PostgresStore(url)
     raise ValueError(
-        f"cannot open store {url!r}: this build supports 'memory://' (and store=None for no "
-        "persistence)"
+        f"cannot open store {url!r}: this build supports 'memory://', 'sqlite:///path', "
+        "'postgresql://user@host/db' (and store=None for no persistence)"
     )

@@ -1,0 +1,215 @@
+"""Durable append throughput of the SQLite store, and resume time of a long session.
+
+Run: ``python bench/durable.py [--events 100000] [--sessions 16] [--dir DIR]``.
+
+Measured in one run, on a fresh database file in ``--dir`` (default: a temporary
+directory — put it on the disk you care about):
+
+1. *Group commit.* ``--sessions`` sessions append typed events concurrently through
+   ``Session.append`` (validation, encoding, hand-over to the writer thread), each calling
+   ``await session.flush()`` after every 10 events (a "turn"); the time runs until every
+   event is durable. Reported as events/s and events per commit.
+2. *Group commit, every event acknowledged.* The same, but each session flushes after
+   every single event, so each event is individually durable before its session goes on.
+3. *One commit per event.* One session, ``append`` then ``await flush()`` for every event:
+   each event pays its own ``synchronous=FULL`` commit (the design without grouping).
+   The ratio (1)/(3) is printed.
+4. *Resume.* A 100k-event session written by real agent turns (tool calls and answers) is
+   resumed in a fresh runtime: ``rt.agents.resume`` = load + decode + validate + fold +
+   ``session/end-seed``; ``store.load`` alone is timed as well.
+
+Targets: (1) >= 50k events/s; (4) resume of 100k events <= 1 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import sqlite3
+import sys
+import tempfile
+import time
+from typing import Any
+
+from steerloop import AgentOptions, Runtime, define_tool, user_message
+from steerloop.session import Session
+from steerloop.session._events import ToolCallEvent
+from steerloop.session._sqlite import SqliteStore
+from steerloop.testing import ScriptedAdapter, text_response, tool_calls_response
+
+OPTIONS = AgentOptions(provider="mock", model="m")
+ARGUMENTS = '{"path": "src/steerloop/session/_sqlite.py", "pattern": "def ", "limit": 50}' * 3
+
+
+def open_session(store: SqliteStore, session_id: str) -> Session:
+    session = Session(session_id, sink=store.open_writer(session_id))
+    session.publish()
+    return session
+
+
+def append(session: Session, n: int) -> None:
+    session.append(
+        "tool/call",
+        ToolCallEvent(turn=1, step=1, call_id=f"c{n}", name="grep", arguments=ARGUMENTS),
+    )
+
+
+async def writer_task(session: Session, events: int, every: int) -> None:
+    for n in range(events):
+        append(session, n)
+        if (n + 1) % every == 0:
+            await session.flush()
+    await session.flush()
+
+
+async def throughput(path: str, sessions: int, events: int, every: int) -> tuple[float, float]:
+    """events/s and events per commit for ``sessions`` concurrent writers."""
+    store = SqliteStore(path)
+    opened = [open_session(store, f"s{i}") for i in range(sessions)]
+    for session in opened:
+        await session.flush()
+    per_session = events // sessions
+    commits = store.commits
+    start = time.perf_counter()
+    await asyncio.gather(*(writer_task(s, per_session, every) for s in opened))
+    elapsed = time.perf_counter() - start
+    commits = store.commits - commits
+    for session in opened:
+        await session.close()
+    await store.close()
+    total = per_session * sessions
+    return total / elapsed, total / max(commits, 1)
+
+
+async def write_long_session(path: str, target: int) -> int:
+    """Real agent turns (two tool calls, then an answer) until ``target`` events."""
+    rt = await Runtime.open(store=f"sqlite:///{path}")
+    adapter = ScriptedAdapter()
+    rt.llm.register_adapter(["mock"], adapter)
+
+    async def grep(args: Any, exec: Any) -> str:
+        return "src/steerloop/session/_sqlite.py:42: def migrate(conn, where, migrations)"
+
+    rt.tools.register(
+        define_tool(
+            name="grep",
+            description="grep",
+            parameters={"type": "object"},
+            execute=grep,
+            concurrency_safe=True,
+        )
+    )
+    handle = await rt.agents.create(session_id="long", agent_options=OPTIONS)
+    agent = handle.agent
+    n = 0
+    while len(agent.session.events) < target:
+        n += 1
+        adapter.add(
+            tool_calls_response([(f"a{n}", "grep", {"q": n}), (f"b{n}", "grep", {"q": -n})]),
+            text_response(f"Found what you asked for in turn {n}: the migration helper."),
+        )
+        agent.followup(user_message(f"find the migration helper ({n})"))
+        await agent.when_idle()
+    count = len(agent.session.events)
+    await rt.close()
+    return count
+
+
+async def resume_time(path: str) -> tuple[float, float, int]:
+    store = SqliteStore(path)
+    start = time.perf_counter()
+    events = await store.load("long")
+    load = time.perf_counter() - start
+    await store.close()
+    rt = await Runtime.open(store=f"sqlite:///{path}")
+    rt.llm.register_adapter(["mock"], ScriptedAdapter())
+    start = time.perf_counter()
+    handle = await rt.agents.resume(resume_session_id="long", agent_options=OPTIONS)
+    resume = time.perf_counter() - start
+    assert len(handle.agent.session.events) == len(events) + 1
+    await rt.close()
+    return load, resume, len(events)
+
+
+def filesystem(directory: str) -> str:
+    try:
+        with open("/proc/mounts") as mounts:
+            best = ("", "?")
+            real = os.path.realpath(directory)
+            for line in mounts:
+                _, mount, fstype, *_ = line.split()
+                if real.startswith(mount) and len(mount) > len(best[0]):
+                    best = (mount, fstype)
+            return f"{best[1]} (mounted at {best[0]})"
+    except OSError:
+        return "unknown"
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--events", type=int, default=100_000)
+    parser.add_argument("--sessions", type=int, default=16)
+    parser.add_argument("--single", type=int, default=2_000, help="events of the 1-commit run")
+    parser.add_argument("--dir", default=None)
+    args = parser.parse_args()
+    directory = args.dir or tempfile.mkdtemp(prefix="steerloop-bench-")
+    print(
+        f"python {sys.version.split()[0]} ({platform.python_implementation()}), "
+        f"sqlite {sqlite3.sqlite_version}, {platform.system()} {platform.machine()}"
+    )
+    print(f"database dir {directory} on {filesystem(directory)}")
+    print(
+        "journal_mode=WAL; synchronous=FULL for commits that acknowledge a flush, NORMAL "
+        "for the others; one writer thread"
+    )
+    print(f"event: tool/call with {len(ARGUMENTS)}-byte arguments")
+    print()
+
+    group, per_commit = await throughput(
+        os.path.join(directory, "group.db"), args.sessions, args.events, 10
+    )
+    print(
+        f"group commit, {args.sessions} sessions, flush every 10 events: "
+        f"{group:,.0f} events/s ({per_commit:.1f} events/commit)"
+    )
+    wide, wide_per_commit = await throughput(
+        os.path.join(directory, "group100.db"), args.sessions, args.events, 100
+    )
+    print(
+        f"group commit, {args.sessions} sessions, flush every 100 events: "
+        f"{wide:,.0f} events/s ({wide_per_commit:.1f} events/commit)"
+    )
+    acked, acked_per_commit = await throughput(
+        os.path.join(directory, "acked.db"), 64, args.events // 4, 1
+    )
+    print(
+        f"group commit, 64 sessions, flush after every event:   "
+        f"{acked:,.0f} events/s ({acked_per_commit:.1f} events/commit)"
+    )
+    single, single_per_commit = await throughput(
+        os.path.join(directory, "single.db"), 1, args.single, 1
+    )
+    print(
+        f"one commit per event, 1 session, flush after every event: "
+        f"{single:,.0f} events/s ({single_per_commit:.2f} events/commit)"
+    )
+    print(f"ratio group commit / one commit per event: {group / single:.1f}x")
+    print()
+
+    path = os.path.join(directory, "long.db")
+    start = time.perf_counter()
+    count = await write_long_session(path, args.events)
+    written = time.perf_counter() - start
+    print(
+        f"long session: {count:,} events from real agent turns, written in "
+        f"{written:.1f} s ({count / written:,.0f} events/s through the agent loop)"
+    )
+    load, resume, loaded = await resume_time(path)
+    print(f"store.load of {loaded:,} events: {load:.3f} s")
+    print(f"rt.agents.resume of {loaded:,} events: {resume:.3f} s")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

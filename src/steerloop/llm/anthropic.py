@@ -1,0 +1,696 @@
+"""``AnthropicAdapter``: the Anthropic Messages API over the official ``anthropic`` SDK.
+
+Requests are translated from the steerloop history (system messages become the top-level
+``system``; tool results become ``tool_result`` blocks of one user message; reasoning blocks
+whose ``replay_state`` holds an Anthropic signature are sent back as ``thinking`` blocks,
+unchanged). The SSE stream is normalised into steerloop chunks, and every SDK or transport
+failure becomes a terminal ``error`` finish carrying an ``LlmFailure``.
+
+The SDK never retries (``max_retries=0``): retrying is the job of ``agent/request-error``
+listeners (see ``steerloop.llm.retry``). When ``request.signal`` aborts, a listener closes
+the HTTP response, so the server sees the connection go away and the loop settles the
+interrupted prefix.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import email.utils
+import json
+import time
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import anthropic
+
+try:
+    import httpx2 as _httpx
+except ImportError:  # SDK releases before the httpx2 switch depend on httpx
+    import httpx as _httpx  # type: ignore[no-redef,import-not-found,unused-ignore]
+
+from .._signal import AbortSignal
+from ..messages import (
+    AssistantMessage,
+    Block,
+    Message,
+    ReasoningBlock,
+    SystemMessage,
+    TextBlock,
+    ToolCallBlock,
+    ToolResultMessage,
+    UserMessage,
+)
+from ._types import GenerateRequest, LlmFailure, ModelInfo, TokenUsage, ToolSchema
+from .chunks import (
+    BlockEnd,
+    BlockStart,
+    Finish,
+    FinishKind,
+    FinishReason,
+    ReasoningDelta,
+    StreamChunk,
+    TextDelta,
+    ToolCallDelta,
+    UsageChunk,
+)
+
+__all__ = ["DEFAULT_THINKING_BUDGETS", "AnthropicAdapter"]
+
+THINKING = "anthropic/thinking"
+REDACTED_THINKING = "anthropic/redacted_thinking"
+
+DEFAULT_THINKING_BUDGETS: Mapping[str, int] = {
+    "minimal": 1024,
+    "low": 2048,
+    "medium": 8192,
+    "high": 24576,
+}
+"""``reasoning_effort`` → ``budget_tokens`` when the adapter is given no table of its own."""
+
+_MIN_THINKING_BUDGET = 1024
+_FALLBACK_MAX_TOKENS = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class _Model:
+    prefix: str
+    context_window: int
+    max_output_tokens: int
+    default_max_tokens: int
+
+
+# Most specific prefix first. ``default_max_tokens`` stays well under the ceiling: output
+# rate limits are charged against ``max_tokens`` when a request starts.
+_MODELS: tuple[_Model, ...] = (
+    _Model("claude-opus-4-5", 200_000, 64_000, 16_384),
+    _Model("claude-opus-4-1", 200_000, 32_000, 16_384),
+    _Model("claude-opus-4", 200_000, 32_000, 16_384),
+    _Model("claude-sonnet-4", 200_000, 64_000, 16_384),
+    _Model("claude-haiku-4", 200_000, 64_000, 16_384),
+    _Model("claude-3-7-sonnet", 200_000, 64_000, 16_384),
+    _Model("claude-3-5-sonnet", 200_000, 8_192, 8_192),
+    _Model("claude-3-5-haiku", 200_000, 8_192, 8_192),
+    _Model("claude-3-opus", 200_000, 4_096, 4_096),
+    _Model("claude-3-haiku", 200_000, 4_096, 4_096),
+    _Model("claude-", 200_000, 32_000, 8_192),
+)
+
+
+def _model(name: str) -> _Model | None:
+    for entry in _MODELS:
+        if name.startswith(entry.prefix):
+            return entry
+    return None
+
+
+class AnthropicAdapter:
+    """An ``LlmAdapter`` for the Anthropic Messages API (streaming).
+
+    Args:
+        base_url: API root; ``None`` uses the SDK default (or ``ANTHROPIC_BASE_URL``).
+        api_key: the key; ``None`` lets the SDK read ``ANTHROPIC_API_KEY``.
+        default_headers: extra headers sent with every request.
+        timeout: seconds for connecting and for each read of the stream.
+        thinking_budget: extended thinking. An ``int`` enables it for every request with
+            that ``budget_tokens``; a mapping translates ``reasoning_effort`` into a budget.
+            With ``None``, a request's ``reasoning_effort`` is translated through
+            ``DEFAULT_THINKING_BUDGETS``, and requests without one do not think.
+    """
+
+    def __init__(
+        self,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        *,
+        default_headers: Mapping[str, str] | None = None,
+        timeout: float = 600.0,
+        thinking_budget: int | Mapping[str, int] | None = None,
+    ) -> None:
+        self._api_key = api_key
+        self._thinking_budget = thinking_budget
+        self._client = anthropic.AsyncAnthropic(
+            base_url=base_url,
+            api_key=api_key,
+            default_headers=dict(default_headers) if default_headers else None,
+            timeout=timeout,
+            max_retries=0,
+        )
+
+    async def aclose(self) -> None:
+        """Close the SDK client's connection pool."""
+        await self._client.close()
+
+    async def resolve_model(self, provider: str, model: str) -> ModelInfo:
+        entry = _model(model)
+        if entry is None:
+            return ModelInfo(defaults={"max_tokens": _FALLBACK_MAX_TOKENS})
+        return ModelInfo(
+            context_window=entry.context_window,
+            max_output_tokens=entry.max_output_tokens,
+            defaults={"max_tokens": entry.default_max_tokens},
+        )
+
+    # --- request ---------------------------------------------------------------------
+
+    def build_params(self, request: GenerateRequest) -> dict[str, Any]:
+        """The Messages API body (without ``stream``) for ``request``."""
+        entry = _model(request.model)
+        explicit = request.max_tokens
+        max_tokens = explicit or (entry.default_max_tokens if entry else _FALLBACK_MAX_TOKENS)
+        system, messages = to_anthropic_messages(request.messages)
+        params: dict[str, Any] = {"model": request.model, "messages": messages}
+        if system:
+            params["system"] = system
+        if request.tools:
+            params["tools"] = [_tool(t) for t in request.tools]
+        budget = self._budget(request.reasoning_effort)
+        if budget is not None:
+            if explicit is None:
+                # The budget counts against max_tokens; leave room for the answer too.
+                ceiling = entry.max_output_tokens if entry else None
+                max_tokens = budget + max_tokens
+                if ceiling is not None:
+                    max_tokens = min(max_tokens, ceiling)
+            budget = min(budget, max_tokens - 1)
+            if budget >= _MIN_THINKING_BUDGET:
+                params["thinking"] = {"type": "enabled", "budget_tokens": budget}
+        params["max_tokens"] = max_tokens
+        config = request.config
+        if config is not None:
+            if config.temperature is not None:
+                params["temperature"] = config.temperature
+            if config.top_p is not None:
+                params["top_p"] = config.top_p
+        return params
+
+    def _budget(self, effort: str | None) -> int | None:
+        table = self._thinking_budget
+        if effort is None:
+            return table if isinstance(table, int) else None
+        if effort in ("none", "off"):
+            return None
+        if isinstance(table, Mapping):
+            return table.get(effort)
+        budget = DEFAULT_THINKING_BUDGETS.get(effort)
+        if budget is None and isinstance(table, int):
+            return table
+        return budget
+
+    # --- stream ----------------------------------------------------------------------
+
+    async def stream(self, request: GenerateRequest) -> AsyncIterator[StreamChunk]:
+        signal = request.signal
+        if signal is not None and signal.aborted:
+            yield _aborted()
+            return
+        params = self.build_params(request)
+        create: Any = self._client.messages.create
+        try:
+            sdk_stream = await _race(create(**params, stream=True), signal)
+        except _Aborted:
+            yield _aborted()
+            return
+        except Exception as exc:
+            yield _error(self._failure(exc))
+            return
+        closing: list[asyncio.Task[None]] = []
+
+        def close_soon(_: object) -> None:
+            # Listeners run synchronously inside abort(): schedule the close. It releases
+            # the socket, which wakes the read the stream is blocked in.
+            closing.append(asyncio.ensure_future(sdk_stream.close()))
+
+        dispose = signal.add_listener(close_soon) if signal is not None else None
+        decoder = _Decoder()
+        request_id = sdk_stream.response.headers.get("request-id")
+        try:
+            async for event in sdk_stream:
+                if signal is not None and signal.aborted:
+                    break
+                for chunk in decoder.push(event):
+                    yield chunk
+                if decoder.done:
+                    return
+            if signal is not None and signal.aborted:
+                yield _aborted()
+                return
+            yield _error(
+                LlmFailure(
+                    message="the stream ended before message_stop",
+                    code="INCOMPLETE_STREAM",
+                    retryable=True,
+                    request_id=request_id,
+                )
+            )
+        except Exception as exc:
+            if signal is not None and signal.aborted:
+                yield _aborted()
+                return
+            failure = self._failure(exc)
+            if failure.request_id is None and request_id is not None:
+                failure = _with(failure, request_id=request_id)
+            yield _error(failure)
+        finally:
+            if dispose is not None:
+                dispose()
+            with contextlib.suppress(Exception):
+                await sdk_stream.close()
+            for task in closing:
+                with contextlib.suppress(Exception):
+                    await task
+
+    # --- failures --------------------------------------------------------------------
+
+    def _failure(self, exc: BaseException) -> LlmFailure:
+        failure = failure_of(exc)
+        key = self._api_key
+        if key and key in failure.message:
+            failure = _with(failure, message=failure.message.replace(key, "***"))
+        return failure
+
+
+# --- request translation ---------------------------------------------------------------
+
+
+def to_anthropic_messages(
+    history: Sequence[Message],
+) -> tuple[str, list[dict[str, Any]]]:
+    """Split ``history`` into the top-level ``system`` text and Messages API turns.
+
+    Consecutive messages of one role are merged into one turn (tool results of one step
+    become one user message), with ``tool_result`` blocks first as the API requires.
+    """
+    system: list[str] = []
+    turns: list[dict[str, Any]] = []
+
+    def add(role: str, content: list[dict[str, Any]]) -> None:
+        if not content:
+            return
+        if turns and turns[-1]["role"] == role:
+            turns[-1]["content"].extend(content)
+        else:
+            turns.append({"role": role, "content": content})
+
+    for message in history:
+        if isinstance(message, SystemMessage):
+            text = "".join(b.text for b in message.content if isinstance(b, TextBlock))
+            if text:
+                system.append(text)
+        elif isinstance(message, UserMessage):
+            add("user", [p for b in message.content if (p := _user_part(b)) is not None])
+        elif isinstance(message, AssistantMessage):
+            add("assistant", [p for b in message.content if (p := _assistant_part(b)) is not None])
+        elif isinstance(message, ToolResultMessage):
+            add("user", [_tool_result(message)])
+    for turn in turns:
+        if turn["role"] == "user":
+            content = turn["content"]
+            turn["content"] = [p for p in content if p["type"] == "tool_result"] + [
+                p for p in content if p["type"] != "tool_result"
+            ]
+    return "\n\n".join(system), turns
+
+
+def _text_of(block: Block) -> str:
+    if isinstance(block, TextBlock | ReasoningBlock):
+        return block.text
+    return json.dumps({"tool_call": block.name, "id": block.id, "arguments": block.arguments})
+
+
+def _user_part(block: Block) -> dict[str, Any] | None:
+    text = _text_of(block)
+    return {"type": "text", "text": text} if text else None
+
+
+def _assistant_part(block: Block) -> dict[str, Any] | None:
+    if isinstance(block, TextBlock):
+        return {"type": "text", "text": block.text} if block.text else None
+    if isinstance(block, ReasoningBlock):
+        # Only signed Anthropic thinking can be replayed; anything else (another provider's
+        # reasoning, an interrupted prefix cut before its signature) is left out.
+        state = block.replay_state
+        if isinstance(state, Mapping):
+            if state.get("kind") == THINKING and isinstance(state.get("signature"), str):
+                return {"type": "thinking", "thinking": block.text, "signature": state["signature"]}
+            if state.get("kind") == REDACTED_THINKING and isinstance(state.get("data"), str):
+                return {"type": "redacted_thinking", "data": state["data"]}
+        return None
+    try:
+        arguments = json.loads(block.arguments) if block.arguments else {}
+    except ValueError:
+        arguments = {}
+    if not isinstance(arguments, dict):
+        arguments = {}
+    return {"type": "tool_use", "id": block.id, "name": block.name, "input": arguments}
+
+
+def _tool_result(message: ToolResultMessage) -> dict[str, Any]:
+    parts = [p for b in message.content if (p := _user_part(b)) is not None]
+    out: dict[str, Any] = {"type": "tool_result", "tool_use_id": message.call_id}
+    if parts:
+        out["content"] = parts
+    if message.is_error:
+        out["is_error"] = True
+    return out
+
+
+def _tool(tool: ToolSchema) -> dict[str, Any]:
+    out: dict[str, Any] = {"name": tool.name, "input_schema": dict(tool.parameters)}
+    if tool.description:
+        out["description"] = tool.description
+    return out
+
+
+# --- stream decoding -------------------------------------------------------------------
+
+_STOP_KINDS: Mapping[str, FinishKind] = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "pause_turn": "stop",
+    "tool_use": "tool-calls",
+    "max_tokens": "max-tokens",
+    "model_context_window_exceeded": "max-tokens",
+}
+
+
+class _Open:
+    __slots__ = ("id", "kind", "name", "parts", "state")
+
+    def __init__(self, kind: str, id: str = "", name: str = "") -> None:
+        self.kind = kind
+        self.id = id
+        self.name = name
+        self.parts: list[str] = []
+        self.state: dict[str, Any] | None = None
+
+
+class _Decoder:
+    """Folds Messages API stream events into steerloop chunks."""
+
+    def __init__(self) -> None:
+        self.open: dict[int, _Open] = {}
+        self.usage: dict[str, int] = {}
+        self.stop_reason: str | None = None
+        self.done = False
+
+    def push(self, event: Any) -> list[StreamChunk]:
+        kind = getattr(event, "type", None)
+        if kind == "message_start":
+            self._usage(getattr(event.message, "usage", None))
+            return [self._usage_chunk()]
+        if kind == "content_block_start":
+            return self._start(event.index, event.content_block)
+        if kind == "content_block_delta":
+            return self._delta(event.index, event.delta)
+        if kind == "content_block_stop":
+            return self._stop(event.index)
+        if kind == "message_delta":
+            self.stop_reason = getattr(event.delta, "stop_reason", None) or self.stop_reason
+            self._usage(getattr(event, "usage", None))
+            return [self._usage_chunk()]
+        if kind == "message_stop":
+            self.done = True
+            return [self._finish()]
+        return []
+
+    def _start(self, index: int, block: Any) -> list[StreamChunk]:
+        kind = getattr(block, "type", None)
+        if kind == "text":
+            self.open[index] = part = _Open("text")
+            out: list[StreamChunk] = [BlockStart(index=index, block_type="text")]
+            if block.text:
+                part.parts.append(block.text)
+                out.append(TextDelta(index=index, text=block.text))
+            return out
+        if kind == "thinking":
+            self.open[index] = part = _Open("thinking")
+            out = [BlockStart(index=index, block_type="reasoning")]
+            if getattr(block, "thinking", ""):
+                part.parts.append(block.thinking)
+                out.append(ReasoningDelta(index=index, text=block.thinking))
+            if getattr(block, "signature", ""):
+                part.state = {"kind": THINKING, "signature": block.signature}
+            return out
+        if kind == "redacted_thinking":
+            self.open[index] = part = _Open("redacted")
+            part.state = {"kind": REDACTED_THINKING, "data": block.data}
+            return [BlockStart(index=index, block_type="reasoning")]
+        if kind == "tool_use":
+            self.open[index] = part = _Open("tool", block.id, block.name)
+            if getattr(block, "input", None):
+                part.state = {"input": block.input}
+            return [
+                BlockStart(index=index, block_type="tool-call"),
+                ToolCallDelta(index=index, id=block.id, name=block.name, arguments_delta=""),
+            ]
+        return []  # server tools, citations and future block types are not modelled
+
+    def _delta(self, index: int, delta: Any) -> list[StreamChunk]:
+        part = self.open.get(index)
+        if part is None:
+            return []
+        kind = getattr(delta, "type", None)
+        if kind == "text_delta" and part.kind == "text":
+            part.parts.append(delta.text)
+            return [TextDelta(index=index, text=delta.text)]
+        if kind == "thinking_delta" and part.kind == "thinking":
+            part.parts.append(delta.thinking)
+            return [ReasoningDelta(index=index, text=delta.thinking)]
+        if kind == "signature_delta" and part.kind == "thinking":
+            previous = part.state["signature"] if part.state else ""
+            part.state = {"kind": THINKING, "signature": previous + delta.signature}
+            return []
+        if kind == "input_json_delta" and part.kind == "tool":
+            if not delta.partial_json:
+                return []
+            part.parts.append(delta.partial_json)
+            return [ToolCallDelta(index=index, id=part.id, arguments_delta=delta.partial_json)]
+        return []
+
+    def _stop(self, index: int) -> list[StreamChunk]:
+        part = self.open.pop(index, None)
+        if part is None:
+            return []
+        text = "".join(part.parts)
+        if part.kind == "text":
+            return [BlockEnd(index=index, block=TextBlock(text))]
+        if part.kind in ("thinking", "redacted"):
+            return [BlockEnd(index=index, block=ReasoningBlock(text, part.state))]
+        out: list[StreamChunk] = []
+        if not text:
+            # A call without arguments streams no JSON; its input is the start block's (``{}``).
+            text = json.dumps(part.state["input"] if part.state else {})
+            out.append(ToolCallDelta(index=index, id=part.id, arguments_delta=text))
+        out.append(BlockEnd(index=index, block=ToolCallBlock(part.id, part.name, text)))
+        return out
+
+    def _usage(self, usage: Any) -> None:
+        if usage is None:
+            return
+        for name in (
+            "input_tokens",
+            "output_tokens",
+            "cache_read_input_tokens",
+            "cache_creation_input_tokens",
+        ):
+            value = getattr(usage, name, None)
+            if isinstance(value, int):
+                self.usage[name] = value
+
+    def _usage_chunk(self) -> UsageChunk:
+        # Anthropic's input_tokens already excludes cache reads and writes: disjoint counts.
+        u = self.usage
+        return UsageChunk(
+            usage=TokenUsage(
+                input_tokens=u.get("input_tokens", 0),
+                output_tokens=u.get("output_tokens", 0),
+                cache_read_tokens=u.get("cache_read_input_tokens"),
+                cache_write_tokens=u.get("cache_creation_input_tokens"),
+            )
+        )
+
+    def _finish(self) -> Finish:
+        reason = self.stop_reason
+        if reason == "refusal":
+            return _error(
+                LlmFailure(message="the model refused to answer", code="REFUSAL", retryable=False)
+            )
+        return Finish(reason=FinishReason(kind=_STOP_KINDS.get(reason or "", "stop")))
+
+
+# --- failures and cancellation ---------------------------------------------------------
+
+
+class _Aborted(Exception):
+    pass
+
+
+async def _race(awaitable: Any, signal: AbortSignal | None) -> Any:
+    """Await ``awaitable`` unless ``signal`` aborts first (then raise ``_Aborted``).
+
+    An HTTP request still waiting for its response headers can only be abandoned by
+    cancelling the task that awaits it; that task is private to this call.
+    """
+    task = asyncio.ensure_future(awaitable)
+    if signal is None:
+        return await task
+    done = asyncio.get_running_loop().create_future()
+
+    def wake(_: object) -> None:
+        if not done.done():
+            done.set_result(None)
+
+    task.add_done_callback(wake)
+    dispose = signal.add_listener(wake)
+    try:
+        await done
+    finally:
+        dispose()
+        task.remove_done_callback(wake)
+    if task.done():
+        result = task.result()
+        if not signal.aborted:
+            return result
+        with contextlib.suppress(Exception):
+            await result.close()
+        raise _Aborted
+    task.cancel()
+    with contextlib.suppress(BaseException):
+        await task
+    raise _Aborted
+
+
+def _aborted() -> Finish:
+    return Finish(
+        reason=FinishReason(
+            kind="aborted", failure=LlmFailure(message="request aborted", code="ABORTED")
+        )
+    )
+
+
+def _error(failure: LlmFailure) -> Finish:
+    return Finish(reason=FinishReason(kind="error", failure=failure))
+
+
+def _with(failure: LlmFailure, **changes: Any) -> LlmFailure:
+    fields = failure.to_json()
+    fields.update(changes)
+    return LlmFailure(**fields)
+
+
+_BY_TYPE: Mapping[str, tuple[str, bool]] = {
+    "rate_limit_error": ("RATE_LIMITED", True),
+    "overloaded_error": ("OVERLOADED", True),
+    "api_error": ("SERVER", True),
+    "timeout_error": ("TIMEOUT", True),
+    "conflict_error": ("CONFLICT", True),
+    "authentication_error": ("AUTH", False),
+    "permission_error": ("AUTH", False),
+    "billing_error": ("QUOTA", False),
+    "not_found_error": ("NOT_FOUND", False),
+    "request_too_large": ("INVALID_REQUEST", False),
+    "invalid_request_error": ("INVALID_REQUEST", False),
+}
+
+_BY_STATUS: Mapping[int, tuple[str, bool]] = {
+    400: ("INVALID_REQUEST", False),
+    401: ("AUTH", False),
+    402: ("QUOTA", False),
+    403: ("AUTH", False),
+    404: ("NOT_FOUND", False),
+    408: ("TIMEOUT", True),
+    409: ("CONFLICT", True),
+    413: ("INVALID_REQUEST", False),
+    429: ("RATE_LIMITED", True),
+    529: ("OVERLOADED", True),
+}
+
+_OVERFLOW_HINTS = ("prompt is too long", "context window", "context length", "too many tokens")
+
+
+def failure_of(exc: BaseException) -> LlmFailure:
+    """Translate an SDK or transport exception into an ``LlmFailure``."""
+    if isinstance(exc, anthropic.APIStatusError):
+        return _status_failure(exc)
+    if isinstance(exc, anthropic.APITimeoutError | _httpx.TimeoutException):
+        return LlmFailure(
+            message=f"request timed out: {_describe(exc)}", code="TIMEOUT", retryable=True
+        )
+    if isinstance(exc, anthropic.APIConnectionError | _httpx.TransportError):
+        return LlmFailure(
+            message=f"connection failed: {_describe(exc)}", code="CONNECTION", retryable=True
+        )
+    if isinstance(exc, ValueError | anthropic.APIResponseValidationError):
+        return LlmFailure(
+            message=f"malformed response from the API: {_describe(exc)}",
+            code="BAD_RESPONSE",
+            retryable=False,
+        )
+    return LlmFailure(message=_describe(exc), code="UNKNOWN", retryable=False)
+
+
+def _status_failure(exc: anthropic.APIStatusError) -> LlmFailure:
+    # An SSE ``error`` event arrives on a 200 response: only its body says what failed.
+    status = exc.status_code if exc.status_code >= 400 else None
+    error = exc.body.get("error") if isinstance(exc.body, dict) else None
+    err_type = error.get("type") if isinstance(error, dict) else None
+    detail = error.get("message") if isinstance(error, dict) else None
+    if not isinstance(err_type, str):
+        err_type = None
+    if not isinstance(detail, str):
+        detail = None
+    mapped = (_BY_TYPE.get(err_type) if err_type else None) or (
+        _BY_STATUS.get(status) if status is not None else None
+    )
+    if mapped is not None:
+        code, retryable = mapped
+    elif status is not None and status >= 500:
+        code, retryable = "SERVER", True
+    elif status is not None:
+        code, retryable = "INVALID_REQUEST", False
+    else:  # an SSE error event of a type we do not know: the server gave up mid-answer
+        code, retryable = "SERVER", True
+    text = detail or exc.message
+    if code == "INVALID_REQUEST" and any(h in text.lower() for h in _OVERFLOW_HINTS):
+        code = "CONTEXT_OVERFLOW"
+    headers = exc.response.headers
+    should_retry = headers.get("x-should-retry")
+    if should_retry in ("true", "false") and status is not None:
+        retryable = should_retry == "true"
+    prefix = " ".join(p for p in (str(status) if status else None, err_type) if p)
+    return LlmFailure(
+        message=f"{prefix}: {text}" if prefix and detail else text,
+        code=code,
+        status=status,
+        retryable=retryable,
+        provider_retry_after_ms=_retry_after_ms(headers),
+        request_id=exc.request_id,
+    )
+
+
+def _retry_after_ms(headers: Mapping[str, str]) -> int | None:
+    raw_ms = headers.get("retry-after-ms")
+    if raw_ms:
+        with contextlib.suppress(ValueError):
+            return max(0, round(float(raw_ms)))
+    raw = headers.get("retry-after")
+    if not raw:
+        return None
+    try:
+        return max(0, round(float(raw) * 1000))
+    except ValueError:
+        pass
+    with contextlib.suppress(TypeError, ValueError):
+        when = email.utils.parsedate_to_datetime(raw)
+        return max(0, round((when.timestamp() - time.time()) * 1000))
+    return None
+
+
+def _describe(exc: BaseException) -> str:
+    parts = [str(exc) or type(exc).__name__]
+    cause = exc.__cause__ or exc.__context__
+    if cause is not None and str(cause) and str(cause) not in parts[0]:
+        parts.append(str(cause))
+    return ": ".join(parts)

@@ -1,0 +1,379 @@
+"""Model providers for the command line: from the environment and a TOML ``[providers]`` table.
+
+Environment (each adds a provider when set):
+
+* ``DEEPSEEK_API_KEY``  → ``deepseek`` (OpenAI-compatible, https://api.deepseek.com)
+* ``OPENAI_API_KEY``    → ``openai``
+* ``ANTHROPIC_API_KEY`` → ``anthropic``
+* ``STEERLOOP_OPENAI_BASE_URL`` or ``OPENAI_BASE_URL`` → ``local``, any OpenAI-compatible
+  server (vLLM, Ollama, llama.cpp); its key is ``STEERLOOP_OPENAI_API_KEY`` (or
+  ``OPENAI_API_KEY`` with ``OPENAI_BASE_URL``, the SDK's convention), its default model
+  ``STEERLOOP_OPENAI_MODEL``.
+* ``STEERLOOP_MODEL`` → the default ``PROVIDER/MODEL``.
+
+A config file adds or adjusts providers; keys stay in the environment::
+
+    model = "deepseek/deepseek-chat"
+    [providers.vllm]
+    kind = "openai"                     # or "anthropic", or "package.module:AdapterClass"
+    base_url = "http://localhost:8000/v1"
+    api_key_env = "VLLM_API_KEY"        # optional for local servers
+    default_model = "Qwen/Qwen3-8B"
+    [providers.vllm.models."Qwen/Qwen3-8B"]
+    context_window = 32768
+
+Adapters are built lazily (first request), importing their SDK only then. API keys are
+read from the environment at registration and never appear in a message, a repr or the log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import os
+import tomllib
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .._hooks import Disposer
+from ..errors import LlmError
+from ._types import GenerateRequest, LlmAdapter, LlmFailure, ModelInfo
+from .chunks import StreamChunk
+
+if TYPE_CHECKING:
+    from .._runtime import Runtime
+
+__all__ = [
+    "ProviderConfig",
+    "ProviderConfigError",
+    "ProviderSpec",
+    "register_providers",
+]
+
+_KINDS = {
+    "openai": "steerloop.llm.openai:OpenAIChatAdapter",
+    "anthropic": "steerloop.llm.anthropic:AnthropicAdapter",
+}
+_EXTRAS = {"openai": "openai", "anthropic": "anthropic"}
+_SPEC_KEYS = {
+    "kind",
+    "base_url",
+    "api_key_env",
+    "default_model",
+    "headers",
+    "timeout",
+    "models",
+}
+_HINT = (
+    "set DEEPSEEK_API_KEY (or OPENAI_API_KEY, ANTHROPIC_API_KEY, or STEERLOOP_OPENAI_BASE_URL "
+    "for a local OpenAI-compatible server) or pass --model PROVIDER/MODEL"
+)
+
+
+class ProviderConfigError(ValueError):
+    """The provider configuration is invalid or cannot serve the requested model."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ProviderSpec:
+    """One configured provider; ``api_key_env`` names the variable holding its key."""
+
+    name: str
+    kind: str = "openai"
+    base_url: str | None = None
+    api_key_env: str | None = None
+    key_required: bool = True
+    default_model: str | None = None
+    headers: Mapping[str, str] = field(default_factory=dict)
+    timeout: float | None = None
+    models: Mapping[str, ModelInfo] = field(default_factory=dict)
+
+
+def _builtin(environ: Mapping[str, str]) -> dict[str, ProviderSpec]:
+    specs = {
+        "deepseek": ProviderSpec(
+            name="deepseek",
+            base_url="https://api.deepseek.com",
+            api_key_env="DEEPSEEK_API_KEY",
+            default_model="deepseek-chat",
+        ),
+        "openai": ProviderSpec(
+            name="openai",
+            base_url="https://api.openai.com/v1",
+            api_key_env="OPENAI_API_KEY",
+            default_model="gpt-4.1",
+        ),
+        "anthropic": ProviderSpec(
+            name="anthropic",
+            kind="anthropic",
+            api_key_env="ANTHROPIC_API_KEY",
+            default_model="claude-sonnet-4-5",
+        ),
+    }
+    base = environ.get("STEERLOOP_OPENAI_BASE_URL")
+    key_env = "STEERLOOP_OPENAI_API_KEY"
+    if not base and environ.get("OPENAI_BASE_URL"):
+        base = environ["OPENAI_BASE_URL"]
+        if not environ.get(key_env) and environ.get("OPENAI_API_KEY"):
+            key_env = "OPENAI_API_KEY"
+    if base:
+        specs["local"] = ProviderSpec(
+            name="local",
+            base_url=base,
+            api_key_env=key_env,
+            key_required=False,
+            default_model=environ.get("STEERLOOP_OPENAI_MODEL") or None,
+        )
+    return specs
+
+
+def _model_infos(name: str, raw: Any) -> dict[str, ModelInfo]:
+    if not isinstance(raw, Mapping):
+        raise ProviderConfigError(f"providers.{name}.models must be a table")
+    out: dict[str, ModelInfo] = {}
+    for model, facts in raw.items():
+        if not isinstance(facts, Mapping) or set(facts) - {"context_window", "max_output_tokens"}:
+            raise ProviderConfigError(
+                f"providers.{name}.models.{model}: only context_window and max_output_tokens"
+            )
+        out[str(model)] = ModelInfo(
+            context_window=facts.get("context_window"),
+            max_output_tokens=facts.get("max_output_tokens"),
+        )
+    return out
+
+
+def _spec_from_table(name: str, table: Any, base: ProviderSpec | None) -> ProviderSpec:
+    if not isinstance(table, Mapping):
+        raise ProviderConfigError(f"providers.{name} must be a table")
+    if "api_key" in table:
+        raise ProviderConfigError(
+            f"providers.{name}: API keys do not belong in the config file; "
+            "name the environment variable with api_key_env"
+        )
+    unknown = set(table) - _SPEC_KEYS
+    if unknown:
+        raise ProviderConfigError(f"providers.{name}: unknown key(s) {', '.join(sorted(unknown))}")
+    kind = table.get("kind", base.kind if base else "openai")
+    if kind not in _KINDS and ":" not in str(kind):
+        raise ProviderConfigError(
+            f"providers.{name}.kind must be 'openai', 'anthropic' or 'module:Class'"
+        )
+    spec = base or ProviderSpec(name=name, kind=kind, key_required="api_key_env" in table)
+    changes: dict[str, Any] = {"kind": kind}
+    for key in ("base_url", "api_key_env", "default_model"):
+        if key in table:
+            changes[key] = str(table[key])
+    if "headers" in table:
+        changes["headers"] = {str(k): str(v) for k, v in dict(table["headers"]).items()}
+    if "timeout" in table:
+        changes["timeout"] = float(table["timeout"])
+    if "models" in table:
+        changes["models"] = _model_infos(name, table["models"])
+    return replace(spec, **changes)
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderConfig:
+    """Providers by name plus the default model; keys are looked up in ``environ``."""
+
+    providers: Mapping[str, ProviderSpec]
+    default_model: str | None = None
+    environ: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def load(
+        cls,
+        providers: Mapping[str, Any] | None = None,
+        *,
+        model: str | None = None,
+        environ: Mapping[str, str] | None = None,
+    ) -> ProviderConfig:
+        """Providers from the environment, adjusted by a parsed ``[providers]`` table.
+
+        Raises:
+            ProviderConfigError: a table entry is invalid.
+        """
+        env = dict(os.environ if environ is None else environ)
+        builtin = _builtin(env)
+        specs: dict[str, ProviderSpec] = {
+            name: spec
+            for name, spec in builtin.items()
+            if not spec.key_required or (spec.api_key_env and env.get(spec.api_key_env))
+        }
+        for name, table in (providers or {}).items():
+            specs[name] = _spec_from_table(name, table, specs.get(name) or builtin.get(name))
+        default = model or env.get("STEERLOOP_MODEL") or None
+        return cls(specs, default, env)
+
+    @classmethod
+    def from_file(
+        cls, path: str | Path, *, environ: Mapping[str, str] | None = None
+    ) -> ProviderConfig:
+        """Read ``model`` and ``[providers]`` from a TOML file.
+
+        Raises:
+            ProviderConfigError: the file is not valid TOML or an entry is invalid.
+        """
+        path = Path(path)
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise ProviderConfigError(f"{path}: {exc}") from None
+        try:
+            return cls.load(data.get("providers"), model=data.get("model"), environ=environ)
+        except ProviderConfigError as exc:
+            raise ProviderConfigError(f"{path}: {exc}") from None
+
+    def api_key(self, spec: ProviderSpec) -> str | None:
+        return self.environ.get(spec.api_key_env) or None if spec.api_key_env else None
+
+    def missing_key(self, spec: ProviderSpec) -> str | None:
+        """A message naming what to set when ``spec`` needs a key that is absent."""
+        if spec.key_required and self.api_key(spec) is None:
+            variable = spec.api_key_env or "an API key variable (api_key_env)"
+            return (
+                f"provider {spec.name!r} has no API key: set {variable} "
+                "or pass --model PROVIDER/MODEL for another provider"
+            )
+        return None
+
+    def resolve_model(self, model: str | None = None) -> tuple[str, str]:
+        """``(provider, model)`` for ``--model P/M``, a bare model name, or the default.
+
+        Raises:
+            ProviderConfigError: nothing is configured, the provider is unknown, or it has
+                no key.
+        """
+        choice = model or self.default_model
+        if choice is None:
+            for name in ("deepseek", "openai", "anthropic", "local", *self.providers):
+                spec = self.providers.get(name)
+                if spec is not None and spec.default_model and self.missing_key(spec) is None:
+                    return name, spec.default_model
+            raise ProviderConfigError(f"no model provider is configured: {_HINT}")
+        provider, sep, name = choice.partition("/")
+        if not sep or not name:
+            provider, name = self._provider_of(choice), choice
+        spec = self.providers.get(provider)
+        if spec is None:
+            hint = _builtin({}).get(provider)
+            if hint is not None and hint.api_key_env:
+                raise ProviderConfigError(
+                    f"provider {provider!r} has no API key: set {hint.api_key_env} "
+                    "or pass --model PROVIDER/MODEL for another provider"
+                )
+            known = ", ".join(sorted(self.providers)) or "none"
+            raise ProviderConfigError(
+                f"unknown provider {provider!r} (configured: {known}); {_HINT}"
+            )
+        missing = self.missing_key(spec)
+        if missing is not None:
+            raise ProviderConfigError(missing)
+        return provider, name
+
+    def _provider_of(self, model: str) -> str:
+        for name, spec in self.providers.items():
+            if model == spec.default_model or model in spec.models:
+                return name
+        prefixes = {"deepseek": "deepseek", "gpt-": "openai", "claude": "anthropic"}
+        for prefix, name in prefixes.items():
+            if model.startswith(prefix):
+                return name
+        if model[:1] == "o" and model[1:2].isdigit():
+            return "openai"
+        raise ProviderConfigError(f"cannot tell the provider of {model!r}: use PROVIDER/MODEL")
+
+
+class _LazyAdapter:
+    """Builds the real adapter on first use, so the SDK is imported only when needed."""
+
+    def __init__(self, spec: ProviderSpec, key: str | None, missing: str | None) -> None:
+        self.spec = spec
+        self._key = key
+        self._missing = missing
+        self._adapter: LlmAdapter | None = None
+
+    def __repr__(self) -> str:
+        return f"<{self.spec.kind} adapter for {self.spec.name!r} at {self.spec.base_url!r}>"
+
+    def _failure(self, message: str) -> LlmError:
+        return LlmError(LlmFailure(message=message, code="AUTH", retryable=False))
+
+    def _build(self) -> LlmAdapter:
+        if self._missing is not None:
+            raise self._failure(self._missing)
+        if self._adapter is None:
+            path = _KINDS.get(self.spec.kind, self.spec.kind)
+            module_name, _, attr = path.partition(":")
+            try:
+                cls = getattr(importlib.import_module(module_name), attr)
+            except ImportError as exc:
+                extra = _EXTRAS.get(self.spec.kind)
+                hint = f" (pip install 'steerloop[{extra}]')" if extra else ""
+                raise LlmError(
+                    LlmFailure(
+                        message=f"provider {self.spec.name!r} is unavailable: {exc}{hint}",
+                        code="NO_ADAPTER",
+                        retryable=False,
+                    )
+                ) from None
+            kwargs: dict[str, Any] = {}
+            if self.spec.headers:
+                kwargs["default_headers"] = dict(self.spec.headers)
+            if self.spec.timeout is not None:
+                kwargs["timeout"] = self.spec.timeout
+            if self.spec.models:
+                kwargs["models"] = dict(self.spec.models)
+            self._adapter = cls(base_url=self.spec.base_url, api_key=self._key, **kwargs)
+        assert self._adapter is not None
+        return self._adapter
+
+    async def resolve_model(self, provider: str, model: str) -> ModelInfo | None:
+        return await self._build().resolve_model(provider, model)
+
+    async def stream(self, request: GenerateRequest) -> AsyncIterator[StreamChunk]:
+        async for chunk in self._build().stream(request):
+            yield chunk
+
+    async def aclose(self) -> None:
+        adapter, self._adapter = self._adapter, None
+        close = getattr(adapter, "aclose", None)
+        if close is not None:
+            await close()
+
+
+_closing: set[asyncio.Task[None]] = set()
+
+
+def register_providers(rt: Runtime, config: ProviderConfig) -> Disposer:
+    """Register one lazily built adapter per configured provider.
+
+    A provider whose key is missing is still registered, so a request routed to it fails
+    with a message naming the variable to set (code ``AUTH``) instead of "no adapter".
+
+    Returns:
+        A ``Disposer`` that unregisters them and closes the adapters that were built.
+    """
+    adapters: list[_LazyAdapter] = []
+    disposers: list[Disposer] = []
+    for name, spec in config.providers.items():
+        adapter = _LazyAdapter(spec, config.api_key(spec), config.missing_key(spec))
+        adapters.append(adapter)
+        disposers.append(rt.llm.register_adapter([name], adapter))
+
+    def dispose() -> None:
+        for disposer in disposers:
+            disposer()
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        for adapter in adapters:
+            task = loop.create_task(adapter.aclose())
+            _closing.add(task)
+            task.add_done_callback(_closing.discard)
+
+    return Disposer(dispose)

@@ -1,0 +1,641 @@
+"""``OpenAIChatAdapter``: any OpenAI-compatible chat-completions server, over the official SDK.
+
+Covers OpenAI, DeepSeek (``reasoning_content``), and local servers such as vLLM or Ollama.
+The SDK's own retries are off (``max_retries=0``): a failed request becomes a terminal
+``error`` finish carrying an ``LlmFailure``, and retrying is the business of the
+``agent/request-error`` listener (see ``steerloop.llm.retry``).
+
+Cancellation reaches the transport (G-5): every wait on the network is raced against
+``request.signal``; on abort the in-flight read is abandoned, the HTTP response is closed
+and the iterator ends with an ``aborted`` finish.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import email.utils
+import logging
+import re
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeVar
+
+import openai
+
+from .._signal import AbortSignal
+from ..errors import AbortedError
+from ..messages import (
+    AssistantMessage,
+    Message,
+    ReasoningBlock,
+    SystemMessage,
+    TextBlock,
+    ToolCallBlock,
+    ToolResultMessage,
+    UserMessage,
+)
+from ._types import GenerateRequest, LlmFailure, ModelInfo, TokenUsage
+from .chunks import (
+    BlockEnd,
+    BlockStart,
+    Finish,
+    FinishReason,
+    ReasoningDelta,
+    StreamChunk,
+    TextDelta,
+    ToolCallDelta,
+    UsageChunk,
+)
+
+__all__ = ["KNOWN_MODELS", "OpenAIChatAdapter", "failure_from_exception"]
+
+T = TypeVar("T")
+_log = logging.getLogger("steerloop.llm.openai")
+
+ReasoningReplay = Literal["tool-loop", "never"]
+
+# Context window and output ceiling of well-known models; a dated variant
+# ("gpt-4o-2024-08-06") matches its longest known prefix.
+KNOWN_MODELS: Mapping[str, ModelInfo] = {
+    "deepseek-chat": ModelInfo(context_window=128_000, max_output_tokens=8_192),
+    "deepseek-reasoner": ModelInfo(context_window=128_000, max_output_tokens=65_536),
+    "gpt-4o": ModelInfo(context_window=128_000, max_output_tokens=16_384),
+    "gpt-4o-mini": ModelInfo(context_window=128_000, max_output_tokens=16_384),
+    "gpt-4-turbo": ModelInfo(context_window=128_000, max_output_tokens=4_096),
+    "gpt-4.1": ModelInfo(context_window=1_047_576, max_output_tokens=32_768),
+    "gpt-4.1-mini": ModelInfo(context_window=1_047_576, max_output_tokens=32_768),
+    "gpt-4.1-nano": ModelInfo(context_window=1_047_576, max_output_tokens=32_768),
+    "gpt-5": ModelInfo(context_window=400_000, max_output_tokens=128_000),
+    "o1": ModelInfo(context_window=200_000, max_output_tokens=100_000),
+    "o1-mini": ModelInfo(context_window=128_000, max_output_tokens=65_536),
+    "o3": ModelInfo(context_window=200_000, max_output_tokens=100_000),
+    "o3-mini": ModelInfo(context_window=200_000, max_output_tokens=100_000),
+    "o4-mini": ModelInfo(context_window=200_000, max_output_tokens=100_000),
+}
+
+# Reasoning models of OpenAI take ``max_completion_tokens`` and refuse ``max_tokens``.
+_COMPLETION_TOKENS_MODELS = re.compile(r"^(o\d|gpt-5)")
+_CONTEXT_OVERFLOW = re.compile(
+    r"context[_ ]length|context window|maximum context|too many tokens|prompt is too long"
+    r"|reduce the length",
+    re.IGNORECASE,
+)
+_SECRETS = re.compile(r"(?:sk|pk|rk)-[A-Za-z0-9_\-*]{6,}|(?<=Bearer )\S+", re.IGNORECASE)
+_NO_KEY = "no-key"
+_FINISH_KINDS: Mapping[str, Literal["stop", "tool-calls", "max-tokens"]] = {
+    "stop": "stop",
+    "tool_calls": "tool-calls",
+    "function_call": "tool-calls",
+    "length": "max-tokens",
+}
+
+
+class OpenAIChatAdapter:
+    """An ``LlmAdapter`` for OpenAI-compatible ``/chat/completions`` streaming.
+
+    Args:
+        base_url: the API root (``https://api.deepseek.com``, ``http://localhost:8000/v1``);
+            ``None`` is OpenAI's own endpoint.
+        api_key: the bearer key. ``None`` reads ``OPENAI_API_KEY`` for OpenAI's endpoint and
+            sends a placeholder to any other ``base_url`` (local servers need none), so an
+            OpenAI key never travels to a third-party host by accident.
+        default_headers: extra headers for every request.
+        timeout: seconds for the SDK's HTTP timeout (connect and each read).
+        models: ``ModelInfo`` by model name, layered over ``KNOWN_MODELS``.
+        reasoning_replay: ``"tool-loop"`` sends a message's reasoning back as
+            ``reasoning_content`` on assistant messages of the current tool loop (DeepSeek
+            thinking mode requires it); ``"never"`` drops reasoning from requests.
+    """
+
+    def __init__(
+        self,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        *,
+        default_headers: Mapping[str, str] | None = None,
+        timeout: float | None = 600.0,
+        models: Mapping[str, ModelInfo] | None = None,
+        reasoning_replay: ReasoningReplay = "tool-loop",
+    ) -> None:
+        if api_key is None and base_url is not None:
+            api_key = _NO_KEY
+        self._secret = api_key
+        self._client = openai.AsyncOpenAI(
+            base_url=base_url or "https://api.openai.com/v1",
+            api_key=api_key,
+            default_headers=dict(default_headers) if default_headers else None,
+            timeout=timeout,
+            max_retries=0,
+        )
+        if self._secret is None:
+            self._secret = self._client.api_key
+        self._models = {**KNOWN_MODELS, **(models or {})}
+        self._reasoning_replay = reasoning_replay
+        self._closers: set[asyncio.Task[None]] = set()
+
+    def __repr__(self) -> str:
+        return f"OpenAIChatAdapter(base_url={str(self._client.base_url)!r})"
+
+    async def aclose(self) -> None:
+        """Close the SDK client and its connection pool."""
+        await self._client.close()
+
+    async def resolve_model(self, provider: str, model: str) -> ModelInfo:
+        """Known limits of ``model`` (longest matching name), or an empty ``ModelInfo``."""
+        info = self._models.get(model)
+        if info is None:
+            matches = [name for name in self._models if model.startswith(name + "-")]
+            if matches:
+                info = self._models[max(matches, key=len)]
+        return info or ModelInfo()
+
+    # --- request ----------------------------------------------------------------------
+
+    def request_body(self, request: GenerateRequest) -> dict[str, Any]:
+        """The keyword arguments of ``chat.completions.create`` for ``request``."""
+        body: dict[str, Any] = {
+            "model": request.model,
+            "messages": _messages(request, self._reasoning_replay),
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        if request.tools:
+            body["tools"] = [
+                {
+                    "type": "function",
+                    "function": {
+                        "name": tool.name,
+                        "description": tool.description,
+                        "parameters": dict(tool.parameters),
+                    },
+                }
+                for tool in request.tools
+            ]
+        if request.max_tokens is not None:
+            key = (
+                "max_completion_tokens"
+                if _COMPLETION_TOKENS_MODELS.match(request.model)
+                else "max_tokens"
+            )
+            body[key] = request.max_tokens
+        if request.reasoning_effort is not None:
+            body["reasoning_effort"] = request.reasoning_effort
+        config = request.config
+        if config is not None:
+            if config.temperature is not None:
+                body["temperature"] = config.temperature
+            if config.top_p is not None:
+                body["top_p"] = config.top_p
+            if config.extra:
+                body["extra_body"] = dict(config.extra)
+        return body
+
+    # --- streaming --------------------------------------------------------------------
+
+    async def stream(self, request: GenerateRequest) -> AsyncIterator[StreamChunk]:
+        signal = request.signal
+        if signal is not None and signal.aborted:
+            yield _aborted()
+            return
+        pump = _Pump(signal)
+        sdk_stream: Any = None
+        dispose_listener = None
+        try:
+            try:
+                body = self.request_body(request)
+                sdk_stream = await pump.run(lambda: self._client.chat.completions.create(**body))
+            except AbortedError:
+                yield _aborted()
+                return
+            except (openai.OpenAIError, ValueError) as exc:
+                yield self._error(exc)
+                return
+            request_id = sdk_stream.response.headers.get("x-request-id")
+            if signal is not None:
+                dispose_listener = signal.add_listener(
+                    lambda _: self._close_when_idle(pump, sdk_stream)
+                )
+            decoder = _Decoder()
+            while True:
+                try:
+                    item = await pump.run(lambda: _next(sdk_stream))
+                except AbortedError:
+                    yield _aborted()
+                    return
+                except (openai.OpenAIError, ValueError) as exc:
+                    yield self._error(exc, request_id)
+                    return
+                if item is _END:
+                    break
+                for chunk in decoder.feed(item):
+                    yield chunk
+            for chunk in decoder.end(request_id):
+                yield chunk
+        finally:
+            if dispose_listener is not None:
+                dispose_listener()
+            if sdk_stream is not None:
+                with contextlib.suppress(Exception):
+                    await sdk_stream.close()
+
+    def _close_when_idle(self, pump: _Pump, sdk_stream: Any) -> None:
+        """Signal listener: release the response now unless a read is in flight.
+
+        A read in flight is abandoned by the pump, and the iterator's ``finally`` closes the
+        response; a consumer paused between chunks gets the connection released here.
+        """
+        if pump.reading:
+            return
+        with contextlib.suppress(RuntimeError):
+            task = asyncio.get_running_loop().create_task(sdk_stream.close())
+            self._closers.add(task)
+            task.add_done_callback(self._closers.discard)
+
+    def _error(self, exc: BaseException, request_id: str | None = None) -> Finish:
+        failure = failure_from_exception(exc, secret=self._secret)
+        if failure.request_id is None and request_id is not None:
+            failure = _replace(failure, request_id=request_id)
+        _log.info("model request failed: %s (%s)", failure.message, failure.code)
+        return Finish(reason=FinishReason(kind="error", failure=failure))
+
+
+# --- wire → chunks ----------------------------------------------------------------------
+
+
+@dataclass
+class _ToolCall:
+    index: int
+    id: str
+    name: str
+    args: list[str] = field(default_factory=list)
+
+
+class _Decoder:
+    """Turns ``ChatCompletionChunk``s into steerloop chunks, one block index per part."""
+
+    def __init__(self) -> None:
+        self.next_index = 0
+        self.open_kind: Literal["text", "reasoning"] | None = None
+        self.open_index = -1
+        self.open_parts: list[str] = []
+        self.calls: dict[int, _ToolCall] = {}
+        self.saw_calls = False
+        self.finish_reason: str | None = None
+        self.usage: TokenUsage | None = None
+        self.ended = False
+
+    def feed(self, item: Any) -> Iterator[StreamChunk]:
+        usage = getattr(item, "usage", None)
+        if usage is not None:
+            self.usage = _usage(usage)
+        for choice in item.choices or ():
+            if choice.index not in (0, None):
+                continue
+            delta = choice.delta
+            if delta is not None:
+                reasoning = _reasoning_of(delta)
+                if reasoning:
+                    yield from self._part("reasoning", reasoning)
+                if delta.content:
+                    yield from self._part("text", delta.content)
+                for call in delta.tool_calls or ():
+                    yield from self._tool_delta(call)
+            if choice.finish_reason:
+                self.finish_reason = choice.finish_reason
+                yield from self._close_all()
+
+    def _part(self, kind: Literal["text", "reasoning"], text: str) -> Iterator[StreamChunk]:
+        if self.open_kind != kind:
+            yield from self._close_open()
+            self.open_kind, self.open_index, self.open_parts = kind, self.next_index, []
+            self.next_index += 1
+            yield BlockStart(index=self.open_index, block_type=kind)
+        self.open_parts.append(text)
+        if kind == "text":
+            yield TextDelta(index=self.open_index, text=text)
+        else:
+            yield ReasoningDelta(index=self.open_index, text=text)
+
+    def _close_open(self) -> Iterator[StreamChunk]:
+        if self.open_kind is None:
+            return
+        text = "".join(self.open_parts)
+        block = TextBlock(text) if self.open_kind == "text" else ReasoningBlock(text)
+        yield BlockEnd(index=self.open_index, block=block)
+        self.open_kind = None
+
+    def _tool_delta(self, delta: Any) -> Iterator[StreamChunk]:
+        wire_index = delta.index if delta.index is not None else len(self.calls)
+        function = delta.function
+        name = function.name if function is not None else None
+        args = (function.arguments if function is not None else None) or ""
+        call = self.calls.get(wire_index)
+        if call is None:
+            yield from self._close_open()
+            call = _ToolCall(
+                index=self.next_index,
+                id=delta.id or f"call_{self.next_index}",
+                name=name or "",
+            )
+            self.next_index += 1
+            self.calls[wire_index] = call
+            self.saw_calls = True
+            yield BlockStart(index=call.index, block_type="tool-call")
+            call.args.append(args)
+            yield ToolCallDelta(index=call.index, id=call.id, name=call.name, arguments_delta=args)
+            return
+        if name and not call.name:
+            call.name = name
+        if args:
+            call.args.append(args)
+            yield ToolCallDelta(index=call.index, id=call.id, arguments_delta=args)
+
+    def _close_all(self) -> Iterator[StreamChunk]:
+        yield from self._close_open()
+        for call in self.calls.values():
+            block = ToolCallBlock(call.id, call.name, "".join(call.args))
+            yield BlockEnd(index=call.index, block=block)
+        self.calls = {}
+
+    def end(self, request_id: str | None) -> Iterator[StreamChunk]:
+        yield from self._close_all()
+        if self.usage is not None:
+            yield UsageChunk(usage=self.usage)
+        reason = self.finish_reason
+        if reason is None:
+            failure = LlmFailure(
+                message="the stream ended without a finish reason",
+                code="INCOMPLETE_STREAM",
+                retryable=True,
+                request_id=request_id,
+            )
+            yield Finish(reason=FinishReason(kind="error", failure=failure))
+            return
+        kind = _FINISH_KINDS.get(reason)
+        if kind == "stop" and self.saw_calls:
+            kind = "tool-calls"
+        if kind is not None:
+            yield Finish(reason=FinishReason(kind=kind))
+            return
+        if reason == "content_filter":
+            failure = LlmFailure(
+                message="the provider's content filter stopped the response",
+                code="CONTENT_FILTER",
+                retryable=False,
+                request_id=request_id,
+            )
+        else:
+            # e.g. DeepSeek's "insufficient_system_resource".
+            failure = LlmFailure(
+                message=f"the provider ended the response with {reason!r}",
+                code="SERVER",
+                retryable=True,
+                request_id=request_id,
+            )
+        yield Finish(reason=FinishReason(kind="error", failure=failure))
+
+
+def _reasoning_of(delta: Any) -> str | None:
+    value = getattr(delta, "reasoning_content", None)
+    if value is None:
+        extra = getattr(delta, "model_extra", None) or {}
+        # vLLM's reasoning parsers and some gateways name the field "reasoning".
+        value = extra.get("reasoning_content") or extra.get("reasoning")
+    return value if isinstance(value, str) and value else None
+
+
+def _usage(usage: Any) -> TokenUsage:
+    """Disjoint counts: cached input and reasoning output are split out of the totals."""
+    prompt = usage.prompt_tokens or 0
+    completion = usage.completion_tokens or 0
+    details = getattr(usage, "prompt_tokens_details", None)
+    cached = getattr(details, "cached_tokens", None) if details is not None else None
+    if cached is None:
+        extra = getattr(usage, "model_extra", None) or {}
+        hit = extra.get("prompt_cache_hit_tokens")  # DeepSeek
+        cached = hit if isinstance(hit, int) else None
+    out_details = getattr(usage, "completion_tokens_details", None)
+    reasoning = getattr(out_details, "reasoning_tokens", None) if out_details is not None else None
+    return TokenUsage(
+        input_tokens=max(prompt - (cached or 0), 0),
+        output_tokens=max(completion - (reasoning or 0), 0),
+        cache_read_tokens=cached,
+        reasoning_tokens=reasoning,
+    )
+
+
+# --- messages → wire --------------------------------------------------------------------
+
+
+def _text(blocks: tuple[Any, ...]) -> str:
+    return "\n\n".join(b.text for b in blocks if isinstance(b, TextBlock))
+
+
+def _messages(request: GenerateRequest, replay: ReasoningReplay) -> list[dict[str, Any]]:
+    messages = request.messages
+    last_user = max((i for i, m in enumerate(messages) if isinstance(m, UserMessage)), default=-1)
+    return [
+        _message(
+            message,
+            request,
+            replay == "tool-loop"
+            and (
+                i > last_user
+                or (isinstance(message, AssistantMessage) and bool(message.tool_calls))
+            ),
+        )
+        for i, message in enumerate(messages)
+    ]
+
+
+def _message(message: Message, request: GenerateRequest, in_tool_loop: bool) -> dict[str, Any]:
+    if isinstance(message, SystemMessage):
+        return {"role": "system", "content": _text(message.content)}
+    if isinstance(message, UserMessage):
+        return {"role": "user", "content": _text(message.content)}
+    if isinstance(message, ToolResultMessage):
+        return {"role": "tool", "tool_call_id": message.call_id, "content": _text(message.content)}
+    out: dict[str, Any] = {"role": "assistant", "content": _text(message.content)}
+    calls = message.tool_calls
+    if calls:
+        out["tool_calls"] = [
+            {
+                "id": call.id,
+                "type": "function",
+                "function": {"name": call.name, "arguments": call.arguments},
+            }
+            for call in calls
+        ]
+        if not out["content"]:
+            out["content"] = None
+    # Reasoning goes back only to the provider that produced it, and only where a tool loop
+    # needs it: DeepSeek thinking mode requires it on the messages of the loop in progress
+    # (and ignores it on earlier turns, so a steered loop keeps it on its tool-call turns).
+    if in_tool_loop and message.source.provider in (None, request.provider):
+        reasoning = "".join(b.text for b in message.content if isinstance(b, ReasoningBlock))
+        if reasoning:
+            out["reasoning_content"] = reasoning
+    return out
+
+
+# --- failures ---------------------------------------------------------------------------
+
+
+def _redact(text: str, secret: str | None) -> str:
+    if secret and secret != _NO_KEY:
+        text = text.replace(secret, "***")
+    return _SECRETS.sub("***", text)
+
+
+def _retry_after_ms(headers: Any) -> int | None:
+    if headers is None:
+        return None
+    raw_ms = headers.get("retry-after-ms")
+    if raw_ms:
+        with contextlib.suppress(ValueError):
+            return max(int(float(raw_ms)), 0)
+    raw = headers.get("retry-after")
+    if not raw:
+        return None
+    try:
+        return max(int(float(raw) * 1000), 0)
+    except ValueError:
+        pass
+    try:
+        parsed = email.utils.parsedate_to_datetime(raw)
+    except (TypeError, ValueError):
+        return None
+    return max(int((parsed.timestamp() - time.time()) * 1000), 0)
+
+
+def _error_body(body: Any) -> tuple[str | None, str | None, str | None]:
+    """``(message, code, type)`` from an error body (``{"error": {...}}`` or the inner dict)."""
+    if isinstance(body, Mapping) and isinstance(body.get("error"), Mapping):
+        body = body["error"]
+    if not isinstance(body, Mapping):
+        return (body if isinstance(body, str) else None), None, None
+    message, code, kind = body.get("message"), body.get("code"), body.get("type")
+    return (
+        message if isinstance(message, str) else None,
+        str(code) if code is not None else None,
+        kind if isinstance(kind, str) else None,
+    )
+
+
+def _status_code(status: int, text: str, code: str | None) -> tuple[str, bool]:
+    if code == "insufficient_quota":
+        return "QUOTA", False
+    if code == "context_length_exceeded" or (
+        status in (400, 413, 422) and _CONTEXT_OVERFLOW.search(text)
+    ):
+        return "CONTEXT_OVERFLOW", False
+    if status in (401, 403):
+        return "AUTH", False
+    if status == 402:
+        return "QUOTA", False
+    if status == 404:
+        return "NOT_FOUND", False
+    if status == 408:
+        return "TIMEOUT", True
+    if status == 409:
+        return "CONFLICT", True
+    if status == 429:
+        return "RATE_LIMITED", True
+    if status >= 500:
+        return "SERVER", True
+    return "INVALID_REQUEST", False
+
+
+def failure_from_exception(exc: BaseException, *, secret: str | None = None) -> LlmFailure:
+    """Map an SDK/HTTP exception to an ``LlmFailure``; ``secret`` is scrubbed from the text."""
+    if isinstance(exc, openai.APIStatusError):
+        message, code, _ = _error_body(exc.body)
+        text = message or exc.message or f"HTTP {exc.status_code}"
+        kind, retryable = _status_code(exc.status_code, text, code)
+        return LlmFailure(
+            message=_redact(f"HTTP {exc.status_code}: {text}", secret),
+            code=kind,
+            status=exc.status_code,
+            retryable=retryable,
+            provider_retry_after_ms=_retry_after_ms(exc.response.headers),
+            request_id=exc.request_id,
+        )
+    if isinstance(exc, openai.APITimeoutError):
+        return LlmFailure(message="the request timed out", code="TIMEOUT", retryable=True)
+    if isinstance(exc, openai.APIConnectionError):
+        cause = exc.__cause__
+        detail = f": {type(cause).__name__}" if cause is not None else ""
+        return LlmFailure(
+            message=_redact(f"connection error{detail}", secret), code="CONNECTION", retryable=True
+        )
+    if isinstance(exc, openai.APIError):
+        # An error object sent inside the event stream.
+        message, code, err_type = _error_body(exc.body)
+        stream_text = message or exc.message
+        overflow = code == "context_length_exceeded" or bool(_CONTEXT_OVERFLOW.search(stream_text))
+        rate = "rate" in (err_type or "") or "rate" in (code or "")
+        name = "CONTEXT_OVERFLOW" if overflow else "RATE_LIMITED" if rate else "SERVER"
+        return LlmFailure(
+            message=_redact(f"stream error: {stream_text}", secret),
+            code=name,
+            retryable=not overflow,
+        )
+    if isinstance(exc, ValueError):
+        return LlmFailure(
+            message=_redact(f"malformed response from the server: {exc}", secret),
+            code="BAD_RESPONSE",
+            retryable=False,
+        )
+    return LlmFailure(
+        message=_redact(f"{type(exc).__name__}: {exc}", secret), code="UNKNOWN", retryable=False
+    )
+
+
+def _replace(failure: LlmFailure, **changes: Any) -> LlmFailure:
+    return LlmFailure(**{**failure.to_json(), **changes})
+
+
+def _aborted() -> Finish:
+    failure = LlmFailure(message="the request was cancelled", code="ABORTED")
+    return Finish(reason=FinishReason(kind="aborted", failure=failure))
+
+
+# --- signal-aware waiting ---------------------------------------------------------------
+
+_END: Any = object()
+
+
+async def _next(sdk_stream: Any) -> Any:
+    try:
+        return await sdk_stream.__anext__()
+    except StopAsyncIteration:
+        return _END
+
+
+class _Pump:
+    """Awaits network steps, abandoning the one in flight when the signal aborts."""
+
+    __slots__ = ("reading", "signal")
+
+    def __init__(self, signal: AbortSignal | None) -> None:
+        self.signal = signal
+        self.reading = False
+
+    async def run(self, step: Callable[[], Awaitable[T]]) -> T:
+        if self.signal is None:
+            return await step()
+        self.signal.throw_if_aborted()
+        task = asyncio.ensure_future(step())
+        self.reading = True
+        try:
+            return await self.signal.race(task)
+        finally:
+            self.reading = False
+            if not task.done():
+                # Our own read: cancelling it unwinds the SDK's generator, which closes the
+                # HTTP response so the server sees the connection go away.
+                task.cancel()
+                with contextlib.suppress(BaseException):
+                    await task

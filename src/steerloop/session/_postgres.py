@@ -1,0 +1,967 @@
+"""The PostgreSQL store (``postgresql://``): one database shared by many hosts.
+
+Installed with the extra ``steerloop[postgres]`` (asyncpg, imported lazily).
+
+Design note — write ownership (G-2) and durability:
+
+* **Lease.** ``open_writer`` takes the session's row in the lease table: the upsert succeeds
+  only when there is no lease, the lease was released, or it has expired (judged by the
+  server's clock, so hosts need no synchronised clocks). Each success bumps the session's
+  **fencing token** and stamps a fresh lease id; a live lease makes the opener fail with
+  ``SessionConflictError`` at open time. Taking over an expired lease is the explicit takeover
+  path; ``revoke_lease`` ends a lease at once (an operator fencing a host known to be dead).
+* **Fencing.** Every batch commit runs ``UPDATE lease ... WHERE token = held AND lease_id =
+  held`` in the same transaction as the event inserts. An owner whose lease was taken over
+  (paused process, network split) matches no row, so nothing of its batch is stored and its
+  next ``flush``/``close`` raises ``SessionConflictError``. Row locks on the lease row order a
+  commit and a takeover: whichever commits first wins, the other sees its result.
+* **Heartbeat.** The store's background task renews the leases of its open writers every
+  third of the TTL (and each commit renews the sessions it writes). A loop that stops running
+  stops renewing, so its leases expire and can be taken over.
+* **Group commit.** ``EventSink.write`` is synchronous: it queues the event and wakes the
+  store's single writer task, which commits everything queued (for every session of the
+  store) in one transaction. ``flush`` is a barrier on that queue. A commit that fails with a
+  backend error fails the writers of that batch for good (``SessionStorageError``): the
+  stored log stays a valid prefix, and resume repair continues from there.
+* **Synchronous open.** ``open_writer`` is synchronous (the ``SessionStore`` seam), yet the
+  lease needs a round trip; it runs on a private event loop in a helper thread with its own
+  connection, bounded by ``lock_timeout`` (a lease row locked by a committing owner is
+  reported as a conflict rather than waited for), so the caller's loop is blocked for at
+  most one short transaction.
+* **Publication (C7.2-19).** A writer buffers in memory until ``publish()``; only then are
+  the session row and its events queued. ``discard`` and an unpublished ``close`` release the
+  lease and store nothing.
+
+Payloads are stored in a ``json`` column (the exact text, unlike ``jsonb``, which also
+refuses ``\\u0000``). Tables live in one schema (default ``steerloop``, or ``?schema=`` in
+the URL) with a schema-version table; migrations run on first use under an advisory lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import builtins
+import concurrent.futures
+import contextlib
+import importlib
+import json
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, TypeVar
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
+
+from ..errors import (
+    SessionConflictError,
+    SessionCorruptError,
+    SessionPersistenceError,
+    SessionPersistenceNotFoundError,
+    SessionStorageError,
+)
+from ._codec import decode_log
+from ._events import SessionEvent
+from ._session import EventSink
+from ._store import SessionStore
+
+__all__ = ["LOG_VERSION", "SCHEMA_VERSION", "LeaseInfo", "PostgresStore"]
+
+SCHEMA_VERSION = 1
+"""Version of the table layout (``steerloop_schema_version``)."""
+
+LOG_VERSION = 1
+"""``version`` of the session header: the version of the persisted event JSON form."""
+
+_T = TypeVar("_T")
+
+
+def _asyncpg() -> Any:
+    try:
+        return importlib.import_module("asyncpg")
+    except ImportError:
+        raise ImportError(
+            "the PostgreSQL store needs asyncpg: install steerloop with the extra "
+            "'steerloop[postgres]'"
+        ) from None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LeaseInfo:
+    """The write lease of one session as stored (``PostgresStore.lease``)."""
+
+    session_id: str
+    owner: str
+    token: int
+    expires_at: datetime
+    live: bool
+
+
+def _ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+_MIGRATIONS: dict[int, str] = {
+    1: """
+    CREATE TABLE {sessions} (
+        session_id text PRIMARY KEY,
+        header json NOT NULL,
+        created_at timestamptz NOT NULL DEFAULT now()
+    );
+    CREATE TABLE {events} (
+        session_id text NOT NULL REFERENCES {sessions} (session_id) ON DELETE CASCADE,
+        seq bigint NOT NULL CHECK (seq >= 1),
+        payload json NOT NULL,
+        PRIMARY KEY (session_id, seq)
+    );
+    CREATE TABLE {leases} (
+        session_id text PRIMARY KEY,
+        owner text NOT NULL,
+        lease_id uuid,
+        token bigint NOT NULL,
+        expires_at timestamptz NOT NULL,
+        acquired_at timestamptz NOT NULL DEFAULT now()
+    );
+    """,
+}
+
+
+class _Tables:
+    """Schema-qualified table names and the statements that use them."""
+
+    def __init__(self, schema: str) -> None:
+        self.schema = schema
+        s = _ident(schema)
+        self.version = f"{s}.steerloop_schema_version"
+        self.sessions = f"{s}.steerloop_sessions"
+        self.events = f"{s}.steerloop_events"
+        self.leases = f"{s}.steerloop_leases"
+        self.acquire = f"""
+            INSERT INTO {self.leases} AS l (session_id, owner, lease_id, token, expires_at)
+            VALUES ($1, $2, $3, 1, now() + make_interval(secs => $4))
+            ON CONFLICT (session_id) DO UPDATE
+               SET owner = EXCLUDED.owner, lease_id = EXCLUDED.lease_id, token = l.token + 1,
+                   expires_at = EXCLUDED.expires_at, acquired_at = now()
+             WHERE l.lease_id IS NULL OR l.expires_at <= now()
+            RETURNING token"""
+        # The fence: renews exactly the leases whose (lease id, token) are still current.
+        self.fence = f"""
+            UPDATE {self.leases} AS l SET expires_at = now() + make_interval(secs => $4)
+              FROM unnest($1::text[], $2::uuid[], $3::bigint[]) AS f (sid, lid, tok)
+             WHERE l.session_id = f.sid AND l.lease_id = f.lid AND l.token = f.tok
+            RETURNING l.session_id"""
+        self.release = f"""
+            UPDATE {self.leases} SET lease_id = NULL, expires_at = now()
+             WHERE session_id = $1 AND lease_id = $2 AND token = $3"""
+        self.insert_events = f"""
+            INSERT INTO {self.events} (session_id, seq, payload)
+            SELECT * FROM unnest($1::text[], $2::bigint[], $3::json[])"""
+
+
+async def _migrate(conn: Any, tables: _Tables) -> None:
+    """Create or upgrade the schema; concurrent hosts serialise on an advisory lock."""
+    async with conn.transaction():
+        await conn.execute(
+            "SELECT pg_advisory_xact_lock(hashtext($1))", "steerloop:" + tables.schema
+        )
+        await conn.execute(f"CREATE SCHEMA IF NOT EXISTS {_ident(tables.schema)}")
+        await conn.execute(
+            f"CREATE TABLE IF NOT EXISTS {tables.version} (version integer PRIMARY KEY, "
+            "applied_at timestamptz NOT NULL DEFAULT now())"
+        )
+        current = await conn.fetchval(f"SELECT coalesce(max(version), 0) FROM {tables.version}")
+        if current > SCHEMA_VERSION:
+            raise SessionStorageError(
+                f"schema {tables.schema!r} has version {current}; this steerloop knows up to "
+                f"{SCHEMA_VERSION} (upgrade steerloop)"
+            )
+        for version in range(current + 1, SCHEMA_VERSION + 1):
+            await conn.execute(
+                _MIGRATIONS[version].format(
+                    sessions=tables.sessions, events=tables.events, leases=tables.leases
+                )
+            )
+            await conn.execute(f"INSERT INTO {tables.version} (version) VALUES ($1)", version)
+
+
+class _Url:
+    """A ``postgresql://`` URL split into what asyncpg gets and what steerloop keeps."""
+
+    def __init__(self, url: str) -> None:
+        parts = urlsplit(url)
+        if parts.scheme not in ("postgresql", "postgres"):
+            raise ValueError(f"not a PostgreSQL URL: {parts.scheme}://…")
+        query = dict(parse_qsl(parts.query, keep_blank_values=True))
+        self.schema = query.pop("schema", "steerloop") or "steerloop"
+        try:
+            self.lease_ttl: float | None = (
+                float(query.pop("lease_ttl")) if "lease_ttl" in query else None
+            )
+        except ValueError:
+            raise ValueError("lease_ttl in the store URL must be a number of seconds") from None
+        self.password = unquote(parts.password) if parts.password else ""
+        self.dsn = urlunsplit(parts._replace(query=urlencode(query)))
+        netloc = parts.netloc
+        if parts.password is not None:
+            userinfo, _, host = netloc.rpartition("@")
+            netloc = f"{userinfo.split(':', 1)[0]}:***@{host}"
+        self.display = urlunsplit(parts._replace(netloc=netloc))
+
+    def scrub(self, text: str) -> str:
+        return text.replace(self.password, "***") if self.password else text
+
+
+class _LeaseLane:
+    """A private event loop in a daemon thread, so the synchronous ``open_writer`` can run
+    the lease transaction; it keeps one connection, reopened after a failure."""
+
+    def __init__(self, connect: Callable[[], Awaitable[Any]]) -> None:
+        self._connect = connect
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._conn: Any = None
+        self._guard = threading.Lock()
+
+    def run(self, job: Callable[[Any], Awaitable[_T]], timeout: float) -> _T:
+        future = asyncio.run_coroutine_threadsafe(self._call(job), self._start())
+        try:
+            return future.result(timeout)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise TimeoutError(f"no answer within {timeout:g}s") from None
+
+    def _start(self) -> asyncio.AbstractEventLoop:
+        with self._guard:
+            if self._loop is None:
+                loop = asyncio.new_event_loop()
+                thread = threading.Thread(
+                    target=loop.run_forever, name="steerloop-postgres-lease", daemon=True
+                )
+                thread.start()
+                self._loop, self._thread = loop, thread
+            return self._loop
+
+    async def _call(self, job: Callable[[Any], Awaitable[_T]]) -> _T:
+        if self._conn is None or self._conn.is_closed():
+            self._conn = await self._connect()
+        try:
+            return await job(self._conn)
+        except BaseException:
+            if self._conn.is_closed() or self._conn.is_in_transaction():
+                self._conn.terminate()
+                self._conn = None
+            raise
+
+    def close(self) -> None:
+        with self._guard:
+            loop, thread = self._loop, self._thread
+            self._loop = self._thread = None
+        if loop is None or thread is None:
+            return
+        if self._conn is not None:
+            conn, self._conn = self._conn, None
+            with contextlib.suppress(Exception):
+                asyncio.run_coroutine_threadsafe(conn.close(timeout=2), loop).result(3)
+            if not conn.is_closed():
+                loop.call_soon_threadsafe(conn.terminate)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(5)
+        loop.close()
+
+
+class PostgresStore(SessionStore):
+    """Sessions in PostgreSQL, shared by every runtime that opens the same database.
+
+    Args:
+        url: ``postgresql://user[:password]@host[:port]/db[?schema=NAME&lease_ttl=SECONDS]``.
+        schema: the schema holding steerloop's tables (overrides ``?schema=``).
+        lease_ttl: seconds a write lease lives without a heartbeat (default 30).
+        connect_timeout: seconds to wait for the server.
+        lock_timeout: seconds ``open_writer`` waits for a lease row locked by a committing
+            owner before it reports a conflict.
+
+    Raises:
+        ImportError: asyncpg is not installed (extra ``steerloop[postgres]``).
+        ValueError: a malformed URL or option.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        schema: str | None = None,
+        lease_ttl: float | None = None,
+        connect_timeout: float = 5.0,
+        lock_timeout: float = 0.25,
+        pool_size: int = 4,
+    ) -> None:
+        self._pg = _asyncpg()
+        self._url = _Url(url)
+        self.url = self._url.display
+        ttl = lease_ttl if lease_ttl is not None else self._url.lease_ttl
+        self.lease_ttl = 30.0 if ttl is None else float(ttl)
+        if not self.lease_ttl > 0:
+            raise ValueError(f"lease_ttl must be positive, not {self.lease_ttl!r}")
+        self._tables = _Tables(schema or self._url.schema)
+        self._connect_timeout = connect_timeout
+        self._lock_timeout_ms = max(1, int(lock_timeout * 1000))
+        self._pool_size = pool_size
+        self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self._pool: Any = None
+        self._pool_lock: asyncio.Lock | None = None
+        self._lane = _LeaseLane(self._lane_connect)
+        self._writers: dict[str, _PostgresWriter] = {}
+        # Group commit: (writer, seq, text) in order; seq 0 stands for "create the session row".
+        self._queue: builtins.list[tuple[_PostgresWriter, int, str]] = []
+        self._queued = 0
+        self._done = 0
+        self._waiters: builtins.list[tuple[int, asyncio.Future[None]]] = []
+        self._wake: asyncio.Event | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._stopping = False
+        self._closed = False
+        self._commits = 0
+
+    @property
+    def schema(self) -> str:
+        return self._tables.schema
+
+    @property
+    def commits(self) -> int:
+        """Batch transactions committed so far (group commit makes this < events written)."""
+        return self._commits
+
+    # --- connections and error translation ------------------------------------------------
+
+    @contextlib.contextmanager
+    def _errors(self, what: str) -> Iterator[None]:
+        """Translate backend failures into ``SessionStorageError`` (never naming the password)."""
+        try:
+            yield
+        except SessionPersistenceError:
+            raise
+        except (OSError, TimeoutError, self._pg.PostgresError, self._pg.InterfaceError) as exc:
+            detail = self._url.scrub(f"{type(exc).__name__}: {exc}")
+            raise SessionStorageError(
+                f"PostgreSQL store {self.url}: {what} failed: {detail}"
+            ) from None
+
+    def _connect_kwargs(self) -> dict[str, Any]:
+        # A paused owner must not keep the lease row locked forever inside a transaction.
+        idle_ms = max(1000, int(self.lease_ttl * 1000))
+        return {
+            "dsn": self._url.dsn,
+            "timeout": self._connect_timeout,
+            "server_settings": {"idle_in_transaction_session_timeout": str(idle_ms)},
+        }
+
+    async def _lane_connect(self) -> Any:
+        conn = await self._pg.connect(**self._connect_kwargs())
+        try:
+            await _migrate(conn, self._tables)
+        except BaseException:
+            conn.terminate()
+            raise
+        return conn
+
+    async def _acquire_pool(self) -> Any:
+        if self._closed:
+            raise SessionStorageError(f"PostgreSQL store {self.url} is closed")
+        if self._pool is not None:
+            return self._pool
+        if self._pool_lock is None:
+            self._pool_lock = asyncio.Lock()
+        async with self._pool_lock:
+            if self._pool is None:
+                with self._errors("connecting"):
+                    pool = await self._pg.create_pool(
+                        min_size=1, max_size=self._pool_size, **self._connect_kwargs()
+                    )
+                    try:
+                        async with pool.acquire() as conn:
+                            await _migrate(conn, self._tables)
+                    except BaseException:
+                        pool.terminate()
+                        raise
+                    self._pool = pool
+        return self._pool
+
+    # --- reading ----------------------------------------------------------------------------
+
+    async def load(self, session_id: str) -> tuple[SessionEvent, ...]:
+        pool = await self._acquire_pool()
+        t = self._tables
+        with self._errors(f"loading session {session_id!r}"):
+            async with pool.acquire() as conn, conn.transaction(readonly=True):
+                rows = await conn.fetch(
+                    f"SELECT seq, payload FROM {t.events} WHERE session_id = $1 ORDER BY seq",
+                    session_id,
+                )
+                if not rows and not await conn.fetchval(
+                    f"SELECT EXISTS (SELECT 1 FROM {t.sessions} WHERE session_id = $1)",
+                    session_id,
+                ):
+                    raise SessionPersistenceNotFoundError(
+                        f"no session {session_id!r} in {self.url}"
+                    )
+        raw: builtins.list[Any] = []
+        for row in rows:
+            seq = row["seq"]
+            try:
+                item = json.loads(row["payload"])
+            except json.JSONDecodeError as exc:
+                raise SessionCorruptError(
+                    f"session {session_id!r}: stored event at seq {seq} is not JSON: {exc}"
+                ) from None
+            if not isinstance(item, dict) or item.get("seq") != seq:
+                found = item.get("seq") if isinstance(item, dict) else item
+                raise SessionCorruptError(
+                    f"session {session_id!r}: the row of seq {seq} holds {found!r:.40} as its seq"
+                )
+            raw.append(item)
+        try:
+            return decode_log(raw)
+        except SessionCorruptError as exc:
+            raise SessionCorruptError(f"session {session_id!r}: {exc}") from None
+
+    async def check_absent(self, session_id: str) -> None:
+        if await self.exists(session_id):
+            raise SessionConflictError(
+                f"session {session_id!r} is already stored in {self.url}; resume it instead"
+            )
+
+    async def exists(self, session_id: str) -> bool:
+        pool = await self._acquire_pool()
+        with self._errors(f"looking up session {session_id!r}"):
+            return bool(
+                await pool.fetchval(
+                    f"SELECT EXISTS (SELECT 1 FROM {self._tables.sessions} WHERE session_id = $1)",
+                    session_id,
+                )
+            )
+
+    async def load_header(self, session_id: str) -> dict[str, Any]:
+        """The stored session header (EVENTS.md §2.7); optional fields absent when unset.
+
+        Raises:
+            SessionPersistenceNotFoundError: nothing is stored under the id.
+        """
+        pool = await self._acquire_pool()
+        with self._errors(f"reading the header of {session_id!r}"):
+            text = await pool.fetchval(
+                f"SELECT header FROM {self._tables.sessions} WHERE session_id = $1", session_id
+            )
+        if text is None:
+            raise SessionPersistenceNotFoundError(f"no session {session_id!r} in {self.url}")
+        header = json.loads(text)
+        if not isinstance(header, dict):
+            raise SessionCorruptError(f"session {session_id!r}: the stored header is not an object")
+        return header
+
+    async def list(self) -> tuple[str, ...]:
+        pool = await self._acquire_pool()
+        with self._errors("listing sessions"):
+            rows = await pool.fetch(f"SELECT session_id FROM {self._tables.sessions}")
+        return tuple(sorted(row["session_id"] for row in rows))
+
+    async def lease(self, session_id: str) -> LeaseInfo | None:
+        """The stored write lease of ``session_id`` (``None`` if it never had one)."""
+        pool = await self._acquire_pool()
+        with self._errors(f"reading the lease of {session_id!r}"):
+            row = await pool.fetchrow(
+                f"SELECT owner, token, expires_at, lease_id IS NOT NULL AND expires_at > now() "
+                f"AS live FROM {self._tables.leases} WHERE session_id = $1",
+                session_id,
+            )
+        if row is None:
+            return None
+        return LeaseInfo(
+            session_id=session_id,
+            owner=row["owner"],
+            token=row["token"],
+            expires_at=row["expires_at"],
+            live=row["live"],
+        )
+
+    async def raw(self, session_id: str) -> tuple[str, ...]:
+        """The stored JSON text of each event in seq order (``()`` when nothing is stored)."""
+        pool = await self._acquire_pool()
+        with self._errors(f"reading session {session_id!r}"):
+            rows = await pool.fetch(
+                f"SELECT payload FROM {self._tables.events} WHERE session_id = $1 ORDER BY seq",
+                session_id,
+            )
+        return tuple(row["payload"] for row in rows)
+
+    # --- administration ---------------------------------------------------------------------
+
+    async def delete(self, session_id: str) -> None:
+        if session_id in self._writers:
+            raise SessionConflictError(f"session {session_id!r} has an open writer")
+        pool = await self._acquire_pool()
+        t = self._tables
+        with self._errors(f"deleting session {session_id!r}"):
+            async with pool.acquire() as conn, conn.transaction():
+                await conn.execute(f"SET LOCAL lock_timeout = {self._lock_timeout_ms}")
+                held = await conn.fetchrow(
+                    f"SELECT owner, expires_at FROM {t.leases} WHERE session_id = $1 "
+                    "AND lease_id IS NOT NULL AND expires_at > now() FOR UPDATE",
+                    session_id,
+                )
+                if held is not None:
+                    raise SessionConflictError(
+                        f"session {session_id!r} has an open writer ({held['owner']} holds its "
+                        f"lease until {held['expires_at'].isoformat()})"
+                    )
+                deleted = await conn.fetchval(
+                    f"DELETE FROM {t.sessions} WHERE session_id = $1 RETURNING 1", session_id
+                )
+                if deleted is None:
+                    raise SessionPersistenceNotFoundError(
+                        f"no session {session_id!r} in {self.url}"
+                    )
+                await conn.execute(f"DELETE FROM {t.leases} WHERE session_id = $1", session_id)
+
+    async def revoke_lease(self, session_id: str) -> bool:
+        """End the write lease of ``session_id`` now and bump its fencing token.
+
+        For an operator who knows the holder is gone: the holder's next commit is refused
+        (``SessionConflictError``) and the next ``open_writer`` succeeds at once. Returns
+        whether a lease was held.
+        """
+        pool = await self._acquire_pool()
+        with self._errors(f"revoking the lease of {session_id!r}"):
+            return (
+                await pool.fetchval(
+                    f"UPDATE {self._tables.leases} SET lease_id = NULL, token = token + 1, "
+                    "expires_at = now() WHERE session_id = $1 AND lease_id IS NOT NULL "
+                    "RETURNING 1",
+                    session_id,
+                )
+                is not None
+            )
+
+    async def put_raw(self, session_id: str, lines: Iterable[str | Mapping[str, Any]]) -> None:
+        """Store ``lines`` (JSON text or objects) as the log of ``session_id``, unchecked.
+
+        For tests and repair tools: replaces whatever is stored; refused while a writer of
+        this store holds the session.
+        """
+        if session_id in self._writers:
+            raise SessionConflictError(f"session {session_id!r} has an open writer")
+        texts = [line if isinstance(line, str) else json.dumps(line) for line in lines]
+        pool = await self._acquire_pool()
+        t = self._tables
+        with self._errors(f"storing session {session_id!r}"):
+            async with pool.acquire() as conn, conn.transaction():
+                await conn.execute(f"DELETE FROM {t.sessions} WHERE session_id = $1", session_id)
+                await conn.execute(
+                    f"INSERT INTO {t.sessions} (session_id, header) VALUES ($1, $2)",
+                    session_id,
+                    _header_json(session_id, {}),
+                )
+                await conn.execute(
+                    t.insert_events,
+                    [session_id] * len(texts),
+                    list(range(1, len(texts) + 1)),
+                    texts,
+                )
+
+    # --- writing ----------------------------------------------------------------------------
+
+    def open_writer(self, session_id: str) -> EventSink:
+        """Take the write lease of ``session_id`` (taking over an expired one).
+
+        Raises:
+            SessionConflictError: a live lease is held, here or by another host.
+            SessionStorageError: the server cannot be reached.
+        """
+        if self._closed:
+            raise SessionStorageError(f"PostgreSQL store {self.url} is closed")
+        if session_id in self._writers:
+            raise SessionConflictError(f"session {session_id!r} already has a writer")
+        loop = asyncio.get_running_loop()
+        lease_id = uuid.uuid4()
+        t = self._tables
+        lock_ms = self._lock_timeout_ms
+
+        async def take(conn: Any) -> tuple[int | None, Any]:
+            try:
+                return await take_in(conn)
+            except self._pg.exceptions.LockNotAvailableError:
+                return None, None  # a committing owner or a concurrent taker holds the row
+
+        async def take_in(conn: Any) -> tuple[int | None, Any]:
+            async with conn.transaction():
+                await conn.execute(f"SET LOCAL lock_timeout = {lock_ms}")
+                token = await conn.fetchval(
+                    t.acquire, session_id, self.owner, lease_id, self.lease_ttl
+                )
+                if token is None:
+                    held = await conn.fetchrow(
+                        f"SELECT owner, token, expires_at FROM {t.leases} WHERE session_id = $1",
+                        session_id,
+                    )
+                    return None, held
+                base = await conn.fetchrow(
+                    f"SELECT EXISTS (SELECT 1 FROM {t.sessions} WHERE session_id = $1) AS stored,"
+                    f" coalesce((SELECT max(seq) FROM {t.events} WHERE session_id = $1), 0)"
+                    " AS last",
+                    session_id,
+                )
+                return token, base
+
+        with self._errors(f"taking the write lease of {session_id!r}"):
+            token, row = self._lane.run(take, self._connect_timeout + 5.0)
+        if token is None and row is None:
+            raise SessionConflictError(
+                f"session {session_id!r} already has a writer: its lease is being committed "
+                "or taken over by another host"
+            )
+        if token is None:
+            raise SessionConflictError(
+                f"session {session_id!r} already has a writer: {row['owner']} holds its lease "
+                f"(token {row['token']}) until {row['expires_at'].isoformat()}"
+            )
+        writer = _PostgresWriter(
+            self, session_id, lease_id, token, stored=row["stored"], base_len=row["last"]
+        )
+        self._writers[session_id] = writer
+        self._ensure_task(loop)
+        return writer
+
+    def _ensure_task(self, loop: asyncio.AbstractEventLoop) -> None:
+        if self._task is None:
+            self._wake = asyncio.Event()
+            self._task = loop.create_task(self._run(), name=f"steerloop-postgres {self.url}")
+            self._task.add_done_callback(self._task_ended)
+        assert self._wake is not None
+        self._wake.set()  # start heartbeats for the new lease
+
+    def _enqueue(self, writer: _PostgresWriter, seq: int, text: str) -> None:
+        self._queue.append((writer, seq, text))
+        self._queued += 1
+        if self._wake is not None:
+            self._wake.set()
+
+    async def _barrier(self) -> None:
+        """Return once everything queued so far was committed (or refused)."""
+        target = self._queued
+        if self._done >= target:
+            return
+        if self._task is None or self._task.done():
+            raise SessionStorageError(f"PostgreSQL store {self.url}: the writer task is gone")
+        future = asyncio.get_running_loop().create_future()
+        self._waiters.append((target, future))
+        await future
+
+    def _settle_waiters(self) -> None:
+        keep = []
+        for target, future in self._waiters:
+            if self._done >= target:
+                if not future.done():
+                    future.set_result(None)
+            else:
+                keep.append((target, future))
+        self._waiters = keep
+
+    def _task_ended(self, task: asyncio.Task[None]) -> None:
+        error = None if task.cancelled() else task.exception()
+        for _, future in self._waiters:
+            if not future.done():
+                future.set_exception(
+                    SessionStorageError(
+                        f"PostgreSQL store {self.url}: writer task ended: {error!r}"
+                    )
+                )
+        self._waiters = []
+
+    async def _run(self) -> None:
+        """The store's writer task: group commits, and lease heartbeats between them."""
+        assert self._wake is not None
+        loop = asyncio.get_running_loop()
+        interval = self.lease_ttl / 3
+        next_beat = loop.time() + interval
+        while True:
+            if not self._queue and not self._stopping:
+                timeout = max(0.0, next_beat - loop.time()) if self._writers else None
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(timeout):
+                        await self._wake.wait()
+            self._wake.clear()
+            if self._queue:
+                batch, self._queue = self._queue, []
+                await self._commit(batch)
+                self._done += len(batch)
+                self._settle_waiters()
+            if self._writers and loop.time() >= next_beat:
+                await self._renew()
+                next_beat = loop.time() + interval
+            if self._stopping and not self._queue:
+                return
+
+    def _fence_args(self, writers: builtins.list[_PostgresWriter]) -> tuple[Any, ...]:
+        return (
+            [w.session_id for w in writers],
+            [w.lease_id for w in writers],
+            [w.token for w in writers],
+            self.lease_ttl,
+        )
+
+    async def _commit(self, batch: builtins.list[tuple[_PostgresWriter, int, str]]) -> None:
+        """One transaction for the whole batch; a refused fence drops only that session."""
+        writers: dict[_PostgresWriter, builtins.list[tuple[int, str]]] = {}
+        for writer, seq, text in batch:
+            writers.setdefault(writer, []).append((seq, text))
+        candidates = [w for w in writers if w.error is None]
+        if not candidates:
+            return
+        lost: builtins.list[_PostgresWriter] = []
+        try:
+            pool = await self._acquire_pool()
+            with self._errors("committing events"):
+                async with pool.acquire() as conn, conn.transaction():
+                    lost = await self._commit_in(conn, writers, candidates)
+            self._commits += 1
+        except SessionPersistenceError as exc:
+            for w in candidates:
+                if w not in lost:
+                    w.fail(type(exc), str(exc))
+        for w in lost:
+            w.lose()
+
+    async def _commit_in(
+        self,
+        conn: Any,
+        writers: dict[_PostgresWriter, builtins.list[tuple[int, str]]],
+        candidates: builtins.list[_PostgresWriter],
+    ) -> builtins.list[_PostgresWriter]:
+        """The body of a batch transaction; returns the writers whose fence was refused."""
+        t = self._tables
+        fenced = {row[0] for row in await conn.fetch(t.fence, *self._fence_args(candidates))}
+        lost = [w for w in candidates if w.session_id not in fenced]
+        live = [w for w in candidates if w.session_id in fenced]
+        fresh = [w for w in live if writers[w][0][0] == 0]
+        if fresh:
+            created = await conn.fetch(
+                f"INSERT INTO {t.sessions} (session_id, header) "
+                "SELECT * FROM unnest($1::text[], $2::json[]) "
+                "ON CONFLICT DO NOTHING RETURNING session_id",
+                [w.session_id for w in fresh],
+                [writers[w][0][1] for w in fresh],
+            )
+            fresh_ids = {w.session_id for w in fresh}
+            clash = fresh_ids - {row[0] for row in created}
+            for w in live:
+                if w.session_id in clash:
+                    w.fail(
+                        SessionConflictError,
+                        f"session {w.session_id!r} was stored in {self.url} by someone else "
+                        "since its writer was opened",
+                    )
+            live = [w for w in live if w.session_id not in clash]
+        sids: builtins.list[str] = []
+        seqs: builtins.list[int] = []
+        texts: builtins.list[str] = []
+        for w in live:
+            for seq, text in writers[w]:
+                if seq:
+                    sids.append(w.session_id)
+                    seqs.append(seq)
+                    texts.append(text)
+        if sids:
+            await conn.execute(t.insert_events, sids, seqs, texts)
+        return lost
+
+    async def _renew(self) -> None:
+        """Heartbeat: extend this store's leases; a lease found taken over fences its writer."""
+        held = [w for w in self._writers.values() if w.error is None]
+        if not held:
+            return
+        try:
+            pool = await self._acquire_pool()
+            with self._errors("renewing leases"):
+                rows = await pool.fetch(self._tables.fence, *self._fence_args(held))
+        except SessionPersistenceError:
+            return  # transient: a lease that really expires is caught by the next fence
+        renewed = {row[0] for row in rows}
+        for w in held:
+            if w.session_id not in renewed:
+                w.lose()
+
+    async def _release(self, writer: _PostgresWriter) -> None:
+        if self._writers.get(writer.session_id) is writer:
+            del self._writers[writer.session_id]
+        if writer.error is not None and writer.error[0] is SessionConflictError:
+            return  # not ours any more
+        # Best effort: a lease that cannot be released expires after ``lease_ttl``.
+        with contextlib.suppress(SessionPersistenceError):
+            pool = await self._acquire_pool()
+            with self._errors("releasing a lease"):
+                await pool.execute(
+                    self._tables.release, writer.session_id, writer.lease_id, writer.token
+                )
+
+    async def close(self) -> None:
+        """Close open writers (flushing what they wrote), stop the writer task, disconnect."""
+        if self._closed:
+            return
+        errors: builtins.list[Exception] = []
+        for writer in list(self._writers.values()):
+            try:
+                await writer.close()
+            except SessionPersistenceError as exc:
+                errors.append(exc)
+        self._stopping = True
+        if self._task is not None:
+            assert self._wake is not None
+            self._wake.set()
+            with contextlib.suppress(Exception):
+                await self._task
+        self._closed = True
+        if self._pool is not None:
+            pool, self._pool = self._pool, None
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(pool.close(), 5)
+            pool.terminate()
+        await asyncio.to_thread(self._lane.close)
+        if len(errors) == 1:
+            raise errors[0]
+        if errors:
+            raise ExceptionGroup(f"closing {self.url} failed", errors)
+
+
+def _header_json(session_id: str, header: Mapping[str, Any]) -> str:
+    """The stored header (EVENTS.md §2.7): required fields always, optional ones when set."""
+    created = header.get("created_at")
+    stored: dict[str, Any] = {
+        "version": LOG_VERSION,
+        "id": session_id,
+        "created_at": created if isinstance(created, int) else int(time.time() * 1000),
+        "is_seeded": bool(header.get("is_seeded")),
+    }
+    for key in ("cwd", "parent_session", "origin", "delegation_depth"):
+        if header.get(key) is not None:
+            stored[key] = header[key]
+    return json.dumps(stored, separators=(",", ":"), default=str)
+
+
+def _text(event: SessionEvent) -> str:
+    text = json.dumps(event.to_json(), allow_nan=False, separators=(",", ":"), ensure_ascii=False)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate: keep it as an escape
+        text = json.dumps(event.to_json(), allow_nan=False, separators=(",", ":"))
+    return text
+
+
+class _PostgresWriter(EventSink):
+    """The write handle of one session: holds its lease, buffers until ``publish``."""
+
+    def __init__(
+        self,
+        store: PostgresStore,
+        session_id: str,
+        lease_id: uuid.UUID,
+        token: int,
+        *,
+        stored: bool,
+        base_len: int,
+    ) -> None:
+        self._store = store
+        self.session_id = session_id
+        self.lease_id = lease_id
+        self.token = token
+        self._stored = stored
+        self._base_len = base_len
+        self._next_seq = base_len + 1
+        self._pending: list[tuple[int, str]] = []
+        self._header: Mapping[str, Any] = {}
+        self._state = "open"  # open -> published -> closed | discarded
+        # Sticky failure (type, message): raised by flush/close/publish once known.
+        self.error: tuple[type[SessionPersistenceError], str] | None = None
+
+    def fail(self, kind: type[SessionPersistenceError], message: str) -> None:
+        if self.error is None:
+            self.error = (kind, message)
+
+    def lose(self) -> None:
+        self.fail(
+            SessionConflictError,
+            f"session {self.session_id!r}: the write lease (token {self.token}) was taken over; "
+            "events after the takeover were not stored",
+        )
+
+    def _raise_error(self) -> None:
+        if self.error is not None:
+            kind, message = self.error
+            raise kind(message)
+
+    def set_header(self, header: Mapping[str, Any]) -> None:
+        self._header = dict(header)
+
+    def write(self, event: SessionEvent) -> None:
+        if self._state not in ("open", "published"):
+            raise SessionStorageError(
+                f"session {self.session_id!r}: write of seq {event.seq} after the writer was "
+                f"{self._state}"
+            )
+        if event.seq != self._next_seq:
+            if self._next_seq == self._base_len + 1 and event.seq <= self._base_len:
+                raise SessionConflictError(
+                    f"session {self.session_id!r}: write of seq {event.seq}, expected "
+                    f"{self._next_seq}: the stored log changed since it was loaded"
+                )
+            raise SessionStorageError(
+                f"session {self.session_id!r}: write of seq {event.seq}, expected {self._next_seq}"
+            )
+        self._next_seq += 1
+        if self.error is not None:
+            return  # refused for good; flush/close report it
+        if self._state == "published":
+            self._store._enqueue(self, event.seq, _text(event))
+        else:
+            self._pending.append((event.seq, _text(event)))
+
+    def publish(self) -> None:
+        if self._state != "open":
+            raise SessionStorageError(f"session {self.session_id!r}: writer is {self._state}")
+        self._raise_error()
+        self._state = "published"
+        if not self._stored:
+            self._store._enqueue(self, 0, _header_json(self.session_id, self._header))
+        for seq, text in self._pending:
+            self._store._enqueue(self, seq, text)
+        self._pending.clear()
+
+    async def flush(self) -> None:
+        if self._state == "published":
+            await self._store._barrier()
+        self._raise_error()
+
+    async def close(self) -> None:
+        if self._state in ("closed", "discarded"):
+            return
+        published = self._state == "published"
+        self._state = "closed"
+        self._pending.clear()  # closing an unpublished handle must not invent an artifact
+        try:
+            if published:
+                await self._store._barrier()
+        finally:
+            await self._store._release(self)
+        self._raise_error()
+
+    async def discard(self) -> None:
+        if self._state in ("closed", "discarded"):
+            return
+        if self._state == "published":
+            raise SessionStorageError(
+                f"session {self.session_id!r} was already published; it cannot be discarded"
+            )
+        self._pending.clear()
+        self._state = "discarded"
+        await self._store._release(self)

@@ -1,0 +1,919 @@
+"""The embedded durable store (``sqlite:///path``): SQLite behind one writer thread.
+
+Design note.
+
+*Write-behind with group commit.* ``EventSink.write`` stays synchronous and cheap: it
+checks the seq, encodes the event to its JSON text and puts it on the store's queue. One
+dedicated thread owns the only writing connection; each time it wakes it drains everything
+queued — events of every session, publications, barriers — into one transaction. While a
+commit is in progress the next group accumulates, so the commit rate adapts to the load.
+
+*Durability.* The database runs in WAL mode. A commit that acknowledges a barrier
+(``flush``, ``close``, ``delete``, store close) runs with ``synchronous=FULL``; the others
+with ``NORMAL``, which already survives a killed process (G-1) because a transaction is
+atomic: a crash leaves whole committed groups, never a torn event nor a gap. An event is
+durable once ``await session.flush()`` returned after it.
+
+*Failures.* When a group fails (disk full, read-only file, I/O error) it is rolled back and
+retried one session at a time, so one session's failure does not fail the others. A
+session whose events could not be stored is *failed* for good: the writer thread drops its
+later events (storing them would leave a gap), the next ``flush()`` or ``close()`` raises
+``SessionStorageError``, and so does every later ``write``. ``Session.append`` calls
+``write`` before it folds an event, so the agent stops taking work instead of running
+ahead of its log: the failing turn ends in error, and ``followup``/``steer`` raise. The
+stored log stays a valid prefix holding every acknowledged event; resuming it repairs the
+open turn (C7.2-9).
+
+*Publication (C7.2-19).* A writer buffers until ``publish()``; a fresh session's header
+row and buffered events go to the database in the same transaction. ``discard()`` and
+closing an unpublished writer store nothing.
+
+*Write lease (G-2).* Owning a session's writer means holding an exclusive ``flock`` on a
+lock file next to the database (``<db>.leases/<sha256(id)>.lock``). The kernel releases it
+when the process dies, however it dies, so a crashed writer never blocks a resume; a second
+opener — another process or another store object in this process — gets
+``SessionConflictError`` at ``open_writer`` time. The writer thread releases the lease only
+after the writer's final commit.
+
+*Reads.* ``load``/``list``/``exists`` run on a separate reader thread and connection, after
+a barrier through the writer queue so they see everything this store accepted.
+
+*Schema.* ``schema_version`` holds one row; ``MIGRATIONS[i]`` brings a database from
+version ``i`` to ``i + 1`` and runs inside the opening ``BEGIN IMMEDIATE`` transaction. A
+database from a newer build is refused (``SessionStorageError``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import hashlib
+import json
+import os
+import queue
+import re
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from ..errors import (
+    SessionConflictError,
+    SessionCorruptError,
+    SessionPersistenceError,
+    SessionPersistenceNotFoundError,
+    SessionStorageError,
+)
+from ._codec import decode_log
+from ._events import SessionEvent
+from ._session import EventSink
+from ._store import SessionStore, _line
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None  # type: ignore[assignment]
+
+__all__ = ["LOG_VERSION", "MIGRATIONS", "SCHEMA_VERSION", "SqliteStore", "migrate"]
+
+LOG_VERSION: Final = 1
+"""``version`` of the session header: the version of the persisted event JSON form."""
+
+Migration = Sequence[str]
+
+MIGRATIONS: tuple[Migration, ...] = (
+    (
+        """CREATE TABLE sessions (
+            id TEXT PRIMARY KEY,
+            version INTEGER NOT NULL,
+            created_at INTEGER NOT NULL,
+            cwd TEXT,
+            parent_session TEXT,
+            is_seeded INTEGER NOT NULL,
+            origin TEXT,
+            delegation_depth INTEGER
+        )""",
+        """CREATE TABLE events (
+            session_id TEXT NOT NULL,
+            seq INTEGER NOT NULL,
+            body TEXT NOT NULL,
+            PRIMARY KEY (session_id, seq)
+        ) WITHOUT ROWID""",
+    ),
+)
+
+SCHEMA_VERSION: Final = len(MIGRATIONS)
+
+_MAX_GROUP = 20_000  # ops per transaction, so one firehose cannot hold a barrier forever
+_PRAGMA_NAME = re.compile(r"^[a-z_]+$")
+
+
+# --- errors ------------------------------------------------------------------------------
+
+
+def _is_corruption(exc: sqlite3.Error) -> bool:
+    name = getattr(exc, "sqlite_errorname", "") or ""
+    return name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB"))
+
+
+def _translate(exc: BaseException, what: str) -> SessionPersistenceError:
+    if isinstance(exc, SessionPersistenceError):
+        return exc
+    if isinstance(exc, sqlite3.Error) and _is_corruption(exc):
+        return SessionCorruptError(f"{what}: the database is corrupt: {exc}")
+    if isinstance(exc, sqlite3.Error | OSError):
+        return SessionStorageError(f"{what}: {exc}")
+    return SessionStorageError(f"{what}: unexpected {type(exc).__name__}: {exc}")
+
+
+# --- schema ------------------------------------------------------------------------------
+
+
+def migrate(
+    conn: sqlite3.Connection, where: str, migrations: Sequence[Migration] = MIGRATIONS
+) -> int:
+    """Bring the database behind ``conn`` (autocommit mode) to ``len(migrations)``.
+
+    Returns the version found before migrating (0 for a new database).
+
+    Raises:
+        SessionStorageError: the database was written by a newer build.
+        SessionCorruptError: the version table is unreadable, or store tables exist
+            without one.
+    """
+    latest = len(migrations)
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+        if "schema_version" not in tables:
+            if tables & {"sessions", "events"}:
+                raise SessionCorruptError(
+                    f"{where}: store tables exist but schema_version is missing"
+                )
+            conn.execute("CREATE TABLE schema_version (version INTEGER NOT NULL)")
+            conn.execute("INSERT INTO schema_version VALUES (0)")
+        rows = conn.execute("SELECT version FROM schema_version").fetchall()
+        if len(rows) != 1 or isinstance(rows[0][0], bool) or not isinstance(rows[0][0], int):
+            raise SessionCorruptError(
+                f"{where}: schema_version must hold one integer, found {rows!r:.80}"
+            )
+        found: int = rows[0][0]
+        if found > latest:
+            raise SessionStorageError(
+                f"{where}: schema version {found} is newer than this build supports "
+                f"({latest}); upgrade steerloop to open it"
+            )
+        if found < 0:
+            raise SessionCorruptError(f"{where}: invalid schema version {found}")
+        for version in range(found, latest):
+            for statement in migrations[version]:
+                conn.execute(statement)
+        if found != latest:
+            conn.execute("UPDATE schema_version SET version = ?", (latest,))
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    return found
+
+
+# --- the write lease ---------------------------------------------------------------------
+
+
+class _Lease:
+    """An exclusive ``flock`` on ``<db>.leases/<sha256(id)>.lock`` (G-2)."""
+
+    __slots__ = ("_fd", "_lock", "path")
+
+    def __init__(self, path: str, fd: int) -> None:
+        self.path = path
+        self._fd: int | None = fd
+        self._lock = threading.Lock()
+
+    @classmethod
+    def acquire(cls, directory: str, session_id: str) -> _Lease:
+        if fcntl is None:  # pragma: no cover - Windows
+            raise SessionStorageError("the SQLite store needs fcntl.flock (a POSIX system)")
+        name = hashlib.sha256(session_id.encode()).hexdigest()[:40] + ".lock"
+        path = os.path.join(directory, name)
+        while True:
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+            except OSError as exc:
+                raise SessionStorageError(f"cannot open the lease file {path}: {exc}") from None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.read(fd, 200).decode(errors="replace").strip() or "unknown owner"
+                os.close(fd)
+                raise SessionConflictError(
+                    f"session {session_id!r} already has a writer ({holder}); it is live in "
+                    "another runtime or process"
+                ) from None
+            # The holder before us may have unlinked the file after we opened it: retry
+            # on the current file, or two owners would lock different inodes.
+            try:
+                current = os.stat(path).st_ino
+            except FileNotFoundError:
+                current = -1
+            if current != os.fstat(fd).st_ino:
+                os.close(fd)
+                continue
+            os.ftruncate(fd, 0)
+            os.write(fd, f"pid {os.getpid()}".encode())
+            return cls(path, fd)
+
+    def release(self) -> None:
+        with self._lock:
+            if self._fd is None:
+                return
+            # Unlink while holding the lock (acquire re-checks the inode), then unlock.
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.path)
+            os.close(self._fd)
+            self._fd = None
+
+
+# --- writer-thread operations ------------------------------------------------------------
+
+_EVENT: Final = 0
+_PUBLISH: Final = 1
+_BARRIER: Final = 2
+_CLOSE: Final = 3
+_DELETE: Final = 4
+_STOP: Final = 5
+
+# (_EVENT, key, session_id, seq, body)
+# (_PUBLISH, key, session_id, header_row | None, base_len, [(seq, body), ...])
+# (_BARRIER, key | None, future)
+# (_CLOSE, key, future, lease)
+# (_DELETE, key, session_id, future, lease)
+# (_STOP, None, future)
+Op = tuple[Any, ...]
+
+
+@dataclass(slots=True)
+class _Unit:
+    """What one group holds for one writer (or one delete)."""
+
+    session_id: str
+    publish: Op | None = None
+    rows: list[tuple[str, int, str]] = field(default_factory=list)
+    delete: Op | None = None
+
+
+def _rollback(conn: sqlite3.Connection) -> None:
+    if conn.in_transaction:
+        with contextlib.suppress(sqlite3.Error):  # a failed rollback rolls back on its own
+            conn.execute("ROLLBACK")
+
+
+def _resolve(future: concurrent.futures.Future[Any], error: BaseException | None = None) -> None:
+    if future.done():
+        return
+    if error is None:
+        future.set_result(None)
+    else:
+        future.set_exception(error)
+
+
+class _WriterThread:
+    """The one thread that writes to the database; everything arrives through ``ops``."""
+
+    def __init__(self, path: str, pragmas: Mapping[str, int | str], busy_timeout: float) -> None:
+        self.path = path
+        self.ops: queue.SimpleQueue[Op] = queue.SimpleQueue()
+        self.failed: dict[int, str] = {}  # writer key -> why its events are not stored
+        self.commits = 0
+        self._pragmas = dict(pragmas)
+        self._busy_timeout = busy_timeout
+        self._conn: sqlite3.Connection | None = None
+        self._sync = ""
+        self._ready: concurrent.futures.Future[None] = concurrent.futures.Future()
+        self._thread = threading.Thread(
+            target=self._main, name=f"steerloop-sqlite-writer:{os.path.basename(path)}", daemon=True
+        )
+
+    def start(self) -> None:
+        """Open and migrate the database on the writer thread; raise what went wrong."""
+        self._thread.start()
+        self._ready.result()
+
+    def join(self) -> None:
+        self._thread.join()
+
+    # --- thread body -------------------------------------------------------------------
+
+    def _main(self) -> None:
+        try:
+            self._conn = self._connect()
+        except BaseException as exc:
+            self._ready.set_exception(_translate(exc, f"cannot open {self.path}"))
+            return
+        self._ready.set_result(None)
+        stopping: list[Op] = []
+        try:
+            while not stopping:
+                group = [self.ops.get()]
+                while len(group) < _MAX_GROUP:
+                    try:
+                        group.append(self.ops.get_nowait())
+                    except queue.Empty:
+                        break
+                try:
+                    self._apply(group)
+                except BaseException as exc:  # a bug or a failed rollback: fail loudly, go on
+                    self._abandon(group, exc)
+                stopping = [op for op in group if op[0] == _STOP]
+        finally:
+            conn, self._conn = self._conn, None
+            close_error: BaseException | None = None
+            try:
+                conn.close()
+            except sqlite3.Error as exc:
+                close_error = _translate(exc, f"closing {self.path}")
+            for op in stopping:
+                _resolve(op[2], close_error)
+
+    def _abandon(self, group: list[Op], exc: BaseException) -> None:
+        message = f"writing to {self.path} failed: {type(exc).__name__}: {exc}"
+        for op in group:
+            kind = op[0]
+            if kind in (_EVENT, _PUBLISH) and op[1] not in self.failed:
+                self.failed[op[1]] = f"session {op[2]!r}: {message}"
+            elif kind in (_BARRIER, _CLOSE, _STOP):
+                _resolve(op[2], SessionStorageError(message))
+                if kind == _CLOSE:
+                    op[3].release()
+            elif kind == _DELETE:
+                _resolve(op[3], SessionStorageError(message))
+                op[4].release()
+
+    def _connect(self) -> sqlite3.Connection:
+        conn = sqlite3.connect(
+            self.path, timeout=self._busy_timeout, isolation_level=None, check_same_thread=True
+        )
+        try:
+            mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+            if str(mode).lower() != "wal":
+                raise SessionStorageError(f"{self.path}: cannot switch to WAL mode ({mode})")
+            self._set_sync("NORMAL", conn)
+            for name, value in self._pragmas.items():
+                conn.execute(f"PRAGMA {name}={value}")
+            migrate(conn, self.path)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _set_sync(self, mode: str, conn: sqlite3.Connection | None = None) -> None:
+        if mode != self._sync:
+            (conn or self._conn_()).execute(f"PRAGMA synchronous={mode}")
+            self._sync = mode
+
+    def _conn_(self) -> sqlite3.Connection:
+        assert self._conn is not None
+        return self._conn
+
+    # --- one group ---------------------------------------------------------------------
+
+    def _apply(self, group: list[Op]) -> None:
+        units: dict[int, _Unit] = {}
+        settle: list[Op] = []
+        durable = False
+        for op in group:
+            kind = op[0]
+            if kind == _EVENT:
+                key = op[1]
+                if key in self.failed:
+                    continue  # storing it would leave a gap after what failed
+                unit = units.get(key)
+                if unit is None:
+                    unit = units[key] = _Unit(op[2])
+                unit.rows.append((op[2], op[3], op[4]))
+            elif kind == _PUBLISH:
+                if op[1] not in self.failed:
+                    units[op[1]] = _Unit(op[2], publish=op)
+            elif kind == _DELETE:
+                units[op[1]] = _Unit(op[2], delete=op)
+                durable = True
+            else:
+                settle.append(op)
+                durable = True
+        sync_error: str | None = None
+        if units:
+            self._commit(units, durable)
+        elif durable:
+            # Nothing new to write, but a barrier means "durable through a FULL sync": the
+            # earlier NORMAL commits reach the disk with the next FULL commit, so make one.
+            sync_error = self._full_sync()
+        for op in settle:
+            kind, key = op[0], op[1]
+            error = self.failed.get(key) if key is not None else None
+            error = error or sync_error
+            if kind == _CLOSE:
+                op[3].release()
+                self.failed.pop(key, None)
+            _resolve(op[2], None if error is None else SessionStorageError(error))
+
+    def _commit(self, units: dict[int, _Unit], durable: bool) -> None:
+        try:
+            self._transaction(list(units.items()), durable)
+            return
+        except sqlite3.Error as exc:
+            if len(units) == 1:
+                self._fail(units, exc)
+                return
+        for key, unit in units.items():  # isolate the failure to the sessions it hits
+            try:
+                self._transaction([(key, unit)], durable)
+            except sqlite3.Error as exc:
+                self._fail({key: unit}, exc)
+
+    def _fail(self, units: dict[int, _Unit], exc: sqlite3.Error) -> None:
+        for key, unit in units.items():
+            if unit.delete is not None:
+                _resolve(unit.delete[3], _translate(exc, f"deleting session {unit.session_id!r}"))
+                unit.delete[4].release()
+                continue
+            seqs = [row[1] for row in unit.rows]
+            if unit.publish is not None:
+                seqs = [seq for seq, _ in unit.publish[5]] + seqs
+            first = f" from seq {seqs[0]} on" if seqs else ""
+            kind = "corrupt" if _is_corruption(exc) else "failed"
+            self.failed[key] = (
+                f"session {unit.session_id!r}: writing to {self.path} {kind} ({exc}); its "
+                f"events{first} are not stored and the session takes no more writes"
+            )
+
+    def _transaction(self, units: list[tuple[int, _Unit]], durable: bool) -> None:
+        conn = self._conn_()
+        self._set_sync("FULL" if durable else "NORMAL")
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            rows: list[tuple[str, int, str]] = []
+            deleted: list[tuple[_Unit, int]] = []
+            for _key, unit in units:
+                if unit.publish is not None:
+                    self._publish(conn, unit.publish)
+                    rows.extend((unit.session_id, seq, body) for seq, body in unit.publish[5])
+                if unit.delete is not None:
+                    conn.execute("DELETE FROM events WHERE session_id = ?", (unit.session_id,))
+                    cursor = conn.execute("DELETE FROM sessions WHERE id = ?", (unit.session_id,))
+                    deleted.append((unit, cursor.rowcount))
+                rows.extend(unit.rows)
+            if rows:
+                conn.executemany("INSERT INTO events (session_id, seq, body) VALUES (?,?,?)", rows)
+            conn.execute("COMMIT")
+        except BaseException:
+            _rollback(conn)
+            raise
+        self.commits += 1
+        for unit, count in deleted:
+            assert unit.delete is not None
+            unit.delete[4].release()
+            _resolve(
+                unit.delete[3],
+                None
+                if count
+                else SessionPersistenceNotFoundError(
+                    f"no session {unit.session_id!r} in {self.path}"
+                ),
+            )
+
+    def _publish(self, conn: sqlite3.Connection, op: Op) -> None:
+        _, _, session_id, header, base_len, _ = op
+        if header is not None:
+            try:
+                conn.execute("INSERT INTO sessions VALUES (?,?,?,?,?,?,?,?)", header)
+            except sqlite3.IntegrityError:
+                raise sqlite3.IntegrityError(
+                    f"session {session_id!r} was stored by someone else since it was opened"
+                ) from None
+            return
+        stored = conn.execute(
+            "SELECT count(*), max(seq) FROM events WHERE session_id = ?", (session_id,)
+        ).fetchone()
+        if (stored[1] or 0) != base_len or stored[0] != base_len:
+            raise sqlite3.IntegrityError(
+                f"session {session_id!r} changed since it was opened (stored {stored[0]} "
+                f"events, expected {base_len})"
+            )
+
+    def _full_sync(self) -> str | None:
+        conn = self._conn_()
+        try:
+            self._set_sync("FULL")
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute("UPDATE schema_version SET version = version")
+            conn.execute("COMMIT")
+        except sqlite3.Error as exc:
+            _rollback(conn)
+            return f"syncing {self.path} failed: {exc}"
+        self.commits += 1
+        return None
+
+
+# --- the store ---------------------------------------------------------------------------
+
+
+def _sqlite_path(url: str) -> str:
+    if not url.startswith("sqlite:///"):
+        raise ValueError(f"a SQLite store URL looks like 'sqlite:///path/to/file.db', not {url!r}")
+    path = url[len("sqlite:///") :]
+    if not path or "?" in path or path.endswith("/"):
+        raise ValueError(f"SQLite store URL {url!r} does not name a database file")
+    return path
+
+
+def _create_private(path: str) -> None:
+    """Create the database file with mode 0600 unless it exists."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return
+    except OSError as exc:
+        raise SessionStorageError(f"cannot create {path}: {exc}") from None
+    os.fchmod(fd, 0o600)
+    os.close(fd)
+
+
+class SqliteStore(SessionStore):
+    """The embedded durable store: one SQLite file, one writer thread, one reader thread.
+
+    ``pragmas`` are applied to the writing connection after it opened (names are bare
+    identifiers, values integers or identifiers; e.g. ``{"max_page_count": 64}`` caps the
+    file size).
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        pragmas: Mapping[str, int | str] | None = None,
+        busy_timeout: float = 5.0,
+    ) -> None:
+        self.path = os.fspath(path)
+        self.url = f"sqlite:///{self.path}"
+        for name, value in (pragmas or {}).items():
+            if not _PRAGMA_NAME.match(name) or not re.match(r"^[A-Za-z0-9_]+$", str(value)):
+                raise ValueError(f"invalid pragma {name}={value!r}")
+        if os.path.exists(self.path) and not os.access(self.path, os.W_OK):
+            raise SessionStorageError(f"cannot open {self.path}: the file is read-only")
+        _create_private(self.path)
+        self._lease_dir = self.path + ".leases"
+        try:
+            os.makedirs(self._lease_dir, mode=0o700, exist_ok=True)
+        except OSError as exc:
+            raise SessionStorageError(f"cannot create {self._lease_dir}: {exc}") from None
+        self._writer = _WriterThread(self.path, pragmas or {}, busy_timeout)
+        self._writer.start()
+        self._reader = concurrent.futures.ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="steerloop-sqlite-reader"
+        )
+        self._local = threading.local()
+        self._reader_conns: list[sqlite3.Connection] = []
+        self._keys = 0
+        self._writers: dict[int, _SqliteWriter] = {}
+        self._closed = False
+        self._closing: asyncio.Future[None] | None = None
+
+    @property
+    def commits(self) -> int:
+        """Transactions committed by the writer thread so far (for benchmarks)."""
+        return self._writer.commits
+
+    # --- reads -------------------------------------------------------------------------
+
+    async def load(self, session_id: str) -> tuple[SessionEvent, ...]:
+        await self._sync()
+        events: tuple[SessionEvent, ...] = await self._read(
+            lambda conn: self._load(conn, session_id), session_id
+        )
+        return events
+
+    async def load_header(self, session_id: str) -> dict[str, Any]:
+        """The stored session header (EVENTS.md §2.7); optional fields absent when unset.
+
+        Raises:
+            SessionPersistenceNotFoundError: nothing is stored under the id.
+        """
+        await self._sync()
+        row = await self._read(
+            lambda conn: conn.execute(
+                "SELECT version, id, created_at, cwd, parent_session, is_seeded, origin, "
+                "delegation_depth FROM sessions WHERE id = ?",
+                (session_id,),
+            ).fetchone(),
+            session_id,
+        )
+        if row is None:
+            raise SessionPersistenceNotFoundError(f"no session {session_id!r} in {self.url}")
+        names = ("version", "id", "created_at", "cwd", "parent_session", "is_seeded")
+        header: dict[str, Any] = dict(zip(names, row[:6], strict=True))
+        header["is_seeded"] = bool(header["is_seeded"])
+        if row[6] is not None:
+            header["origin"] = json.loads(row[6])
+        if row[7] is not None:
+            header["delegation_depth"] = row[7]
+        return {key: value for key, value in header.items() if value is not None}
+
+    async def check_absent(self, session_id: str) -> None:
+        if await self.exists(session_id):
+            raise SessionConflictError(
+                f"session {session_id!r} is already stored in {self.url}; resume it instead"
+            )
+
+    async def list(self) -> tuple[str, ...]:
+        await self._sync()
+        rows = await self._read(
+            lambda conn: conn.execute("SELECT id FROM sessions ORDER BY id").fetchall(), None
+        )
+        return tuple(row[0] for row in rows)
+
+    async def exists(self, session_id: str) -> bool:
+        await self._sync()
+        row = await self._read(
+            lambda conn: conn.execute(
+                "SELECT 1 FROM sessions WHERE id = ?", (session_id,)
+            ).fetchone(),
+            session_id,
+        )
+        return row is not None
+
+    def _load(self, conn: sqlite3.Connection, session_id: str) -> tuple[SessionEvent, ...]:
+        conn.execute("BEGIN")  # one snapshot for the header and the events
+        try:
+            header = conn.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone()
+            rows = conn.execute(
+                "SELECT seq, body FROM events WHERE session_id = ? ORDER BY seq", (session_id,)
+            ).fetchall()
+        finally:
+            conn.execute("COMMIT")
+        where = f"session {session_id!r} in {self.path}"
+        if header is None:
+            if rows:
+                raise SessionCorruptError(f"{where}: events are stored without a session header")
+            raise SessionPersistenceNotFoundError(f"no session {session_id!r} in {self.url}")
+        raw = []
+        for expected, (seq, body) in enumerate(rows, start=1):
+            if seq != expected:
+                raise SessionCorruptError(
+                    f"{where}: seq {expected} is missing (the next stored event is seq {seq})"
+                )
+            try:
+                item = json.loads(body)
+            except (json.JSONDecodeError, TypeError) as exc:
+                raise SessionCorruptError(f"{where}: seq {seq} is not JSON: {exc}") from None
+            if isinstance(item, dict) and item.get("seq") != seq:
+                raise SessionCorruptError(
+                    f"{where}: the event stored at seq {seq} says seq {item.get('seq')!r}"
+                )
+            raw.append(item)
+        try:
+            return decode_log(raw)
+        except SessionCorruptError as exc:
+            raise SessionCorruptError(f"{where}: {exc}") from None
+
+    async def _read(self, fn: Callable[[sqlite3.Connection], Any], session_id: str | None) -> Any:
+        self._check_open()
+        what = f"reading {'the session list' if session_id is None else repr(session_id)}"
+
+        def run() -> Any:
+            conn = getattr(self._local, "conn", None)
+            try:
+                if conn is None:
+                    conn = self._local.conn = sqlite3.connect(
+                        self.path, isolation_level=None, check_same_thread=True
+                    )
+                    self._reader_conns.append(conn)
+                return fn(conn)
+            except SessionPersistenceError:
+                raise
+            except (sqlite3.Error, OSError) as exc:
+                raise _translate(exc, f"{what} from {self.path}") from None
+
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._reader, run)
+
+    # --- writes ------------------------------------------------------------------------
+
+    def open_writer(self, session_id: str) -> EventSink:
+        self._check_open()
+        lease = _Lease.acquire(self._lease_dir, session_id)
+        try:
+            stored, count = self._peek(session_id)
+        except BaseException:
+            lease.release()
+            raise
+        self._keys += 1
+        writer = self._writers[self._keys] = _SqliteWriter(
+            self, self._keys, session_id, lease, stored, count
+        )
+        return writer
+
+    def _peek(self, session_id: str) -> tuple[bool, int]:
+        """Whether ``session_id`` is stored and how many events it has (under its lease)."""
+        try:
+            conn = sqlite3.connect(self.path, isolation_level=None)
+            try:
+                conn.execute("BEGIN")
+                header = conn.execute(
+                    "SELECT 1 FROM sessions WHERE id = ?", (session_id,)
+                ).fetchone()
+                count = conn.execute(
+                    "SELECT count(*) FROM events WHERE session_id = ?", (session_id,)
+                ).fetchone()[0]
+                conn.execute("COMMIT")
+            finally:
+                conn.close()
+        except sqlite3.Error as exc:
+            raise _translate(exc, f"opening a writer for {session_id!r} in {self.path}") from None
+        return header is not None, int(count)
+
+    async def delete(self, session_id: str) -> None:
+        self._check_open()
+        lease = _Lease.acquire(self._lease_dir, session_id)
+        future: concurrent.futures.Future[None] = concurrent.futures.Future()
+        self._keys += 1
+        self._writer.ops.put((_DELETE, self._keys, session_id, future, lease))
+        await asyncio.wrap_future(future)
+
+    async def _sync(self) -> None:
+        """Wait until everything queued before this call is committed (read-your-writes)."""
+        self._check_open()
+        future: concurrent.futures.Future[None] = concurrent.futures.Future()
+        self._writer.ops.put((_BARRIER, None, future))
+        await asyncio.wrap_future(future)
+
+    def _put(self, op: Op) -> None:
+        self._check_open()
+        self._writer.ops.put(op)
+
+    def _failure(self, key: int) -> str | None:
+        return self._writer.failed.get(key)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SessionStorageError(f"the store {self.url} is closed")
+
+    async def close(self) -> None:
+        """Commit everything queued (``synchronous=FULL``), then close the database."""
+        if self._closing is None:
+            self._closing = asyncio.ensure_future(self._close())
+        await asyncio.shield(self._closing)
+
+    async def _close(self) -> None:
+        self._closed = True
+        future: concurrent.futures.Future[None] = concurrent.futures.Future()
+        self._writer.ops.put((_STOP, None, future))
+        try:
+            await asyncio.wrap_future(future)
+        finally:
+            await asyncio.get_running_loop().run_in_executor(None, self._writer.join)
+            for writer in list(self._writers.values()):
+                writer._abandon()
+
+            def close_readers() -> None:
+                for conn in self._reader_conns:
+                    conn.close()
+
+            await asyncio.get_running_loop().run_in_executor(self._reader, close_readers)
+            self._reader.shutdown(wait=True)
+
+
+class _SqliteWriter(EventSink):
+    """The write handle of one session in a ``SqliteStore`` (holds its lease)."""
+
+    def __init__(
+        self,
+        store: SqliteStore,
+        key: int,
+        session_id: str,
+        lease: _Lease,
+        stored: bool,
+        count: int,
+    ) -> None:
+        self._store = store
+        self._key = key
+        self.session_id = session_id
+        self._lease = lease
+        self._stored = stored
+        self._base_len = count
+        self._next = count + 1
+        self._pending: list[tuple[int, str]] = []
+        self._header: dict[str, Any] = {}
+        self._unflushed = False
+        self._state = "open"  # open -> published -> closed | discarded
+
+    def set_header(self, header: Mapping[str, Any]) -> None:
+        self._header = dict(header)
+
+    def write(self, event: SessionEvent) -> None:
+        if self._state not in ("open", "published"):
+            raise SessionStorageError(
+                f"session {self.session_id!r}: write of seq {event.seq} after the writer was "
+                f"{self._state}"
+            )
+        failure = self._store._failure(self._key)
+        if failure is not None:
+            raise SessionStorageError(failure)
+        if event.seq != self._next:
+            raise SessionStorageError(
+                f"session {self.session_id!r}: write of seq {event.seq}, expected {self._next}"
+            )
+        line = _line(event)
+        if self._state == "published":
+            self._store._put((_EVENT, self._key, self.session_id, event.seq, line))
+            self._unflushed = True
+        else:
+            self._pending.append((event.seq, line))
+        self._next += 1
+
+    def publish(self) -> None:
+        if self._state != "open":
+            raise SessionStorageError(f"session {self.session_id!r}: writer is {self._state}")
+        self._store._check_open()
+        header = None if self._stored else self._header_row()
+        self._store._put(
+            (_PUBLISH, self._key, self.session_id, header, self._base_len, self._pending)
+        )
+        self._pending = []
+        self._unflushed = True
+        self._state = "published"
+
+    def _header_row(self) -> tuple[Any, ...]:
+        h = self._header
+        created = h.get("created_at")
+        if not isinstance(created, int):
+            created = int(time.time() * 1000)
+        origin = h.get("origin")
+        depth = h.get("delegation_depth")
+        return (
+            self.session_id,
+            LOG_VERSION,
+            created,
+            h.get("cwd"),
+            h.get("parent_session"),
+            1 if h.get("is_seeded") else 0,
+            None if origin is None else json.dumps(origin, separators=(",", ":")),
+            depth if isinstance(depth, int) else None,
+        )
+
+    async def flush(self) -> None:
+        """Return once every published write is durable; raise if one could not be stored."""
+        if self._state != "published":
+            return
+        failure = self._store._failure(self._key)
+        if failure is not None:
+            raise SessionStorageError(failure)
+        if not self._unflushed:
+            return
+        future: concurrent.futures.Future[None] = concurrent.futures.Future()
+        self._unflushed = False
+        self._store._put((_BARRIER, self._key, future))
+        try:
+            await asyncio.wrap_future(future)
+        except BaseException:
+            self._unflushed = True
+            raise
+
+    def _abandon(self) -> None:
+        """The store closed under this writer: its lease goes, later writes fail."""
+        self._state = "closed"
+        self._pending = []
+        self._lease.release()
+        self._store._writers.pop(self._key, None)
+
+    async def close(self) -> None:
+        """Flush, release the lease (after the final commit), and surface a failure."""
+        if self._state in ("closed", "discarded"):
+            return
+        published = self._state == "published"
+        self._state = "closed"
+        self._pending = []
+        self._store._writers.pop(self._key, None)
+        if not published:
+            self._lease.release()
+            return
+        future: concurrent.futures.Future[None] = concurrent.futures.Future()
+        # The writer thread releases the lease once everything before this is committed,
+        # so a cancelled close can never let a new writer in ahead of queued events.
+        self._store._put((_CLOSE, self._key, future, self._lease))
+        await asyncio.wrap_future(future)
+
+    async def discard(self) -> None:
+        if self._state in ("closed", "discarded"):
+            return
+        if self._state == "published":
+            raise SessionStorageError(
+                f"session {self.session_id!r} was already published; it cannot be discarded"
+            )
+        self._pending = []
+        self._state = "discarded"
+        self._store._writers.pop(self._key, None)
+        self._lease.release()

@@ -1,0 +1,393 @@
+"""The file tools: read_file, write_file, edit, list_dir, glob, grep.
+
+Bodies are synchronous and run in a worker thread (``asyncio.to_thread``) so a large read
+or a tree walk does not stall the loop; walks check the call's signal between entries.
+A ``WorkspaceError`` becomes a result with its own error code; anything else the body
+raises becomes the pipeline's ``TOOL_FAILED``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import re
+from collections.abc import Callable, Generator, Iterable
+from contextlib import closing
+from pathlib import Path
+from typing import TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .._signal import AbortSignal
+from ..tools import Tool, ToolError, ToolExec, ToolResult, define_tool
+from ._paths import (
+    AMBIGUOUS_MATCH,
+    BINARY_FILE,
+    INVALID_PATTERN,
+    NO_MATCH,
+    NOT_A_DIRECTORY,
+    NOT_A_FILE,
+    NOT_FOUND,
+    Workspace,
+    WorkspaceError,
+    glob_regex,
+    split_pattern,
+)
+
+__all__ = ["file_tools"]
+
+A = TypeVar("A", bound=BaseModel)
+
+_SNIFF = 8192
+_MAX_LINE = 500
+_PATH = "File path, relative to the workspace root (or absolute inside it)."
+
+
+class _Args(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class ReadFileArgs(_Args):
+    path: str = Field(description=_PATH)
+    offset: int = Field(default=1, ge=1, description="First line to return (1-based).")
+    limit: int | None = Field(
+        default=None, ge=1, description="Most lines to return (default: up to the output cap)."
+    )
+
+
+class WriteFileArgs(_Args):
+    path: str = Field(description=_PATH)
+    content: str = Field(description="The complete new content of the file (UTF-8).")
+
+
+class EditArgs(_Args):
+    path: str = Field(description=_PATH)
+    old_string: str = Field(
+        min_length=1,
+        description="Exact text to replace; must occur exactly once unless replace_all is set.",
+    )
+    new_string: str = Field(description="The replacement text.")
+    replace_all: bool = Field(default=False, description="Replace every occurrence of old_string.")
+
+
+class ListDirArgs(_Args):
+    path: str = Field(default=".", description="Directory, relative to the workspace root.")
+
+
+class GlobArgs(_Args):
+    pattern: str = Field(
+        min_length=1,
+        description="Glob such as 'src/**/*.py': '*' and '?' stay within one path segment, "
+        "'**/' spans directories.",
+    )
+    path: str = Field(default=".", description="Directory the pattern is relative to.")
+
+
+class GrepArgs(_Args):
+    pattern: str = Field(min_length=1, description="Regular expression (Python syntax).")
+    path: str = Field(default=".", description="File or directory to search.")
+    glob: str | None = Field(
+        default=None,
+        description="Only search files matching this glob ('*.py' matches the file name; a "
+        "pattern with '/' matches the path below the searched directory).",
+    )
+    ignore_case: bool = Field(default=False, description="Match case-insensitively.")
+
+
+def _failure(exc: WorkspaceError) -> ToolResult:
+    return ToolResult(content=str(exc), is_error=True, error=ToolError(exc.code))
+
+
+def _tool(
+    name: str,
+    description: str,
+    model: type[A],
+    body: Callable[[A, AbortSignal], str],
+    *,
+    safe: bool,
+) -> Tool:
+    async def execute(args: A, exec: ToolExec) -> str | ToolResult:
+        try:
+            return await asyncio.to_thread(body, args, exec.signal)
+        except WorkspaceError as exc:
+            return _failure(exc)
+
+    return define_tool(
+        name=name,
+        description=description,
+        parameters=model,
+        execute=execute,
+        concurrency_safe=safe,
+    )
+
+
+def _is_binary(head: bytes) -> bool:
+    return b"\0" in head
+
+
+def _cap_note(cap: int, what: str) -> str:
+    return f"[output capped at {cap} characters: {what}]"
+
+
+class _Files:
+    """The tool bodies over one workspace."""
+
+    def __init__(self, ws: Workspace, output_cap: int) -> None:
+        self.ws = ws
+        self.cap = output_cap
+
+    def _existing_file(self, path: str) -> Path:
+        resolved = self.ws.resolve(path)
+        if not resolved.exists():
+            raise WorkspaceError(NOT_FOUND, f"file {path!r} does not exist")
+        if resolved.is_dir():
+            raise WorkspaceError(NOT_A_FILE, f"{path!r} is a directory, not a file")
+        if not resolved.is_file():
+            raise WorkspaceError(NOT_A_FILE, f"{path!r} is not a regular file")
+        return resolved
+
+    def _read_text(self, path: str, resolved: Path) -> str:
+        data = resolved.read_bytes()
+        if _is_binary(data[:_SNIFF]):
+            raise WorkspaceError(BINARY_FILE, f"{path!r} is a binary file, not UTF-8 text")
+        try:
+            return data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise WorkspaceError(BINARY_FILE, f"{path!r} is not valid UTF-8 text") from None
+
+    def read_file(self, args: ReadFileArgs, signal: AbortSignal) -> str:
+        resolved = self._existing_file(args.path)
+        shown: list[str] = []
+        size = 0
+        total = 0
+        capped = False
+        end = None if args.limit is None else args.offset + args.limit
+        raw = resolved.open("rb")
+        with io.TextIOWrapper(raw, encoding="utf-8", errors="strict", newline="") as text:
+            if _is_binary(raw.peek(_SNIFF)[:_SNIFF]):
+                raise WorkspaceError(BINARY_FILE, f"{args.path!r} is a binary file, not UTF-8 text")
+            try:
+                for total, line in enumerate(text, start=1):
+                    if total < args.offset or capped or (end is not None and total >= end):
+                        continue
+                    entry = f"{total:>6}\t{line.rstrip(chr(13) + chr(10))}"
+                    if size + len(entry) + 1 > self.cap and shown:
+                        capped = True
+                        continue
+                    shown.append(entry)
+                    size += len(entry) + 1
+            except UnicodeDecodeError:
+                raise WorkspaceError(
+                    BINARY_FILE, f"{args.path!r} is not valid UTF-8 text"
+                ) from None
+        if total == 0:
+            return f"({args.path} is empty)"
+        if not shown:
+            return f"(no lines from line {args.offset}: {args.path} has {total} lines)"
+        last = args.offset + len(shown) - 1
+        out = "\n".join(shown)
+        if capped:
+            out += "\n" + _cap_note(
+                self.cap, f"lines {args.offset}-{last} of {total}; use offset to read on"
+            )
+        elif args.offset > 1 or last < total:
+            out += f"\n[lines {args.offset}-{last} of {total}]"
+        return out
+
+    def write_file(self, args: WriteFileArgs, signal: AbortSignal) -> str:
+        resolved = self.ws.resolve(args.path)
+        if resolved.is_dir():
+            raise WorkspaceError(NOT_A_FILE, f"{args.path!r} is a directory, not a file")
+        existed = resolved.exists()
+        if existed and not resolved.is_file():
+            raise WorkspaceError(NOT_A_FILE, f"{args.path!r} is not a regular file")
+        resolved.parent.mkdir(parents=True, exist_ok=True)
+        data = args.content.encode("utf-8")
+        resolved.write_bytes(data)
+        verb = "overwrote" if existed else "created"
+        return f"{verb} {self.ws.display(resolved)} ({len(data)} bytes)"
+
+    def edit(self, args: EditArgs, signal: AbortSignal) -> str:
+        resolved = self._existing_file(args.path)
+        text = self._read_text(args.path, resolved)
+        count = text.count(args.old_string)
+        if count == 0:
+            raise WorkspaceError(NO_MATCH, f"old_string was not found in {args.path!r}")
+        if count > 1 and not args.replace_all:
+            raise WorkspaceError(
+                AMBIGUOUS_MATCH,
+                f"old_string occurs {count} times in {args.path!r}; include more context to "
+                "make it unique, or set replace_all",
+            )
+        resolved.write_bytes(text.replace(args.old_string, args.new_string).encode("utf-8"))
+        plural = "occurrence" if count == 1 else "occurrences"
+        return f"replaced {count} {plural} in {self.ws.display(resolved)}"
+
+    def list_dir(self, args: ListDirArgs, signal: AbortSignal) -> str:
+        resolved = self.ws.resolve(args.path)
+        if not resolved.exists():
+            raise WorkspaceError(NOT_FOUND, f"directory {args.path!r} does not exist")
+        if not resolved.is_dir():
+            raise WorkspaceError(NOT_A_DIRECTORY, f"{args.path!r} is not a directory")
+        entries: list[str] = []
+        for child in sorted(resolved.iterdir(), key=lambda p: p.name):
+            if child.is_symlink():
+                entries.append(f"{child.name}@")
+            elif child.is_dir():
+                entries.append(f"{child.name}/")
+            else:
+                entries.append(child.name)
+        if not entries:
+            return f"({self.ws.display(resolved)} is empty)"
+        return self._capped(entries, "entries", len(entries))
+
+    def glob(self, args: GlobArgs, signal: AbortSignal) -> str:
+        prefix, rest = split_pattern(args.pattern.removeprefix("./"))
+        base = self.ws.resolve(str(Path(args.path) / prefix) if prefix else args.path)
+        if not rest:
+            return self.ws.display(base) if base.exists() else "(no matches)"
+        if ".." in rest.split("/"):
+            raise WorkspaceError(
+                INVALID_PATTERN, "'..' may only appear before the first wildcard of a pattern"
+            )
+        if not base.is_dir():
+            return "(no matches)"
+        regex = glob_regex(rest)
+        found = [
+            self.ws.display(path) + ("/" if is_dir else "")
+            for path, is_dir in self.ws.walk(base, signal)
+            if regex.match(path.relative_to(base).as_posix())
+        ]
+        if not found:
+            return "(no matches)"
+        return self._capped(found, "matches", len(found))
+
+    def grep(self, args: GrepArgs, signal: AbortSignal) -> str:
+        flags = re.IGNORECASE if args.ignore_case else 0
+        try:
+            regex = re.compile(args.pattern, flags)
+        except re.error as exc:
+            raise WorkspaceError(
+                INVALID_PATTERN, f"invalid regex {args.pattern!r}: {exc}"
+            ) from None
+        base = self.ws.resolve(args.path)
+        if not base.exists():
+            raise WorkspaceError(NOT_FOUND, f"{args.path!r} does not exist")
+        files: Iterable[Path]
+        if base.is_dir():
+            only = None if args.glob is None else glob_regex(args.glob.removeprefix("./"))
+            by_name = args.glob is not None and "/" not in args.glob
+
+            def wanted(path: Path) -> bool:
+                if only is None:
+                    return True
+                return bool(only.match(path.name if by_name else path.relative_to(base).as_posix()))
+
+            files = (
+                path for path, is_dir in self.ws.walk(base, signal) if not is_dir and wanted(path)
+            )
+        elif base.is_file():
+            files = [base]
+        else:
+            raise WorkspaceError(NOT_A_FILE, f"{args.path!r} is not a regular file")
+        out: list[str] = []
+        size = 0
+        for path in files:
+            signal.throw_if_aborted()
+            with closing(_search(path, regex)) as hits:
+                for line_no, line in hits:
+                    entry = f"{self.ws.display(path)}:{line_no}:{line}"
+                    if size + len(entry) + 1 > self.cap and out:
+                        note = _cap_note(self.cap, f"{len(out)} matches shown; narrow the search")
+                        return "\n".join([*out, note])
+                    out.append(entry)
+                    size += len(entry) + 1
+        return "\n".join(out) if out else "(no matches)"
+
+    def _capped(self, items: list[str], noun: str, total: int) -> str:
+        shown: list[str] = []
+        size = 0
+        for item in items:
+            if size + len(item) + 1 > self.cap and shown:
+                note = _cap_note(self.cap, f"{len(shown)} of {total} {noun} shown")
+                return "\n".join([*shown, note])
+            shown.append(item)
+            size += len(item) + 1
+        return "\n".join(shown)
+
+
+def _search(path: Path, regex: re.Pattern[str]) -> Generator[tuple[int, str], None, None]:
+    """Matching ``(line number, line)`` of a text file; binary or unreadable files give none."""
+    if not path.is_file():  # a FIFO or a device would block the read
+        return
+    try:
+        raw = path.open("rb")
+    except OSError:
+        return
+    with io.TextIOWrapper(raw, encoding="utf-8", errors="replace", newline="") as text:
+        if _is_binary(raw.peek(_SNIFF)[:_SNIFF]):
+            return
+        try:
+            for number, line in enumerate(text, start=1):
+                line = line.rstrip("\r\n")
+                if regex.search(line):
+                    if len(line) > _MAX_LINE:
+                        line = line[:_MAX_LINE] + "…"
+                    yield number, line
+        except OSError:
+            return
+
+
+def file_tools(ws: Workspace, output_cap: int) -> list[Tool]:
+    """The six file tools over ``ws``; readers are concurrency-safe, writers exclusive."""
+    files = _Files(ws, output_cap)
+    return [
+        _tool(
+            "read_file",
+            "Read a UTF-8 text file of the workspace. Lines come back prefixed by their line "
+            "number and a tab (the prefix is not part of the file); use offset/limit for long "
+            "files.",
+            ReadFileArgs,
+            files.read_file,
+            safe=True,
+        ),
+        _tool(
+            "write_file",
+            "Write a UTF-8 text file of the workspace, replacing its content; missing parent "
+            "directories are created.",
+            WriteFileArgs,
+            files.write_file,
+            safe=False,
+        ),
+        _tool(
+            "edit",
+            "Replace an exact string in a file of the workspace. old_string must occur exactly "
+            "once (include surrounding lines to make it unique) unless replace_all is set.",
+            EditArgs,
+            files.edit,
+            safe=False,
+        ),
+        _tool(
+            "list_dir",
+            "List a directory of the workspace: directories end with '/', symlinks with '@'.",
+            ListDirArgs,
+            files.list_dir,
+            safe=True,
+        ),
+        _tool(
+            "glob",
+            "Find files and directories of the workspace by glob pattern; results are paths "
+            "relative to the workspace root, sorted.",
+            GlobArgs,
+            files.glob,
+            safe=True,
+        ),
+        _tool(
+            "grep",
+            "Search the text files of the workspace for a regular expression; each match comes "
+            "back as 'path:line:text'.",
+            GrepArgs,
+            files.grep,
+            safe=True,
+        ),
+    ]

@@ -1,0 +1,277 @@
+"""Provider configuration: environment, TOML table, lazy registration, keys kept secret."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+
+from steerloop import AgentOptions, Runtime, user_message
+from steerloop.llm.config import ProviderConfig, ProviderConfigError, register_providers
+from tests.conftest import compact, events_of, settle
+from tests.llm.sse_server import SSEServer, json_reply, sse, sse_reply
+
+SECRET = "sk-live-0123456789abcdefSECRET"
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[SSEServer]:
+    srv = await SSEServer.start()
+    try:
+        yield srv
+    finally:
+        await srv.stop()
+
+
+def text_reply(text: str) -> Any:
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+        return sse(
+            {
+                "id": "x",
+                "object": "chat.completion.chunk",
+                "created": 1,
+                "model": "m",
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+            }
+        )
+
+    return sse_reply([chunk({"content": text}), chunk({}, "stop"), sse("[DONE]")])
+
+
+async def run(rt: Runtime, provider: str, model: str) -> Any:
+    handle = await rt.agents.create(
+        session_id="s-1", agent_options=AgentOptions(provider=provider, model=model)
+    )
+    agent = handle.agent
+    agent.followup(user_message("u1"))
+    await settle(agent)
+    return agent
+
+
+def log_text(agent: Any) -> str:
+    return json.dumps([e.to_json() for e in agent.session.events])
+
+
+# --- resolution -------------------------------------------------------------------------
+
+
+def test_environment_providers() -> None:
+    config = ProviderConfig.load(
+        environ={"DEEPSEEK_API_KEY": "k1", "OPENAI_API_KEY": "k2", "ANTHROPIC_API_KEY": "k3"}
+    )
+    assert set(config.providers) == {"deepseek", "openai", "anthropic"}
+    deepseek = config.providers["deepseek"]
+    assert (deepseek.kind, deepseek.base_url) == ("openai", "https://api.deepseek.com")
+    assert config.providers["anthropic"].kind == "anthropic"
+    assert config.resolve_model() == ("deepseek", "deepseek-chat")
+    assert config.resolve_model("openai/gpt-4o") == ("openai", "gpt-4o")
+    assert config.resolve_model("claude-opus-4-1") == ("anthropic", "claude-opus-4-1")
+    assert config.resolve_model("o3-mini") == ("openai", "o3-mini")
+
+
+def test_only_providers_with_keys() -> None:
+    config = ProviderConfig.load(environ={"OPENAI_API_KEY": "k"})
+    assert set(config.providers) == {"openai"}
+    assert config.resolve_model() == ("openai", "gpt-4.1")
+
+
+def test_local_server_from_base_url() -> None:
+    config = ProviderConfig.load(
+        environ={
+            "STEERLOOP_OPENAI_BASE_URL": "http://localhost:11434/v1",
+            "STEERLOOP_OPENAI_MODEL": "qwen3:8b",
+        }
+    )
+    local = config.providers["local"]
+    assert (local.base_url, local.key_required) == ("http://localhost:11434/v1", False)
+    assert config.resolve_model() == ("local", "qwen3:8b")
+    assert config.resolve_model("local/Qwen/Qwen3-8B") == ("local", "Qwen/Qwen3-8B")
+
+
+def test_openai_base_url_pairs_with_openai_key() -> None:
+    config = ProviderConfig.load(
+        environ={"OPENAI_BASE_URL": "http://gw:8000/v1", "OPENAI_API_KEY": "k"}
+    )
+    assert config.providers["local"].api_key_env == "OPENAI_API_KEY"
+    config = ProviderConfig.load(environ={"STEERLOOP_OPENAI_BASE_URL": "http://x/v1"})
+    assert config.providers["local"].api_key_env == "STEERLOOP_OPENAI_API_KEY"
+
+
+def test_nothing_configured_names_what_to_set() -> None:
+    config = ProviderConfig.load(environ={})
+    with pytest.raises(ProviderConfigError, match=r"set DEEPSEEK_API_KEY.*--model"):
+        config.resolve_model()
+
+
+def test_missing_key_for_a_named_provider() -> None:
+    config = ProviderConfig.load(environ={"OPENAI_API_KEY": "k"})
+    with pytest.raises(ProviderConfigError, match=r"set DEEPSEEK_API_KEY or pass --model"):
+        config.resolve_model("deepseek/deepseek-chat")
+    with pytest.raises(ProviderConfigError, match="unknown provider 'nope'"):
+        config.resolve_model("nope/m")
+    with pytest.raises(ProviderConfigError, match="PROVIDER/MODEL"):
+        config.resolve_model("mystery-model")
+
+
+def test_toml_file(tmp_path: Path) -> None:
+    path = tmp_path / "config.toml"
+    path.write_text(
+        """
+model = "vllm/Qwen/Qwen3-8B"
+
+[providers.vllm]
+kind = "openai"
+base_url = "http://localhost:8000/v1"
+headers = { "X-Team" = "core" }
+timeout = 30
+
+[providers.vllm.models."Qwen/Qwen3-8B"]
+context_window = 32768
+
+[providers.corp]
+kind = "anthropic"
+base_url = "https://llm.corp/anthropic"
+api_key_env = "CORP_KEY"
+default_model = "claude-x"
+
+[providers.deepseek]
+base_url = "https://proxy.example/deepseek"
+""",
+        encoding="utf-8",
+    )
+    config = ProviderConfig.from_file(path, environ={"DEEPSEEK_API_KEY": "k"})
+    vllm = config.providers["vllm"]
+    assert (vllm.kind, vllm.key_required, vllm.timeout) == ("openai", False, 30.0)
+    assert vllm.models["Qwen/Qwen3-8B"].context_window == 32768
+    assert dict(vllm.headers) == {"X-Team": "core"}
+    assert config.resolve_model() == ("vllm", "Qwen/Qwen3-8B")
+    deepseek = config.providers["deepseek"]
+    assert (deepseek.base_url, deepseek.api_key_env) == (
+        "https://proxy.example/deepseek",
+        "DEEPSEEK_API_KEY",
+    )
+    with pytest.raises(ProviderConfigError, match="set CORP_KEY"):
+        config.resolve_model("corp/claude-x")
+
+
+@pytest.mark.parametrize(
+    ("table", "message"),
+    [
+        ({"x": {"api_key": SECRET}}, "api_key_env"),
+        ({"x": {"kind": "grpc"}}, "kind must be"),
+        ({"x": {"base_url": "u", "colour": 1}}, "unknown key"),
+        ({"x": "nope"}, "must be a table"),
+    ],
+)
+def test_invalid_tables(table: Any, message: str) -> None:
+    with pytest.raises(ProviderConfigError, match=message) as info:
+        ProviderConfig.load(table, environ={})
+    assert SECRET not in str(info.value)
+
+
+def test_invalid_file(tmp_path: Path) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text("model = ", encoding="utf-8")
+    with pytest.raises(ProviderConfigError, match=r"bad\.toml"):
+        ProviderConfig.from_file(path, environ={})
+
+
+def test_config_repr_hides_keys() -> None:
+    config = ProviderConfig.load(environ={"DEEPSEEK_API_KEY": SECRET})
+    assert SECRET not in repr(config)
+
+
+# --- registration -----------------------------------------------------------------------
+
+
+def _config(server: SSEServer, environ: dict[str, str]) -> ProviderConfig:
+    return ProviderConfig.load({"deepseek": {"base_url": server.url}}, environ=environ)
+
+
+async def test_registered_provider_serves_the_agent(rt: Runtime, server: SSEServer) -> None:
+    server.add(text_reply("hello"))
+    dispose = register_providers(rt, _config(server, {"DEEPSEEK_API_KEY": SECRET}))
+    agent = await run(rt, "deepseek", "deepseek-chat")
+    assert compact(agent.session)[-3:] == ["msg", "S-1.1", "T-1:completed"]
+    assert server.requests[0].headers["authorization"] == f"Bearer {SECRET}"
+    assert SECRET not in log_text(agent)
+    dispose()
+    dispose()
+    assert rt.llm.adapter_for("deepseek") is None
+
+
+async def test_key_never_reaches_the_log_or_failures(rt: Runtime, server: SSEServer) -> None:
+    # The provider echoes the key back in its error, as some do.
+    server.add(
+        json_reply(401, {"error": {"message": f"Incorrect API key provided: {SECRET}."}}),
+    )
+    register_providers(rt, _config(server, {"DEEPSEEK_API_KEY": SECRET}))
+    agent = await run(rt, "deepseek", "deepseek-chat")
+    assert compact(agent.session)[-3:] == ["attempt", "S-1.1", "T-1:error"]
+    (end,) = events_of(agent.session, "turn/end")
+    failure = end.data.reason.error
+    assert failure.code == "AUTH"
+    assert SECRET not in failure.message
+    assert SECRET[:12] not in failure.message
+    assert SECRET not in log_text(agent)
+
+
+async def test_missing_key_fails_with_a_clear_message(rt: Runtime, server: SSEServer) -> None:
+    errors: list[Any] = []
+    rt.hooks.on("agent/error", lambda p: errors.append(p.error))
+    register_providers(rt, _config(server, {}))
+    agent = await run(rt, "deepseek", "deepseek-chat")
+    assert server.requests == []
+    (end,) = events_of(agent.session, "turn/end")
+    assert end.data.reason.kind == "error"
+    assert end.data.reason.error.code == "AUTH"
+    assert "set DEEPSEEK_API_KEY" in end.data.reason.error.message
+    assert len(errors) == 1
+
+
+async def test_adapters_are_imported_lazily(rt: Runtime, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delitem(sys.modules, "steerloop.llm.anthropic", raising=False)
+    register_providers(rt, ProviderConfig.load(environ={"ANTHROPIC_API_KEY": "k"}))
+    assert "steerloop.llm.anthropic" not in sys.modules
+    assert rt.llm.adapter_for("anthropic") is not None
+
+
+async def test_custom_adapter_by_import_path(rt: Runtime) -> None:
+    config = ProviderConfig.load(
+        {"fake": {"kind": "tests.llm.test_config:FakeAdapter", "base_url": "mem://"}},
+        environ={},
+    )
+    register_providers(rt, config)
+    agent = await run(rt, "fake", "m")
+    assert compact(agent.session)[-1] == "T-1:completed"
+    assert FakeAdapter.built == [("mem://", None)]
+
+
+async def test_unavailable_adapter_module(rt: Runtime) -> None:
+    config = ProviderConfig.load({"gone": {"kind": "steerloop_no_such_module:Adapter"}}, environ={})
+    register_providers(rt, config)
+    agent = await run(rt, "gone", "m")
+    (end,) = events_of(agent.session, "turn/end")
+    assert end.data.reason.error.code == "NO_ADAPTER"
+
+
+class FakeAdapter:
+    """A custom adapter loaded by import path from the config."""
+
+    built: ClassVar[list[tuple[Any, Any]]] = []
+
+    def __init__(self, base_url: Any = None, api_key: Any = None) -> None:
+        FakeAdapter.built.append((base_url, api_key))
+        from steerloop.testing import ScriptedAdapter, text_response
+
+        self._inner = ScriptedAdapter([text_response("hi")])
+
+    async def resolve_model(self, provider: str, model: str) -> Any:
+        return await self._inner.resolve_model(provider, model)
+
+    def stream(self, request: Any) -> Any:
+        return self._inner.stream(request)

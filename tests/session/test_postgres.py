@@ -1,0 +1,493 @@
+"""The PostgreSQL store against a real server: publication, leases and fencing (G-2).
+
+Every test gets its own schema (dropped afterwards). The server is
+``STEERLOOP_TEST_POSTGRES_URL`` (default ``postgresql://postgres@127.0.0.1:5432/test``); when
+it is unreachable these tests fail under ``CI=true`` and skip otherwise (``require_postgres``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import asyncpg
+import pytest
+
+from steerloop import (
+    AgentOptions,
+    Runtime,
+    SessionConflictError,
+    SessionCorruptError,
+    SessionPersistenceNotFoundError,
+    SessionStorageError,
+    user_message,
+)
+from steerloop.session import SessionEvent
+from steerloop.session._events import StepBoundary, TurnStart
+from steerloop.session._postgres import SCHEMA_VERSION, PostgresStore
+from steerloop.session._store import open_store
+from steerloop.testing import text_response
+
+from ..conftest import Harness, compact, settle
+from .backends import POSTGRES_URL, require_postgres
+
+PG_URL = POSTGRES_URL
+OPTIONS = AgentOptions(provider="mock", model="m")
+
+
+@pytest.fixture
+async def schema() -> AsyncIterator[str]:
+    require_postgres()
+    name = f"steerloop_test_{uuid.uuid4().hex[:12]}"
+    yield name
+    conn = await asyncpg.connect(PG_URL, timeout=5)
+    try:
+        await conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+    finally:
+        await conn.close()
+
+
+StoreFactory = Callable[..., PostgresStore]
+
+
+@pytest.fixture
+async def stores(schema: str) -> AsyncIterator[StoreFactory]:
+    """``stores(**options)``: a new ``PostgresStore`` (own pool, own owner id) on the schema."""
+    opened: list[PostgresStore] = []
+
+    def make(**options: Any) -> PostgresStore:
+        store = PostgresStore(PG_URL, schema=schema, **options)
+        opened.append(store)
+        return store
+
+    yield make
+    for store in opened:
+        # A fenced-out writer reports its lost events when its store closes.
+        with contextlib.suppress(SessionConflictError, ExceptionGroup):
+            await store.close()
+
+
+async def sql(query: str, *args: Any) -> Any:
+    conn = await asyncpg.connect(PG_URL, timeout=5)
+    try:
+        return await conn.fetch(query, *args)
+    finally:
+        await conn.close()
+
+
+def turn(seq: int, n: int) -> SessionEvent:
+    return SessionEvent(seq=seq, time=1, type="turn/start", data=TurnStart(turn=n))
+
+
+def seqs(events: Any) -> list[int]:
+    return [event.seq for event in events]
+
+
+async def runtime(store: PostgresStore) -> Harness:
+    return Harness(await Runtime.open(store=store))
+
+
+# --- URL, extra, errors ------------------------------------------------------------------
+
+
+async def test_open_store_maps_postgres_urls_and_hides_the_password() -> None:
+    """``open_store`` builds a PostgresStore lazily (no connection yet); ``url`` never shows
+    the password, and our own query options are not passed to the server."""
+    store = open_store("postgresql://alice:s3cret@db.example:6543/app?schema=x&lease_ttl=7")
+    assert isinstance(store, PostgresStore)
+    assert store.url == "postgresql://alice:***@db.example:6543/app?schema=x&lease_ttl=7"
+    assert store.schema == "x"
+    assert store.lease_ttl == 7.0
+    await store.close()
+    assert isinstance(open_store("postgres://u@h/db"), PostgresStore)
+    with pytest.raises(ValueError, match="lease_ttl"):
+        PostgresStore("postgresql://u@h/db?lease_ttl=soon")
+
+
+def test_missing_asyncpg_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without asyncpg the error says which extra to install."""
+    monkeypatch.setitem(sys.modules, "asyncpg", None)
+    with pytest.raises(ImportError, match=r"steerloop\[postgres\]"):
+        PostgresStore("postgresql://u@h/db")
+
+
+async def test_unreachable_server_is_a_storage_error_without_secrets() -> None:
+    """An unreachable server is ``SessionStorageError`` naming the server, never the
+    password; ``Runtime.open`` itself does not connect, the first use does."""
+    url = "postgresql://postgres:s3cret@127.0.0.1:1/test"
+    store = PostgresStore(url, connect_timeout=2)
+    for attempt in (store.load("s"), store.exists("s"), store.list()):
+        with pytest.raises(SessionStorageError) as info:
+            await attempt
+        assert "127.0.0.1:1" in str(info.value)
+        assert "s3cret" not in str(info.value)
+        assert info.value.__cause__ is None
+    with pytest.raises(SessionStorageError, match="write lease") as lease_error:
+        store.open_writer("s")
+    assert "s3cret" not in str(lease_error.value)
+    await store.close()
+    rt = await Runtime.open(store=url)
+    with pytest.raises(SessionStorageError, match="connecting failed"):
+        await rt.agents.create(session_id="s", agent_options=OPTIONS)
+    await rt.close()
+
+
+# --- schema --------------------------------------------------------------------------------
+
+
+async def test_schema_is_created_with_a_version_and_refuses_a_newer_one(
+    schema: str, stores: StoreFactory
+) -> None:
+    """The first use creates the tables and records the schema version; a database from a
+    newer steerloop is refused rather than misread."""
+    assert await stores().list() == ()
+    rows = await sql(f'SELECT version FROM "{schema}".steerloop_schema_version')
+    assert [row["version"] for row in rows] == [SCHEMA_VERSION]
+    assert await stores().list() == ()  # a second opener migrates nothing
+    await sql(f'INSERT INTO "{schema}".steerloop_schema_version (version) VALUES (99)')
+    with pytest.raises(SessionStorageError, match="version 99"):
+        await stores().list()
+
+
+# --- the store on its own ------------------------------------------------------------------
+
+
+async def test_publication_and_reload_from_another_host(stores: StoreFactory) -> None:
+    """C7.2-19: nothing is stored before ``publish``; after it every write is stored in seq
+    order and a second host loads exactly those events, the header and the JSON text."""
+    a, b = stores(), stores()
+    writer = a.open_writer("s")
+    writer.set_header({"cwd": "/repo", "is_seeded": False})
+    writer.write(turn(1, 1))
+    await writer.flush()
+    assert not await b.exists("s")
+    assert await b.raw("s") == ()
+    writer.publish()
+    writer.write(turn(2, 2))
+    await writer.flush()
+    assert await b.load("s") == (turn(1, 1), turn(2, 2))
+    assert [json.loads(text)["seq"] for text in await b.raw("s")] == [1, 2]
+    header = await b.load_header("s")
+    assert header["id"] == "s" and header["cwd"] == "/repo" and header["version"] == 1
+    assert await b.list() == ("s",)
+    await writer.close()
+    with pytest.raises(SessionStorageError, match="after the writer was closed"):
+        writer.write(turn(3, 3))
+
+
+async def test_discard_and_unpublished_close_leave_no_artifact(stores: StoreFactory) -> None:
+    """C7.2-19: ``discard`` and closing an unpublished writer store nothing and release
+    the lease, so the id can be opened again at once."""
+    store = stores()
+    writer = store.open_writer("s")
+    writer.write(turn(1, 1))
+    await writer.discard()
+    assert not await store.exists("s")
+    again = store.open_writer("s")
+    again.write(turn(1, 1))
+    await again.close()
+    assert not await store.exists("s")
+    assert await store.list() == ()
+    lease = await store.lease("s")
+    assert lease is not None and not lease.live and lease.token == 2
+    store.open_writer("s")  # released: no conflict
+
+
+async def test_missing_and_stored_ids(stores: StoreFactory) -> None:
+    """Not found is its own error; ``check_absent`` refuses a stored id; ``delete`` refuses a
+    leased session (G-2) and removes a released one."""
+    a, b = stores(), stores()
+    with pytest.raises(SessionPersistenceNotFoundError, match="'nope'"):
+        await a.load("nope")
+    with pytest.raises(SessionPersistenceNotFoundError):
+        await a.load_header("nope")
+    with pytest.raises(SessionPersistenceNotFoundError):
+        await a.delete("nope")
+    await a.check_absent("s")
+    writer = a.open_writer("s")
+    writer.publish()
+    await writer.flush()
+    assert await a.load("s") == ()  # published empty: stored, no events
+    with pytest.raises(SessionConflictError, match="already stored"):
+        await b.check_absent("s")
+    with pytest.raises(SessionConflictError, match="open writer"):
+        await a.delete("s")
+    with pytest.raises(SessionConflictError, match="holds its lease"):
+        await b.delete("s")
+    await writer.close()
+    await b.delete("s")
+    assert await a.list() == ()
+
+
+async def test_group_commit_stores_a_burst_in_one_transaction(stores: StoreFactory) -> None:
+    """Writes are synchronous hand-offs: a burst across sessions becomes one transaction,
+    and ``flush`` returns once all of it is durable."""
+    store = stores()
+    one, two = store.open_writer("one"), store.open_writer("two")
+    one.publish()
+    two.publish()
+    await one.flush()
+    before = store.commits
+    for seq in range(1, 101):
+        one.write(turn(seq, seq))
+        two.write(turn(seq, seq))
+    await two.flush()
+    assert store.commits == before + 1
+    assert seqs(await stores().load("one")) == list(range(1, 101))
+    assert len(await store.raw("two")) == 100
+
+
+async def test_corrupt_rows_name_the_seq(stores: StoreFactory) -> None:
+    """A malformed stored event or an unknown required type is ``SessionCorruptError``
+    naming its seq; an ignorable unknown type loads (G-7)."""
+    store = stores()
+    good = turn(1, 1).to_json()
+    await store.put_raw("bad", [good, {"seq": 2, "time": 1, "type": "turn/start", "data": {}}])
+    with pytest.raises(SessionCorruptError, match="seq 2"):
+        await store.load("bad")
+    unknown = {"seq": 2, "time": 1, "type": "x/new", "data": {}}
+    await store.put_raw("unknown", [good, unknown])
+    with pytest.raises(SessionCorruptError, match="seq 2: unknown required event type"):
+        await store.load("unknown")
+    await store.put_raw("ignorable", [good, {**unknown, "ignorable": True}])
+    assert seqs(await store.load("ignorable")) == [1, 2]
+    await store.put_raw("shifted", [good, turn(3, 2).to_json()])
+    with pytest.raises(SessionCorruptError, match="seq 2"):
+        await store.load("shifted")
+
+
+# --- leases and fencing (G-2) ----------------------------------------------------------------
+
+
+async def test_one_writer_per_session_across_hosts(stores: StoreFactory) -> None:
+    """G-2: a second writer, in this store or another host's, gets SessionConflictError at
+    open time, naming the holder; the holder keeps writing."""
+    a, b = stores(), stores()
+    writer = a.open_writer("s")
+    with pytest.raises(SessionConflictError, match="already has a writer"):
+        a.open_writer("s")
+    with pytest.raises(SessionConflictError, match=f"{a.owner} holds its lease"):
+        b.open_writer("s")
+    writer.publish()
+    writer.write(turn(1, 1))
+    await writer.flush()
+    assert seqs(await b.load("s")) == [1]
+
+
+async def test_heartbeat_keeps_a_live_owner_leased(stores: StoreFactory) -> None:
+    """G-2: an owner whose loop runs renews its lease, so it outlives the TTL."""
+    a, b = stores(lease_ttl=0.3), stores()
+    a.open_writer("s")
+    await asyncio.sleep(1.0)  # > 3 TTLs of heartbeats
+    with pytest.raises(SessionConflictError):
+        b.open_writer("s")
+
+
+async def test_paused_owner_is_taken_over_and_fenced(stores: StoreFactory) -> None:
+    """G-2: a paused owner (its loop frozen past the TTL: no heartbeat) loses the lease;
+    the next opener takes it over with a higher token; the old owner's later batch is
+    refused as a whole and its flush raises SessionConflictError."""
+    a, b = stores(lease_ttl=0.4), stores()
+    old = a.open_writer("s")
+    old.publish()
+    old.write(turn(1, 1))
+    await old.flush()
+    time.sleep(0.9)  # the owner's process is paused: nothing of it runs
+    new = b.open_writer("s")  # takeover of the expired lease
+    lease = await b.lease("s")
+    assert lease is not None and lease.token == 2 and lease.owner == b.owner
+    old.write(turn(2, 2))
+    old.write(turn(3, 3))
+    with pytest.raises(SessionConflictError, match="taken over"):
+        await old.flush()
+    new.publish()
+    new.write(turn(2, 20))
+    await new.flush()
+    stored = await b.load("s")
+    assert [(e.seq, e.data.turn) for e in stored] == [(1, 1), (2, 20)]
+    with pytest.raises(SessionConflictError):
+        await old.close()
+    await new.close()
+
+
+async def test_revoked_lease_fences_the_holder(stores: StoreFactory) -> None:
+    """G-2: ``revoke_lease`` (an operator fencing a dead host) ends the lease at once: the
+    holder's next batch is refused, and the next opener gets a fresh token."""
+    a, b = stores(), stores()
+    old = a.open_writer("s")
+    old.publish()
+    await old.flush()
+    assert await b.revoke_lease("s")
+    assert not await b.revoke_lease("s")
+    old.write(turn(1, 1))
+    with pytest.raises(SessionConflictError, match="token 1"):
+        await old.flush()
+    new = b.open_writer("s")
+    assert (await b.lease("s")).token == 3  # type: ignore[union-attr]
+    new.write(turn(1, 9))
+    new.publish()
+    await new.close()
+    assert [e.data.turn for e in await a.load("s")] == [9]
+
+
+async def test_second_runtime_cannot_drive_a_leased_session(stores: StoreFactory) -> None:
+    """C7.2-10, C7.2-6, G-2: while runtime 1 drives a session, runtime 2's ``resume`` and
+    ``restore_or_create`` raise SessionConflictError, create nothing and leave the stored
+    log unchanged; after runtime 1 disposes, runtime 2 resumes it (C7.2-5, C7.2-12)."""
+    h1, h2 = await runtime(stores()), await runtime(stores())
+    h1.adapter.add(text_response("one"))
+    first = await h1.rt.agents.create(session_id="s", agent_options=OPTIONS)
+    agent = first.agent
+    agent.followup(user_message("u1"))
+    await settle(agent)
+    await agent.session.flush()
+    store2 = h2.rt.sessions.persistence
+    assert isinstance(store2, PostgresStore)
+    before = await store2.raw("s")
+    with pytest.raises(SessionConflictError, match="already has a writer"):
+        await h2.rt.agents.resume(resume_session_id="s", agent_options=OPTIONS)
+    with pytest.raises(SessionConflictError):
+        await h2.rt.agents.restore_or_create(session_id="s", agent_options=OPTIONS)
+    assert h2.rt.agents.get("s") is None
+    assert await store2.raw("s") == before
+    await first.dispose()
+    h2.adapter.add(text_response("two"))
+    handle = await h2.rt.agents.restore_or_create(session_id="s", agent_options=OPTIONS)
+    resumed = handle.agent
+    resumed.followup(user_message("u2"))
+    await settle(resumed)
+    assert compact(resumed.session, only=("T", "hdr")) == [
+        "T+1",
+        "hdr(initial)",
+        "T-1:completed",
+        "T+2",
+        "hdr(resume)",
+        "T-2:completed",
+    ]
+    await h2.rt.close()
+    await h1.rt.close()
+    assert seqs(await stores().load("s")) == seqs(resumed.session.events)
+
+
+async def test_taken_over_runtime_appends_nothing_more(stores: StoreFactory) -> None:
+    """G-2: runtime 1's lease is taken over (it stopped heartbeating); runtime 2 resumes and
+    runs a turn; runtime 1's agent keeps running in memory, but its flush raises
+    SessionConflictError and the stored log holds only runtime 2's events after the
+    takeover point."""
+    store1, store2 = stores(), stores()
+    h1, h2 = await runtime(store1), await runtime(store2)
+    agent1 = await h1.agent(text_response("one"), text_response("late"), session_id="s")
+    agent1.followup(user_message("u1"))
+    await settle(agent1)
+    await agent1.session.flush()
+    cut = len(agent1.session.events)
+    # The heartbeat stopped (a partition): the lease expires in the database.
+    await sql(f"UPDATE \"{store1.schema}\".steerloop_leases SET expires_at = now() - interval '1s'")
+    h2.adapter.add(text_response("two"))
+    agent2 = (await h2.rt.agents.resume(resume_session_id="s", agent_options=OPTIONS)).agent
+    agent2.followup(user_message("u2"))
+    await settle(agent2)
+    await agent2.session.flush()
+    agent1.followup(user_message("stale"))
+    await settle(agent1)
+    with pytest.raises(SessionConflictError, match="taken over"):
+        await agent1.session.flush()
+    stored = await store2.load("s")
+    assert stored == tuple(agent2.session.events)
+    assert stored[:cut] == tuple(agent1.session.events[:cut])
+    assert "stale" not in json.dumps([e.to_json() for e in stored])
+    with pytest.raises((SessionConflictError, ExceptionGroup)):
+        await h1.rt.close()
+    await h2.rt.close()
+
+
+async def test_resume_repairs_a_crashed_log(stores: StoreFactory) -> None:
+    """C7.2-9: a stored log whose turn never closed gets ``step/end``, an interrupted
+    ``turn/end`` and ``session/end-seed`` on resume, durably."""
+    store = stores()
+    await store.put_raw(
+        "s",
+        [
+            turn(1, 1).to_json(),
+            SessionEvent(
+                seq=2, time=1, type="step/start", data=StepBoundary(turn=1, step=1)
+            ).to_json(),
+        ],
+    )
+    h = await runtime(store)
+    handle = await h.rt.agents.resume(resume_session_id="s", agent_options=OPTIONS)
+    assert [e.type for e in handle.agent.session.events] == [
+        "turn/start",
+        "step/start",
+        "step/end",
+        "turn/end",
+        "session/end-seed",
+    ]
+    await handle.dispose()
+    stored = await stores().load("s")
+    assert stored[3].data.reason.kind == "interrupted"
+    await h.rt.close()
+
+
+async def test_runtime_open_with_a_url_owns_its_store(schema: str) -> None:
+    """``Runtime.open(store="postgresql://...")`` creates, stores and closes its store; a new
+    runtime on the same URL restores the session (C7.2-5)."""
+    url = f"{PG_URL}?schema={schema}"
+    h = Harness(await Runtime.open(store=url))
+    agent = await h.agent(text_response("hi"), session_id="s")
+    agent.followup(user_message("u1"))
+    await settle(agent)
+    events = tuple(agent.session.events)
+    await h.rt.close()
+    again = Harness(await Runtime.open(store=url))
+    handle = await again.rt.agents.restore_or_create(session_id="s", agent_options=OPTIONS)
+    assert tuple(handle.agent.session.events)[: len(events)] == events
+    await again.rt.close()
+
+
+async def test_restore_or_create_waits_for_teardown(stores: StoreFactory) -> None:
+    """C7.2-8: ``restore_or_create`` during teardown waits for it and restores everything
+    the old lifecycle flushed, including its final ``turn/end``."""
+    h = await runtime(stores())
+    h.adapter.add(text_response("one"))
+    handle = await h.rt.agents.create(session_id="s", agent_options=OPTIONS)
+    handle.agent.followup(user_message("u1"))
+    teardown = asyncio.ensure_future(handle.dispose())
+    await asyncio.sleep(0)  # teardown has begun
+    restored = await h.rt.agents.restore_or_create(session_id="s", agent_options=OPTIONS)
+    await teardown
+    old = tuple(handle.agent.session.events)
+    assert old[-1].type == "turn/end"
+    assert tuple(restored.agent.session.events)[: len(old)] == old
+    await h.rt.close()
+
+
+async def test_dead_host_inbox_is_restored_elsewhere(stores: StoreFactory) -> None:
+    """C7.2-11, G-2: host 1 dies with an ``inject`` pending (flushed, never disposed); once
+    its lease is revoked, host 2 resumes with the message pending, and the first turn
+    after resume claims it ahead of the new prompt."""
+    store1, store2 = stores(), stores()
+    h1, h2 = await runtime(store1), await runtime(store2)
+    agent1 = (await h1.rt.agents.create(session_id="s", agent_options=OPTIONS)).agent
+    agent1.inject(user_message("pending"))
+    await agent1.session.flush()
+    with pytest.raises(SessionConflictError):
+        await h2.rt.agents.resume(resume_session_id="s", agent_options=OPTIONS)
+    assert await store2.revoke_lease("s")  # host 1 is known dead
+    h2.adapter.add(text_response("two"))
+    agent = (await h2.rt.agents.resume(resume_session_id="s", agent_options=OPTIONS)).agent
+    assert [message.id for message in agent.inbox.next_step] == [
+        message.id for message in agent1.inbox.next_step
+    ]
+    agent.followup(user_message("u1"))
+    await settle(agent)
+    assert compact(agent.session, only=("claim",)) == ["claim(ns,pending)", "claim(nt,u1)"]
+    await h2.rt.close()
+    with contextlib.suppress(SessionConflictError, ExceptionGroup):
+        await h1.rt.close()

@@ -1,0 +1,474 @@
+"""The SQLite store on its own: file, schema, header, lease, and every way it can fail.
+
+Real database files under ``tmp_path``; faults are planted with a plain ``sqlite3``
+connection (corrupt rows, a newer schema) or with real SQLite limits (``max_page_count``
+for a full disk, ``query_only`` for a read-only database).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sqlite3
+import stat
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from steerloop import (
+    AgentOptions,
+    Runtime,
+    SessionConflictError,
+    SessionCorruptError,
+    SessionStorageError,
+    user_message,
+)
+from steerloop.session import SessionEvent
+from steerloop.session._events import TurnStart
+from steerloop.session._sqlite import MIGRATIONS, SCHEMA_VERSION, SqliteStore, migrate
+from steerloop.testing import text_response, tool_calls_response
+
+from ..conftest import SETTLE_TIMEOUT, Harness, settle
+from ..logcheck import assert_well_formed
+from ..tooltrace import Bench
+
+OPTIONS = AgentOptions(provider="mock", model="m")
+
+
+def turn(seq: int, n: int | None = None) -> SessionEvent:
+    return SessionEvent(seq=seq, time=1, type="turn/start", data=TurnStart(turn=n or seq))
+
+
+def blob(seq: int, size: int = 2000) -> SessionEvent:
+    """An ignorable plugin event with a large payload (fills pages quickly)."""
+    return SessionEvent(seq=seq, time=1, type="x/blob", data={"t": "x" * size}, ignorable=True)
+
+
+def is_storage_failure(error: BaseException) -> bool:
+    """``error`` is a SessionStorageError, or a group made only of them."""
+    if isinstance(error, BaseExceptionGroup):
+        return error.split(SessionStorageError)[1] is None
+    return isinstance(error, SessionStorageError)
+
+
+async def store_with(path: Path, session_id: str, count: int) -> None:
+    store = SqliteStore(path)
+    writer = store.open_writer(session_id)
+    writer.publish()
+    for seq in range(1, count + 1):
+        writer.write(turn(seq))
+    await writer.close()
+    await store.close()
+
+
+def execute(path: Path, sql: str, *args: Any) -> None:
+    conn = sqlite3.connect(path)
+    try:
+        conn.execute(sql, args)
+        conn.commit()
+    finally:
+        conn.close()
+
+
+async def load(path: Path, session_id: str) -> tuple[SessionEvent, ...]:
+    store = SqliteStore(path)
+    try:
+        return await store.load(session_id)
+    finally:
+        await store.close()
+
+
+# --- the file and its schema --------------------------------------------------------------
+
+
+async def test_runtime_opens_a_sqlite_url_and_creates_a_private_file(tmp_path: Path) -> None:
+    """``Runtime.open(store="sqlite:///path")`` creates the database with mode 0600."""
+    path = tmp_path / "sessions.db"
+    rt = await Runtime.open(store=f"sqlite:///{path}")
+    try:
+        assert isinstance(rt.sessions.persistence, SqliteStore)
+        assert rt.sessions.persistence.path == str(path)
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+        h = Harness(rt)
+        agent = await h.agent(text_response("hi"))
+        agent.followup(user_message("u"))
+        await settle(agent)
+        await agent.session.flush()
+        for side in (path, Path(f"{path}-wal")):
+            if side.exists():
+                assert stat.S_IMODE(os.stat(side).st_mode) == 0o600
+    finally:
+        await asyncio.wait_for(rt.close(), SETTLE_TIMEOUT)
+    conn = sqlite3.connect(path)
+    try:
+        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(SCHEMA_VERSION,)]
+        assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+        rows = conn.execute("SELECT seq, body FROM events ORDER BY seq").fetchall()
+    finally:
+        conn.close()
+    assert [seq for seq, _ in rows] == list(range(1, len(rows) + 1))
+    assert all(json.loads(body)["seq"] == seq for seq, body in rows)
+
+
+async def test_bad_urls_are_value_errors() -> None:
+    for url in ("sqlite://", "sqlite:///", "sqlite:///dir/", "sqlite:///x.db?mode=ro"):
+        with pytest.raises(ValueError, match="SQLite store URL"):
+            await Runtime.open(store=url)
+
+
+async def test_header_of_a_fresh_and_a_forked_session(tmp_path: Path) -> None:
+    """EVENTS.md §2.7: the header row holds version, id, created_at, is_seeded and, for a
+    fork, parent_session."""
+    before = int(time.time() * 1000)
+    store = SqliteStore(tmp_path / "s.db")
+    rt = await Runtime.open(store=store, clock=lambda: 1234)
+    h = Harness(rt)
+    agent = await h.agent(text_response("hi"))
+    agent.followup(user_message("u"))
+    await settle(agent)
+    await rt.sessions.fork("s-1", 2, "child")
+    await rt.close()
+    header = await store.load_header("s-1")
+    created = header.pop("created_at")
+    assert isinstance(created, int) and before <= created <= time.time() * 1000
+    assert header == {"version": 1, "id": "s-1", "is_seeded": False}
+    child = await store.load_header("child")
+    assert child["parent_session"] == "s-1"
+    assert child["is_seeded"] is True
+    assert child["created_at"] >= created
+    await store.close()
+
+
+async def test_migration_brings_an_old_database_forward(tmp_path: Path) -> None:
+    """Migrations run in order inside one transaction and keep the stored data."""
+    path = tmp_path / "s.db"
+    await store_with(path, "a", 3)
+    extra = ("CREATE INDEX events_by_body ON events (body)",)
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        assert migrate(conn, str(path), (*MIGRATIONS, extra)) == SCHEMA_VERSION
+        assert conn.execute("SELECT version FROM schema_version").fetchone() == (
+            SCHEMA_VERSION + 1,
+        )
+        assert migrate(conn, str(path), (*MIGRATIONS, extra)) == SCHEMA_VERSION + 1
+        names = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+        assert "events_by_body" in names
+        assert conn.execute("SELECT count(*) FROM events").fetchone() == (3,)
+    finally:
+        conn.close()
+
+
+async def test_newer_schema_version_is_refused(tmp_path: Path) -> None:
+    """G-7: a database written by a newer build is refused at open, naming both versions."""
+    path = tmp_path / "s.db"
+    await store_with(path, "a", 1)
+    execute(path, "UPDATE schema_version SET version = ?", SCHEMA_VERSION + 5)
+    with pytest.raises(SessionStorageError, match=rf"schema version {SCHEMA_VERSION + 5} is newer"):
+        await Runtime.open(store=f"sqlite:///{path}")
+
+
+async def test_unreadable_schema_version_is_corrupt(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    await store_with(path, "a", 1)
+    execute(path, "UPDATE schema_version SET version = 'two'")
+    with pytest.raises(SessionCorruptError, match="schema_version must hold one integer"):
+        SqliteStore(path)
+    execute(path, "DROP TABLE schema_version")
+    with pytest.raises(SessionCorruptError, match="schema_version is missing"):
+        SqliteStore(path)
+
+
+async def test_a_file_that_is_not_a_database_is_corrupt(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    path.write_bytes(b"this is not a database " * 500)
+    with pytest.raises(SessionCorruptError, match=r"s\.db.*corrupt"):
+        await Runtime.open(store=f"sqlite:///{path}")
+
+
+async def test_a_truncated_database_is_corrupt(tmp_path: Path) -> None:
+    """A database file cut in half is reported as corrupt (at open or at load), naming
+    the file — never loaded as a silently shorter log."""
+    path = tmp_path / "s.db"
+    await store_with(path, "a", 3000)
+    size = path.stat().st_size
+    with path.open("r+b") as file:
+        file.truncate(size // 2)
+    with pytest.raises(SessionCorruptError, match=r"s\.db.*malformed"):
+        await load(path, "a")
+
+
+# --- corrupt logs -------------------------------------------------------------------------
+
+
+async def test_seq_gap_is_corrupt(tmp_path: Path) -> None:
+    """G-1: a log with a missing seq is refused, naming the session, file and seq."""
+    path = tmp_path / "s.db"
+    await store_with(path, "a", 5)
+    execute(path, "DELETE FROM events WHERE session_id = 'a' AND seq = 3")
+    with pytest.raises(SessionCorruptError, match=r"session 'a' in .*s\.db: seq 3 is missing"):
+        await load(path, "a")
+
+
+async def test_unknown_required_event_type_is_corrupt(tmp_path: Path) -> None:
+    """G-7: an unknown required type makes the log unreadable; an ignorable one is kept."""
+    path = tmp_path / "s.db"
+    await store_with(path, "a", 3)
+    body = {"seq": 2, "time": 1, "type": "plugin/thing", "data": {"k": 1}}
+    execute(path, "UPDATE events SET body = ? WHERE seq = 2", json.dumps(body))
+    with pytest.raises(SessionCorruptError, match=r"seq 2: unknown required event type"):
+        await load(path, "a")
+    body["ignorable"] = True
+    execute(path, "UPDATE events SET body = ? WHERE seq = 2", json.dumps(body))
+    events = await load(path, "a")
+    assert [e.type for e in events] == ["turn/start", "plugin/thing", "turn/start"]
+
+
+async def test_torn_json_is_corrupt(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    await store_with(path, "a", 3)
+    execute(path, 'UPDATE events SET body = \'{"seq": 2, "ti\' WHERE seq = 2')
+    with pytest.raises(SessionCorruptError, match="seq 2 is not JSON"):
+        await load(path, "a")
+    execute(path, "UPDATE events SET body = ? WHERE seq = 2", json.dumps(turn(7).to_json()))
+    with pytest.raises(SessionCorruptError, match="stored at seq 2 says seq 7"):
+        await load(path, "a")
+
+
+async def test_events_without_a_header_are_corrupt(tmp_path: Path) -> None:
+    path = tmp_path / "s.db"
+    await store_with(path, "a", 2)
+    execute(path, "DELETE FROM sessions WHERE id = 'a'")
+    with pytest.raises(SessionCorruptError, match="without a session header"):
+        await load(path, "a")
+
+
+async def test_resume_of_a_corrupt_log_changes_nothing(tmp_path: Path) -> None:
+    """C7.2-6: restore_or_create raises the corrupt error and leaves the rows as they were."""
+    path = tmp_path / "s.db"
+    await store_with(path, "a", 4)
+    execute(path, "DELETE FROM events WHERE seq = 2")
+    before = sqlite3.connect(path).execute("SELECT * FROM events ORDER BY seq").fetchall()
+    rt = await Runtime.open(store=f"sqlite:///{path}")
+    with pytest.raises(SessionCorruptError, match="seq 2 is missing"):
+        await rt.agents.restore_or_create(session_id="a", agent_options=OPTIONS)
+    await rt.close()
+    after = sqlite3.connect(path).execute("SELECT * FROM events ORDER BY seq").fetchall()
+    assert after == before
+
+
+# --- storage failures ---------------------------------------------------------------------
+
+
+async def test_read_only_database_is_a_storage_error(tmp_path: Path) -> None:
+    """A database that refuses writes is reported at open (the schema check writes)."""
+    path = tmp_path / "s.db"
+    with pytest.raises(SessionStorageError, match=r"s\.db.*readonly"):
+        SqliteStore(path, pragmas={"query_only": 1})
+    await store_with(path, "a", 1)
+    with pytest.raises(SessionStorageError, match="readonly"):
+        SqliteStore(path, pragmas={"query_only": 1})
+    assert len(await load(path, "a")) == 1
+
+
+async def test_missing_directory_is_a_storage_error(tmp_path: Path) -> None:
+    with pytest.raises(SessionStorageError, match="cannot create"):
+        SqliteStore(tmp_path / "no" / "such" / "dir.db")
+
+
+async def test_disk_full_fails_at_flush_and_keeps_every_acknowledged_event(
+    tmp_path: Path,
+) -> None:
+    """G-1: when the file cannot grow, the next ``flush()`` raises SessionStorageError,
+    every later write raises too, ``close()`` surfaces it, and the stored log is exactly
+    the acknowledged prefix (flushed events are never lost)."""
+    path = tmp_path / "s.db"
+    store = SqliteStore(path, pragmas={"max_page_count": 16})
+    writer = store.open_writer("a")
+    writer.publish()
+    acknowledged = 0
+    with pytest.raises(SessionStorageError, match=r"database or disk is full") as failure:
+        for seq in range(1, 200):
+            writer.write(blob(seq))
+            await writer.flush()
+            acknowledged = seq
+    assert acknowledged > 0
+    assert f"from seq {acknowledged + 1} on are not stored" in str(failure.value)
+    with pytest.raises(SessionStorageError, match="disk is full"):
+        writer.write(blob(acknowledged + 2))
+    with pytest.raises(SessionStorageError, match="disk is full"):
+        await writer.close()
+    other = store.open_writer("b")  # the lease was released; other sessions still work
+    other.write(turn(1))
+    other.publish()
+    await other.close()
+    await store.close()
+    events = await load(path, "a")
+    assert [e.seq for e in events] == list(range(1, acknowledged + 1))
+    assert [e.seq for e in await load(path, "b")] == [1]
+
+
+async def test_a_failure_of_one_session_spares_the_others(tmp_path: Path) -> None:
+    """A failed group is retried per session: only the session whose write failed fails."""
+    path = tmp_path / "s.db"
+    store = SqliteStore(path, pragmas={"max_page_count": 16})
+    small, big = store.open_writer("small"), store.open_writer("big")
+    small.publish()
+    big.publish()
+    await small.flush()
+    await big.flush()
+    small.write(turn(1))
+    big.write(blob(1, size=200_000))  # can never fit
+    small.write(turn(2))
+    with pytest.raises(SessionStorageError, match=r"session 'big'.*disk is full"):
+        await big.flush()
+    await small.flush()
+    await small.close()
+    with pytest.raises(SessionStorageError):
+        await big.close()
+    assert [e.seq for e in await store.load("small")] == [1, 2]
+    assert await store.load("big") == ()
+    await store.close()
+
+
+async def test_agent_stops_taking_work_when_its_log_cannot_be_written(tmp_path: Path) -> None:
+    """G-1: once the store fails under a running agent, the failing turn ends (in error,
+    reported through ``agent/error``), sends raise SessionStorageError instead of running
+    ahead of the log, and dispose surfaces the failure. The stored log is a valid prefix of
+    the live one holding every acknowledged event; a resume repairs it and works on."""
+    path = tmp_path / "s.db"
+    store = SqliteStore(path, pragmas={"max_page_count": 24})
+    rt = await Runtime.open(store=store)
+    h = Harness(rt)
+    errors: list[Any] = []
+    rt.hooks.on("agent/error", errors.append)
+    handle = await rt.agents.create(session_id="s-1", agent_options=OPTIONS)
+    agent = handle.agent
+    acknowledged = 0
+    failed: SessionStorageError | None = None
+    for n in range(60):
+        h.adapter.add(text_response(f"answer {n} " + "y" * 3000))
+        try:
+            agent.followup(user_message(f"u{n}"))
+            await settle(agent)
+            await agent.session.flush()
+        except SessionStorageError as exc:
+            failed = exc
+            break
+        acknowledged = len(agent.session.events)
+    assert failed is not None and "disk is full" in str(failed)
+    assert acknowledged > 0
+    await settle(agent)
+    with pytest.raises(SessionStorageError, match="takes no more writes"):
+        agent.followup(user_message("more"))
+    with pytest.raises(SessionStorageError, match="takes no more writes"):
+        await agent.session.flush()
+    live = list(agent.session.events)
+    assert all(is_storage_failure(p.error) for p in errors)
+    with pytest.raises(SessionStorageError, match="takes no more writes"):
+        await handle.dispose()
+    await rt.close()
+    await store.close()
+
+    stored = await load(path, "s-1")
+    assert len(stored) >= acknowledged
+    assert list(stored) == live[: len(stored)]
+
+    rt2 = await Runtime.open(store=f"sqlite:///{path}")
+    h2 = Harness(rt2)
+    h2.adapter.add(text_response("back"))
+    handle = await rt2.agents.resume(resume_session_id="s-1", agent_options=OPTIONS)
+    handle.agent.followup(user_message("again"))
+    await settle(handle.agent)
+    assert handle.agent.session.events[-1].type == "turn/end"
+    assert handle.agent.session.events[-1].data.reason.kind == "completed"
+    assert_well_formed(handle.agent.session)
+    await rt2.close()
+
+
+async def test_a_write_failure_mid_turn_fails_the_turn(tmp_path: Path) -> None:
+    """G-1: a model answer too large for the disk fails its group; the tool body's
+    ``flush()`` raises, the next append raises, so the turn ends in error (``agent/error``
+    carries the SessionStorageError) and nothing more is appended. A resume repairs the
+    stored prefix (C7.2-9) and the next turn completes."""
+    path = tmp_path / "s.db"
+    store = SqliteStore(path, pragmas={"max_page_count": 24})
+    rt = await Runtime.open(store=store)
+    h = Harness(rt)
+    errors: list[Any] = []
+    rt.hooks.on("agent/error", errors.append)
+    seen: list[BaseException] = []
+
+    async def body(args: Any, exec: Any) -> str:
+        try:
+            await agent.session.flush()
+        except SessionStorageError as exc:
+            seen.append(exc)
+        return "done"
+
+    rt.tools.register(Bench().tool("t", then=body))
+    handle = await rt.agents.create(session_id="s-1", agent_options=OPTIONS)
+    agent = handle.agent
+    h.adapter.add(text_response("small"))
+    agent.followup(user_message("u0"))
+    await settle(agent)
+    await agent.session.flush()
+    acknowledged = list(agent.session.events)
+    h.adapter.add(tool_calls_response([("c1", "t", {"pad": "z" * 200_000})]))
+    agent.followup(user_message("u1"))
+    await settle(agent)
+    assert len(seen) == 1 and "disk is full" in str(seen[0])
+    assert errors and all(is_storage_failure(p.error) for p in errors)
+    live = list(agent.session.events)
+    assert live[-1].type == "tool/call"  # the tool/result append raised: nothing after it
+    with pytest.raises(SessionStorageError):
+        agent.followup(user_message("u2"))
+    assert list(agent.session.events) == live
+    with pytest.raises(SessionStorageError):
+        await handle.dispose()
+    await rt.close()
+    await store.close()
+
+    stored = await load(path, "s-1")
+    assert list(stored[: len(acknowledged)]) == acknowledged
+    assert list(stored) == live[: len(stored)]
+    assert all(e.type != "assistant/message" for e in stored[len(acknowledged) :])
+    rt2 = await Runtime.open(store=f"sqlite:///{path}")
+    h2 = Harness(rt2)
+    h2.adapter.add(text_response("back"))
+    resumed = await rt2.agents.resume(resume_session_id="s-1", agent_options=OPTIONS)
+    added = resumed.agent.session.events[len(stored) :]
+    if len(stored) > len(acknowledged):  # part of turn 2 was committed before the failure
+        assert [e.type for e in added][-2:] == ["turn/end", "session/end-seed"]
+        assert added[-2].data.reason.kind == "interrupted"
+    else:
+        assert [e.type for e in added] == ["session/end-seed"]
+    assert_well_formed(resumed.agent.session)
+    resumed.agent.followup(user_message("again"))
+    await settle(resumed.agent)
+    assert resumed.agent.session.events[-1].data.reason.kind == "completed"
+    assert_well_formed(resumed.agent.session)
+    await rt2.close()
+
+
+# --- the lease ----------------------------------------------------------------------------
+
+
+async def test_lease_is_held_across_store_objects_and_released_on_close(
+    tmp_path: Path,
+) -> None:
+    """G-2: two stores on one file (two runtimes) cannot write one session at once; the
+    conflict names the owner, and the store's close releases leftover leases."""
+    path = tmp_path / "s.db"
+    first, second = SqliteStore(path), SqliteStore(path)
+    writer = first.open_writer("a")
+    with pytest.raises(SessionConflictError, match=rf"pid {os.getpid()}"):
+        second.open_writer("a")
+    await first.close()  # without closing the writer
+    with pytest.raises(SessionStorageError, match="closed"):
+        writer.write(turn(1))
+    again = second.open_writer("a")
+    await again.discard()
+    await second.close()

@@ -1,0 +1,173 @@
+"""The shell tool: output and exit code, the output cap, and that no process outlives a call
+(timeout, abort, cancel through the agent, background children)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shlex
+import sys
+from pathlib import Path
+
+import pytest
+
+from steerloop import AbortController, AbortedError, CancelCause, user_message
+from steerloop.messages import TextBlock, ToolResultMessage
+from steerloop.testing import text_response, tool_call_response
+from steerloop.tools import Tool
+from steerloop.workspace import workspace_tools
+
+from ..conftest import Harness, compact, settle
+from .conftest import POLL_TIMEOUT, code, read_pid, run, text, wait_gone
+
+# The leader shell writes its pid, then a subshell starts a grandchild `sleep` and writes
+# its pid; the leader waits for the subshell, which waits for the sleep.
+GRANDCHILD = "echo $$ > leader.pid; (sleep 30 & echo $! > grand.pid; wait); echo never"
+
+
+def shell(
+    root: Path, *, shell_timeout: float = 120, output_cap: int = 30_000, kill_grace: float = 2.0
+) -> Tool:
+    tools = workspace_tools(
+        root, shell_timeout=shell_timeout, output_cap=output_cap, kill_grace=kill_grace
+    )
+    return next(t for t in tools if t.name == "shell")
+
+
+async def test_output_and_exit_code(root: Path) -> None:
+    result = await run(shell(root), command="echo out; echo err >&2; pwd; exit 3")
+    assert not result.is_error
+    assert text(result) == f"out\nerr\n{root}\n[exit code 3]"
+    assert result.meta == {"exit_code": 3, "output_bytes": len(f"out\nerr\n{root}\n")}
+
+
+async def test_success_without_output(root: Path) -> None:
+    result = await run(shell(root), command="true")
+    assert text(result) == "[exit code 0]"
+    assert result.meta == {"exit_code": 0, "output_bytes": 0}
+
+
+async def test_runs_in_the_workspace_with_no_stdin(root: Path) -> None:
+    (root / "a.txt").write_text("content\n")
+    result = await run(shell(root), command="cat a.txt; cat; echo done")
+    assert text(result) == "content\ndone\n[exit code 0]"
+
+
+async def test_output_is_capped_keeping_head_and_tail(root: Path) -> None:
+    script = "import sys; sys.stdout.write('A' * 600 + 'B' * 600 + 'C' * 600)"
+    command = f"{shlex.quote(sys.executable)} -c {shlex.quote(script)}"
+    result = await run(shell(root, output_cap=100), command=command)
+    assert text(result) == "A" * 50 + "\n[... 1700 bytes of output cut ...]\n" + "C" * 50 + (
+        "\n[exit code 0]"
+    )
+    assert result.meta == {"exit_code": 0, "output_bytes": 1800}
+
+
+async def test_timeout_kills_the_process_group(root: Path, reaper: list[int]) -> None:
+    """On the timeout the leader and its grandchild are both ended; the result names it."""
+    result = await run(shell(root, shell_timeout=1), command=GRANDCHILD)
+    leader = await read_pid(root / "leader.pid")
+    grandchild = await read_pid(root / "grand.pid")
+    reaper += [leader, grandchild]
+    assert result.is_error
+    assert result.error is not None
+    assert (result.error.code, result.error.name) == ("TOOL_FAILED", "TimeoutError")
+    assert text(result).startswith("command timed out after 1s; its process group was killed\n")
+    assert "never" not in text(result)
+    await wait_gone(leader, grandchild)
+
+
+async def test_timeout_escalates_to_sigkill(root: Path, reaper: list[int]) -> None:
+    """A group that ignores SIGTERM is killed after the grace period."""
+    command = "trap '' TERM; echo $$ > leader.pid; sleep 30 & echo $! > grand.pid; wait"
+    result = await run(shell(root, shell_timeout=1, kill_grace=0.2), command=command)
+    leader = await read_pid(root / "leader.pid")
+    grandchild = await read_pid(root / "grand.pid")
+    reaper += [leader, grandchild]
+    assert code(result) == "TOOL_FAILED"
+    assert text(result).endswith("[killed by signal 9]")
+    await wait_gone(leader, grandchild)
+
+
+async def test_abort_kills_the_process_group_at_once(root: Path, reaper: list[int]) -> None:
+    """The command runs in its own session; aborting the call's signal ends the whole
+    group before the body returns, and the body raises ``AbortedError``."""
+    ctrl = AbortController()
+    call = asyncio.ensure_future(run(shell(root), ctrl.signal, command=GRANDCHILD))
+    leader = await read_pid(root / "leader.pid")
+    grandchild = await read_pid(root / "grand.pid")
+    reaper += [leader, grandchild]
+    assert os.getsid(leader) == leader
+    assert os.getpgid(grandchild) == leader
+    assert not call.done()
+    ctrl.abort("stop")
+    with pytest.raises(AbortedError):
+        await asyncio.wait_for(call, POLL_TIMEOUT)
+    await wait_gone(leader, grandchild)
+
+
+async def test_aborted_signal_runs_nothing(root: Path) -> None:
+    ctrl = AbortController()
+    ctrl.abort("early")
+    with pytest.raises(AbortedError):
+        await run(shell(root), ctrl.signal, command="touch ran")
+    assert not (root / "ran").exists()
+
+
+@pytest.mark.parametrize(
+    "background", ["sleep 30 > /dev/null 2>&1 &", "sleep 30 &"], ids=["detached", "holds-pipe"]
+)
+async def test_background_processes_do_not_outlive_the_command(
+    root: Path, reaper: list[int], background: str
+) -> None:
+    """A background child is ended when the command exits (even one holding the output
+    pipe, which would otherwise keep the call waiting for 30s)."""
+    result = await run(shell(root), command=f"{background} echo $! > bg.pid; echo started")
+    child = await read_pid(root / "bg.pid")
+    reaper.append(child)
+    assert text(result) == "started\n[exit code 0]"
+    await wait_gone(child)
+
+
+async def test_cancel_through_the_agent_leaves_no_process(
+    h: Harness, root: Path, reaper: list[int]
+) -> None:
+    """agent.cancel while shell runs: the turn ends aborted, the call ABORTED, and neither
+    the shell nor its grandchild survives."""
+    for tool in workspace_tools(root):
+        h.rt.tools.register(tool)
+    agent = await h.agent(tool_call_response("c1", "shell", {"command": GRANDCHILD}))
+    agent.followup(user_message("u1"))
+    leader = await read_pid(root / "leader.pid")
+    grandchild = await read_pid(root / "grand.pid")
+    reaper += [leader, grandchild]
+    agent.cancel(CancelCause.user())
+    await settle(agent)
+    assert compact(agent.session)[-5:] == [
+        "msg",
+        "call(c1)",
+        "result(c1,ABORTED)",
+        "S-1.1",
+        "T-1:aborted",
+    ]
+    await wait_gone(leader, grandchild)
+    assert len(h.adapter.requests) == 1
+
+
+async def test_shell_result_reaches_the_model(h: Harness, root: Path) -> None:
+    for tool in workspace_tools(root):
+        h.rt.tools.register(tool)
+    agent = await h.agent(
+        tool_call_response("c1", "shell", {"command": "echo hi; exit 1"}), text_response("ok")
+    )
+    agent.followup(user_message("u1"))
+    await settle(agent)
+    assert compact(agent.session, only=("result(", "T-")) == ["result(c1)", "T-1:completed"]
+    message = h.adapter.requests[1].messages[-1]
+    assert isinstance(message, ToolResultMessage)
+    assert not message.is_error
+    assert text_of(message) == "hi\n[exit code 1]"
+
+
+def text_of(message: ToolResultMessage) -> str:
+    return "".join(block.text for block in message.content if isinstance(block, TextBlock))
