@@ -183,6 +183,79 @@ def sessions_replay(
         renderer.render(event)
 
 
+_EXIT_CODES = {"completed": 0, "error": 1, "max-tokens": 3, "blocked": 4, "aborted": 130}
+
+ModelOption = Annotated[
+    str | None, typer.Option("--model", "-m", help="PROVIDER/MODEL, e.g. deepseek/deepseek-chat.")
+]
+SessionOption = Annotated[
+    str | None, typer.Option("--session", "-s", help="Session id to continue (or create).")
+]
+ApproveOption = Annotated[
+    str | None,
+    typer.Option("--approve", help="Tool approval: ask, auto or read-only (default from config)."),
+]
+
+
+def _approve_mode(settings: Settings, approve: str | None) -> str:
+    mode = approve or settings.approve
+    if mode not in ("ask", "auto", "read-only"):
+        raise typer.BadParameter("--approve must be ask, auto or read-only")
+    return mode
+
+
+@app.command()
+def run(
+    prompt: str,
+    model: ModelOption = None,
+    session: SessionOption = None,
+    json_lines: Annotated[
+        bool, typer.Option("--json", help="Stream the session events as JSON lines.")
+    ] = False,
+    approve: ApproveOption = None,
+    store: StoreOption = None,
+) -> None:
+    """Run one turn; the exit status follows the turn's end reason.
+
+    0 completed · 1 error · 3 max-tokens · 4 blocked · 130 aborted (Ctrl-C).
+    """
+    from ._run import run_once
+
+    console = Console(stderr=json_lines)
+    settings = _settings(store)
+    mode = _approve_mode(settings, approve)
+    if mode == "ask" and not sys.stdin.isatty():
+        mode = "read-only"
+    try:
+        kind = asyncio.run(
+            run_once(settings, prompt, model=model, session_id=session, approve=mode,
+                     json_lines=json_lines, console=console)
+        )
+    except (ValueError, SteerloopError) as exc:
+        raise _fail(console, str(exc), 2) from None
+    raise typer.Exit(_EXIT_CODES.get(kind, 1))
+
+
+@app.command()
+def chat(
+    model: ModelOption = None,
+    session: SessionOption = None,
+    approve: ApproveOption = None,
+    store: StoreOption = None,
+) -> None:
+    """Chat with an agent; type while it runs to steer it (Enter), /help for commands."""
+    from ._chat import run_chat
+
+    console = Console()
+    settings = _settings(store)
+    mode = _approve_mode(settings, approve)
+    try:
+        asyncio.run(run_chat(settings, model=model, session_id=session, approve=mode,
+                             console=console))
+    except (ValueError, SteerloopError) as exc:
+        raise _fail(console, str(exc), 2) from None
+
+
 def main() -> None:
     """Entry point of the ``steerloop`` script."""
     app()
