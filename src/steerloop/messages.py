@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias
 
 from ._ids import new_id
+from ._records import fast_init
 
 __all__ = [
     "AssistantMessage",
@@ -31,6 +32,7 @@ __all__ = [
 JsonValue: TypeAlias = Any
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class TextBlock:
     """Plain text."""
@@ -39,6 +41,7 @@ class TextBlock:
     type: Literal["text"] = field(default="text", init=False, repr=False)
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ReasoningBlock:
     """Model reasoning; ``replay_state`` is provider data to send back unchanged."""
@@ -48,6 +51,7 @@ class ReasoningBlock:
     type: Literal["reasoning"] = field(default="reasoning", init=False, repr=False)
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ToolCallBlock:
     """A tool call requested by the model; ``arguments`` is the raw JSON text."""
@@ -61,6 +65,7 @@ class ToolCallBlock:
 Block: TypeAlias = TextBlock | ReasoningBlock | ToolCallBlock
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class MessageSource:
     """Where a message came from: ``kind`` plus kind-specific fields."""
@@ -77,6 +82,7 @@ class MessageSource:
 _USER = MessageSource()
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class UserMessage:
     """Input for the model: a host prompt, injected context, deferred tool context, a goal."""
@@ -87,6 +93,7 @@ class UserMessage:
     role: Literal["user"] = field(default="user", init=False)
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SystemMessage:
     """The rendered system prompt."""
@@ -97,6 +104,7 @@ class SystemMessage:
     role: Literal["system"] = field(default="system", init=False)
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AssistantMessage:
     """Model output of one attempt."""
@@ -111,6 +119,7 @@ class AssistantMessage:
         return tuple(b for b in self.content if isinstance(b, ToolCallBlock))
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ToolResultMessage:
     """The answer to one tool call."""

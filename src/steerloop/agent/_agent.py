@@ -9,7 +9,7 @@ driver *before* the old activity's future resolves, so ``when_idle`` follows the
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from .._cancel import CancelCause
@@ -49,6 +49,7 @@ class Agent:
         *,
         parent: Agent | None = None,
         meta: dict[str, Any] | None = None,
+        pending: Mapping[str, list[UserMessage]] | None = None,
     ) -> None:
         self.id = session.id
         self.session = session
@@ -56,7 +57,8 @@ class Agent:
         self.parent = parent
         self.meta = dict(meta or {})
         self._rt = runtime
-        pending = fold_inbox(session.events)  # a resumed inbox is the fold of its splices
+        if pending is None:  # a resumed inbox is the fold of its splices
+            pending = fold_inbox(session.events)
         self.inbox = Inbox(session, runtime.hooks, self, pending["next-turn"], pending["next-step"])
         self.inbox.guard = None
         self._phase: Phase = "idle"

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from .._records import fast_init
 from .._signal import AbortSignal
 from ..llm._types import LlmFailure, RetryPolicy
 from ..messages import UserMessage
@@ -31,6 +32,7 @@ __all__ = [
 ]
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class PreStepDecision:
     """``agent/pre-step`` result: ``enter(messages)`` or ``reject()``."""
@@ -53,6 +55,7 @@ class PreStepDecision:
         return cls("reject")
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class RequestErrorAction:
     """``agent/request-error`` result: ``retry()``; return ``None`` for terminal."""
@@ -64,6 +67,7 @@ class RequestErrorAction:
         return cls()
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class AgentPayload:
     """``agent/created`` and ``agent/disposed``."""
@@ -71,18 +75,21 @@ class AgentPayload:
     agent: Agent
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class SessionStartPayload:
     agent: Agent
     source: Literal["startup", "resume"]
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class StatusPayload:
     agent: Agent
     status: Literal["idle", "running"]
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ErrorPayload:
     agent: Agent
@@ -91,6 +98,7 @@ class ErrorPayload:
     error: BaseException
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class InboxMessagePayload:
     """``agent/inbox/inserted`` and ``agent/inbox/discarded``."""
@@ -99,6 +107,7 @@ class InboxMessagePayload:
     message: UserMessage
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ClaimedPayload:
     agent: Agent
@@ -106,6 +115,7 @@ class ClaimedPayload:
     turn: int
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class PreStepPayload:
     agent: Agent
@@ -115,6 +125,7 @@ class PreStepPayload:
     signal: AbortSignal
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class RequestPayload:
     agent: Agent
@@ -123,6 +134,7 @@ class RequestPayload:
     signal: AbortSignal
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class RequestErrorPayload:
     agent: Agent
@@ -134,6 +146,7 @@ class RequestErrorPayload:
     signal: AbortSignal
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class TurnStoppingPayload:
     agent: Agent
@@ -141,6 +154,7 @@ class TurnStoppingPayload:
     signal: AbortSignal
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StreamFrame:
     """A live frame of ``agent/assistant-stream``: ``start``, ``chunk`` or ``end``."""
@@ -156,6 +170,7 @@ class StreamFrame:
     outcome: Any = None
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class StreamFramePayload:
     agent: Agent

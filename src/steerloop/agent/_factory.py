@@ -21,6 +21,7 @@ from .._cancel import CancelCause
 from .._hooks import Disposer
 from .._signal import AbortController
 from ..errors import AbortedError, SessionPersistenceNotFoundError
+from ..messages import UserMessage
 from ..session._codec import validate_log
 from ..tools._define import Tool
 from ._agent import Agent
@@ -36,6 +37,7 @@ __all__ = ["AgentHandle", "AgentRegistry", "AgentScope"]
 _log = logging.getLogger("steerloop")
 
 Setup = Callable[["AgentScope"], Any]
+Pending = dict[str, list[UserMessage]]  # the inbox queues folded from a seed
 
 
 class _ScopedTools:
@@ -223,9 +225,10 @@ class AgentRegistry:
                 f"cannot resume {resume_session_id!r}: no store is configured (in-memory runtime)"
             )
         seed = await store.load(resume_session_id)
-        validate_log(seed)  # whatever the backend, an invalid log publishes nothing (C7.4-20)
+        # Whatever the backend, an invalid log publishes nothing (C7.4-20).
+        pending = validate_log(seed)
         return await self._build(
-            resume_session_id, agent_options, setup, meta, parent, "resume", seed
+            resume_session_id, agent_options, setup, meta, parent, "resume", seed, pending
         )
 
     async def restore_or_create(
@@ -277,6 +280,7 @@ class AgentRegistry:
         parent: Agent | None,
         source: Literal["startup", "resume"],
         seed: Any,
+        pending: Pending | None = None,
     ) -> AgentHandle:
         self._check_open()
         if session_id in self._live.agents or session_id in self._reserved:
@@ -285,7 +289,9 @@ class AgentRegistry:
         settled: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._creations[settled] = asyncio.current_task()
         try:
-            return await self._transaction(session_id, options, setup, meta, parent, source, seed)
+            return await self._transaction(
+                session_id, options, setup, meta, parent, source, seed, pending
+            )
         finally:
             self._reserved.discard(session_id)
             del self._creations[settled]
@@ -313,6 +319,7 @@ class AgentRegistry:
         parent: Agent | None,
         source: Literal["startup", "resume"],
         seed: Any,
+        pending: Pending | None,
     ) -> AgentHandle:
         rt = self._rt
         if parent is None:
@@ -322,7 +329,7 @@ class AgentRegistry:
         sink = rt.store.open_writer(session_id) if rt.store is not None else None
         try:
             session = rt.open_session(session_id, seed, sink)
-            agent = Agent(rt, session, options, parent=parent, meta=meta)
+            agent = Agent(rt, session, options, parent=parent, meta=meta, pending=pending)
         except BaseException:
             if sink is not None:
                 await sink.discard()

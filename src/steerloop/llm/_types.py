@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from .._records import fast_init
 from ..messages import Message
 
 if TYPE_CHECKING:
@@ -25,6 +26,7 @@ __all__ = [
 ]
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LlmFailure:
     """Facts of a failed model request, recorded verbatim in the log."""
@@ -45,6 +47,7 @@ class LlmFailure:
         return cls(**{k: v for k, v in data.items() if k in names})
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TokenUsage:
     """Disjoint token counts of one attempt."""
@@ -59,6 +62,7 @@ class TokenUsage:
         return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CallConfig:
     """The frozen route of one request; return ``config.replace(...)`` from ``agent/request``."""
@@ -88,6 +92,7 @@ class CallConfig:
         return cls(**{k: v for k, v in data.items() if k in names})
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RetryPolicy:
     """Advice for an ``agent/request-error`` listener; the loop itself never retries."""
@@ -97,6 +102,7 @@ class RetryPolicy:
     max_delay_ms: int = 30_000
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ModelInfo:
     """What an adapter knows about a model: limits and adapter defaults."""
@@ -108,6 +114,7 @@ class ModelInfo:
     retry_policy: RetryPolicy = field(default_factory=RetryPolicy)
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ToolSchema:
     """A tool as the model sees it."""
@@ -117,6 +124,7 @@ class ToolSchema:
     parameters: Mapping[str, Any]
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GenerateRequest:
     """One frozen model request; ``messages`` is exactly ``session.derive_messages()``."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias
 
+from .._records import fast_init
 from ..messages import Block, block_to_json
 from ._types import LlmFailure, TokenUsage
 
@@ -25,6 +26,7 @@ BlockType = Literal["text", "reasoning", "tool-call"]
 FinishKind = Literal["stop", "tool-calls", "max-tokens", "error", "aborted"]
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BlockStart:
     index: int
@@ -32,6 +34,7 @@ class BlockStart:
     kind: Literal["block-start"] = "block-start"
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TextDelta:
     index: int
@@ -39,6 +42,7 @@ class TextDelta:
     kind: Literal["text-delta"] = "text-delta"
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ReasoningDelta:
     index: int
@@ -46,6 +50,7 @@ class ReasoningDelta:
     kind: Literal["reasoning-delta"] = "reasoning-delta"
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ToolCallDelta:
     index: int
@@ -55,6 +60,7 @@ class ToolCallDelta:
     kind: Literal["tool-call-delta"] = "tool-call-delta"
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BlockEnd:
     index: int
@@ -62,12 +68,14 @@ class BlockEnd:
     kind: Literal["block-end"] = "block-end"
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class UsageChunk:
     usage: TokenUsage
     kind: Literal["usage"] = "usage"
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FinishReason:
     """Why a stream ended; ``failure`` is set for ``error`` and ``aborted``."""
@@ -76,6 +84,7 @@ class FinishReason:
     failure: LlmFailure | None = None
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Finish:
     reason: FinishReason

@@ -62,7 +62,14 @@ from ._events import (
     TurnStart,
 )
 
-__all__ = ["KNOWN_TYPES", "decode_log", "event_from_json", "event_to_json", "validate_log"]
+__all__ = [
+    "KNOWN_TYPES",
+    "chunk_from_json",
+    "decode_log",
+    "event_from_json",
+    "event_to_json",
+    "validate_log",
+]
 
 Json = Any
 
@@ -237,12 +244,47 @@ def _chunk(value: Json) -> StreamChunk:
     _fail(f"unknown stream chunk kind {kind!r}")
 
 
+_CHUNK_KINDS = frozenset(
+    (
+        "block-start",
+        "text-delta",
+        "reasoning-delta",
+        "tool-call-delta",
+        "block-end",
+        "usage",
+        "finish",
+    )
+)
+
+
 def _stream(data: Mapping[str, Json]) -> tuple[StreamRecord, ...]:
+    """Records with their shape and chunk kind checked; each chunk decodes on first read."""
     records = []
+    lazy = StreamRecord.lazy
     for item in _list(data, "stream"):
-        record = _obj(item, "stream record")
-        records.append(StreamRecord(_int(record, "time"), _chunk(record.get("chunk"))))
+        if not isinstance(item, dict):
+            _fail("stream record must be an object")
+        time = item.get("time")
+        chunk = item.get("chunk")
+        if isinstance(time, bool) or not isinstance(time, int):
+            _fail("stream record 'time' must be an integer")
+        if not isinstance(chunk, dict) or chunk.get("kind") not in _CHUNK_KINDS:
+            kind = chunk.get("kind") if isinstance(chunk, dict) else chunk
+            _fail(f"unknown stream chunk kind {kind!r}")
+        records.append(lazy(time, chunk))
     return tuple(records)
+
+
+def chunk_from_json(raw: Json) -> StreamChunk:
+    """Decode one stored stream chunk.
+
+    Raises:
+        SessionCorruptError: the chunk is malformed.
+    """
+    try:
+        return _chunk(raw)
+    except _Malformed as exc:
+        raise SessionCorruptError(f"stream chunk: {exc}") from None
 
 
 # --- payloads, one decoder per type ----------------------------------------------------
@@ -472,8 +514,8 @@ def _sources(value: Json, seq: int) -> tuple[int, ...] | None:
 # --- whole log -------------------------------------------------------------------------
 
 
-def validate_log(events: Sequence[SessionEvent]) -> None:
-    """Check the invariants a single event cannot show.
+def validate_log(events: Sequence[SessionEvent]) -> dict[str, list[UserMessage]]:
+    """Check the invariants a single event cannot show; returns the folded inbox.
 
     Seqs run 1, 2, 3 … without gaps; every ``Replace`` names a contiguous range of the
     current surface and cites each node it shadows; the ``agent/inbox/spliced`` events
@@ -508,7 +550,7 @@ def validate_log(events: Sequence[SessionEvent]) -> None:
     # The store layer sits above the agent layer (STYLE §1): the inbox fold is the agent's.
     from ..agent._inbox import fold_inbox
 
-    fold_inbox(events)
+    return fold_inbox(events)
 
 
 def decode_log(raw: Iterable[Json]) -> tuple[SessionEvent, ...]:

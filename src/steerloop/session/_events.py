@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias
 
 from .._cancel import CancelCause
+from .._records import fast_init
 from ..llm._types import LlmFailure, TokenUsage
 from ..llm.chunks import StreamChunk, chunk_to_json
 from ..messages import (
@@ -46,6 +47,7 @@ SURFACE_TYPES = frozenset({"system/message", "user/message", "assistant/message"
 InboxTarget = Literal["next-turn", "next-step"]
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Replace:
     """Surface op substituting the contiguous surface range ``start_seq..end_seq``."""
@@ -57,11 +59,13 @@ class Replace:
 SurfaceOp: TypeAlias = Literal["append"] | Replace
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TurnStart:
     turn: int
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TurnEndReason:
     """``completed``, ``blocked``, ``aborted{reason}``, ``error{error}``, ``max-tokens``,
@@ -72,12 +76,14 @@ class TurnEndReason:
     error: LlmFailure | None = None
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TurnEnd:
     turn: int
     reason: TurnEndReason
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StepBoundary:
     """Payload of ``step/start`` and ``step/end``."""
@@ -86,6 +92,7 @@ class StepBoundary:
     step: int
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SystemMessageEvent:
     turn: int
@@ -93,17 +100,77 @@ class SystemMessageEvent:
     message: SystemMessage
 
 
-@dataclass(frozen=True, slots=True)
 class StreamRecord:
-    """One received chunk and the epoch-ms time it arrived."""
+    """One received chunk and the epoch-ms time it arrived.
 
-    time: int
-    chunk: StreamChunk
+    A record loaded from a store keeps its chunk's JSON and decodes it on first access:
+    streams are log-only and are most of a log's bytes, so resume does not pay for them.
+    The loader has already checked each record's shape and chunk kind.
+    """
+
+    __slots__ = ("_chunk", "_raw", "_time")
+    _time: int
+    _chunk: StreamChunk | None
+    _raw: dict[str, Any] | None
+
+    def __init__(self, time: int, chunk: StreamChunk) -> None:
+        _set(self, "_time", time)
+        _set(self, "_chunk", chunk)
+        _set(self, "_raw", None)
+
+    @classmethod
+    def lazy(cls, time: int, raw: dict[str, Any]) -> StreamRecord:
+        """A record whose chunk is decoded from ``raw`` when first read."""
+        record = object.__new__(cls)
+        _set(record, "_time", time)
+        _set(record, "_chunk", None)
+        _set(record, "_raw", raw)
+        return record
+
+    @property
+    def time(self) -> int:
+        return self._time
+
+    @property
+    def chunk(self) -> StreamChunk:
+        chunk = self._chunk
+        if chunk is None:
+            from ._codec import chunk_from_json
+
+            chunk = chunk_from_json(self._raw)
+            _set(self, "_chunk", chunk)
+            _set(self, "_raw", None)
+        return chunk
 
     def to_json(self) -> dict[str, Any]:
-        return {"time": self.time, "chunk": chunk_to_json(self.chunk)}
+        raw = self._raw
+        return {"time": self.time, "chunk": raw if raw is not None else chunk_to_json(self.chunk)}
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise dataclasses.FrozenInstanceError(f"cannot delete field {name!r}")
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, StreamRecord):
+            return NotImplemented
+        return self.time == other.time and self.chunk == other.chunk
+
+    def __hash__(self) -> int:
+        return hash((self.time, self.chunk))
+
+    def __repr__(self) -> str:
+        return f"StreamRecord(time={self.time!r}, chunk={self.chunk!r})"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (StreamRecord, (self.time, self.chunk))
 
 
+_set = object.__setattr__
+
+
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AssistantMessageEvent:
     turn: int
@@ -114,6 +181,7 @@ class AssistantMessageEvent:
     interrupted: bool = False
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AssistantAttempt:
     turn: int
@@ -121,6 +189,7 @@ class AssistantAttempt:
     stream: tuple[StreamRecord, ...]
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ToolCallEvent:
     turn: int
@@ -130,12 +199,14 @@ class ToolCallEvent:
     arguments: str
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ToolErrorInfo:
     code: str
     name: str | None = None
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ToolResultEvent:
     turn: int
@@ -145,6 +216,7 @@ class ToolResultEvent:
     meta: Any = None
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class InboxSpliced:
     target: InboxTarget
@@ -154,6 +226,7 @@ class InboxSpliced:
     outcome: Literal["canceled"] | None = None
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RequestHeader:
     header: Mapping[str, Any]
@@ -161,6 +234,7 @@ class RequestHeader:
     starts_series: bool = False
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RequestContext:
     provider: str
@@ -169,11 +243,13 @@ class RequestContext:
     system_prompt_update: Literal["in-history"] | None = None
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SessionEndSeed:
     inherited: bool = False
 
 
+@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SessionEvent:
     """One entry of the append-only log."""
@@ -217,24 +293,47 @@ def surface_message(event: SessionEvent) -> Message | None:
     return None
 
 
+_SCALARS = (str, int, float, bool)
+_MESSAGES = (UserMessage, SystemMessage, AssistantMessage, ToolResultMessage)
+_encoders: dict[type, Callable[[Any], Any]] = {}
+
+
 def encode(value: Any) -> Any:
     """The lossless JSON form of a payload value."""
-    if value is None or isinstance(value, str | int | float | bool):
+    if value is None or isinstance(value, _SCALARS):
         return value
-    if isinstance(value, UserMessage | SystemMessage | AssistantMessage | ToolResultMessage):
-        return message_to_json(value)
-    to_json = getattr(type(value), "to_json", None)
+    cls = type(value)
+    encoder = _encoders.get(cls)
+    if encoder is None:
+        encoder = _encoders[cls] = _encoder_for(cls)
+    return encoder(value)
+
+
+def _encoder_for(cls: type) -> Callable[[Any], Any]:
+    """One encoder per class, chosen once: the hot path is a dict lookup and a call."""
+    if issubclass(cls, _MESSAGES):
+        return message_to_json
+    to_json = getattr(cls, "to_json", None)
     if to_json is not None:
-        return to_json(value)
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        out = {}
-        for f in dataclasses.fields(value):
-            item = getattr(value, f.name)
-            if item is not None:
-                out[f.name] = encode(item)
-        return out
-    if isinstance(value, list | tuple):
-        return [encode(v) for v in value]
-    if isinstance(value, Mapping):
-        return {str(k): encode(v) for k, v in value.items()}
-    raise ValueError(f"{type(value).__name__} has no JSON form")
+        return to_json  # type: ignore[no-any-return]
+    if dataclasses.is_dataclass(cls):
+        names = tuple(f.name for f in dataclasses.fields(cls))
+
+        def from_fields(value: Any) -> dict[str, Any]:
+            out = {}
+            for name in names:
+                item = getattr(value, name)
+                if item is not None:
+                    out[name] = encode(item)
+            return out
+
+        return from_fields
+    if issubclass(cls, list | tuple):
+        return lambda value: [encode(v) for v in value]
+    if issubclass(cls, Mapping):
+        return lambda value: {str(k): encode(v) for k, v in value.items()}
+
+    def refuse(value: Any) -> Any:
+        raise ValueError(f"{type(value).__name__} has no JSON form")
+
+    return refuse

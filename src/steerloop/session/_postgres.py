@@ -65,6 +65,7 @@ from ..errors import (
 )
 from ._codec import decode_log
 from ._events import SessionEvent
+from ._json import dumps_event, loads
 from ._session import EventSink
 from ._store import SessionStore
 
@@ -411,7 +412,7 @@ class PostgresStore(SessionStore):
         for row in rows:
             seq = row["seq"]
             try:
-                item = json.loads(row["payload"])
+                item = loads(row["payload"])
             except json.JSONDecodeError as exc:
                 raise SessionCorruptError(
                     f"session {session_id!r}: stored event at seq {seq} is not JSON: {exc}"
@@ -850,12 +851,7 @@ def _header_json(session_id: str, header: Mapping[str, Any]) -> str:
 
 
 def _text(event: SessionEvent) -> str:
-    text = json.dumps(event.to_json(), allow_nan=False, separators=(",", ":"), ensure_ascii=False)
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:  # a lone surrogate: keep it as an escape
-        text = json.dumps(event.to_json(), allow_nan=False, separators=(",", ":"))
-    return text
+    return dumps_event(event)
 
 
 class _PostgresWriter(EventSink):

@@ -8,6 +8,7 @@ from typing import Any, overload
 
 from .._hooks import HookBus
 from .._ids import Clock, default_clock
+from .._records import fast_init
 from ..messages import Message, check_json
 from ._events import (
     SURFACE_TYPES,
@@ -24,6 +25,7 @@ from ._repair import plan_repair
 __all__ = ["EventSink", "Session", "SessionEventPayload"]
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class SessionEventPayload:
     """Payload of the ``session/event`` hook."""

@@ -69,6 +69,7 @@ from ..errors import (
 )
 from ._codec import decode_log
 from ._events import SessionEvent
+from ._json import loads
 from ._session import EventSink
 from ._store import SessionStore, _line
 
@@ -666,7 +667,7 @@ class SqliteStore(SessionStore):
                     f"{where}: seq {expected} is missing (the next stored event is seq {seq})"
                 )
             try:
-                item = json.loads(body)
+                item = loads(body)
             except (json.JSONDecodeError, TypeError) as exc:
                 raise SessionCorruptError(f"{where}: seq {seq} is not JSON: {exc}") from None
             if isinstance(item, dict) and item.get("seq") != seq:

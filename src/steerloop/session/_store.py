@@ -29,6 +29,7 @@ from ..errors import (
 )
 from ._codec import decode_log
 from ._events import SessionEvent
+from ._json import dumps_event, loads
 from ._session import EventSink
 
 __all__ = ["MemoryStore", "SessionStore", "open_store"]
@@ -83,7 +84,7 @@ class SessionStore(abc.ABC):
 
 
 def _line(event: SessionEvent) -> str:
-    return json.dumps(event.to_json(), allow_nan=False, separators=(",", ":"), ensure_ascii=False)
+    return dumps_event(event)
 
 
 class MemoryStore(SessionStore):
@@ -104,7 +105,7 @@ class MemoryStore(SessionStore):
         if lines is None:
             raise SessionPersistenceNotFoundError(f"no session {session_id!r} in {self.url}")
         try:
-            raw = [json.loads(line) for line in lines]
+            raw = [loads(line) for line in lines]
         except json.JSONDecodeError as exc:
             index = _bad_line(lines)
             raise SessionCorruptError(

@@ -13,6 +13,7 @@ import jsonschema
 import pydantic
 
 from .._hooks import Disposer, HookBus
+from .._records import fast_init
 from .._signal import AbortController
 from ..errors import AbortedError
 from ..llm._types import ToolSchema
@@ -29,6 +30,7 @@ __all__ = [
 ]
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class ToolHookPayload:
     """Payload of ``tools/pre-execute`` (``result`` is ``None``), ``post-execute``, ``result``."""
