@@ -206,7 +206,7 @@ def _approve_mode(settings: Settings, approve: str | None) -> str:
 
 @app.command()
 def run(
-    prompt: str,
+    prompt: Annotated[str | None, typer.Argument(help="The prompt (optional with --goal).")] = None,
     model: ModelOption = None,
     session: SessionOption = None,
     json_lines: Annotated[
@@ -214,13 +214,20 @@ def run(
     ] = False,
     approve: ApproveOption = None,
     store: StoreOption = None,
+    goal: Annotated[
+        str | None,
+        typer.Option("--goal", help="Pursue this goal round by round (after the prompt, if any)."),
+    ] = None,
 ) -> None:
-    """Run one turn; the exit status follows the turn's end reason.
+    """Run one turn (or a goal); the exit status follows the turn's end reason.
 
-    0 completed · 1 error · 3 max-tokens · 4 blocked · 130 aborted (Ctrl-C).
+    0 completed · 1 error · 3 max-tokens · 4 blocked · 130 aborted (Ctrl-C). With --goal:
+    0 goal complete · 4 goal blocked · 130 goal paused (Ctrl-C).
     """
     from ._run import run_once
 
+    if prompt is None and goal is None:
+        raise typer.BadParameter("give a PROMPT, --goal TEXT, or both")
     console = Console(stderr=json_lines)
     settings = _settings(store)
     mode = _approve_mode(settings, approve)
@@ -228,8 +235,16 @@ def run(
         mode = "read-only"
     try:
         kind = asyncio.run(
-            run_once(settings, prompt, model=model, session_id=session, approve=mode,
-                     json_lines=json_lines, console=console)
+            run_once(
+                settings,
+                prompt or "",
+                model=model,
+                session_id=session,
+                approve=mode,
+                json_lines=json_lines,
+                console=console,
+                goal=goal,
+            )
         )
     except (ValueError, SteerloopError) as exc:
         raise _fail(console, str(exc), 2) from None
@@ -250,8 +265,9 @@ def chat(
     settings = _settings(store)
     mode = _approve_mode(settings, approve)
     try:
-        asyncio.run(run_chat(settings, model=model, session_id=session, approve=mode,
-                             console=console))
+        asyncio.run(
+            run_chat(settings, model=model, session_id=session, approve=mode, console=console)
+        )
     except (ValueError, SteerloopError) as exc:
         raise _fail(console, str(exc), 2) from None
 

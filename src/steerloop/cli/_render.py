@@ -13,7 +13,7 @@ from rich.text import Text
 from ..messages import ReasoningBlock, TextBlock, ToolCallBlock
 from ..session._events import SessionEvent
 
-__all__ = ["EventRenderer", "summarise"]
+__all__ = ["EventRenderer", "format_args", "summarise"]
 
 
 def summarise(text: str, limit: int = 100) -> str:
@@ -22,7 +22,8 @@ def summarise(text: str, limit: int = 100) -> str:
     return first if len(first) <= limit else first[: limit - 1] + "…"
 
 
-def _args(raw: str, limit: int = 60) -> str:
+def format_args(raw: str, limit: int = 60) -> str:
+    """Tool-call arguments as ``k=v, ...``, cut to ``limit`` characters."""
     try:
         value = json.loads(raw) if raw.strip() else {}
     except ValueError:
@@ -78,7 +79,7 @@ class EventRenderer:
                 Text.assemble(
                     ("  ⚙ ", "magenta"),
                     (d.name, "bold"),
-                    f"({_args(d.arguments)})",
+                    f"({format_args(d.arguments)})",
                     (f"  #{d.call_id}", "dim"),
                 )
             )

@@ -37,8 +37,9 @@ async def run_once(
     approve: str,
     json_lines: bool,
     console: Console,
+    goal: str | None = None,
 ) -> str:
-    """Run ``prompt`` as one turn; returns the turn's end reason kind."""
+    """Run ``prompt`` as one turn, then pursue ``goal`` if given; returns the outcome kind."""
     renderer = EventRenderer(console)
 
     def show(payload: Any) -> None:
@@ -53,20 +54,49 @@ async def run_once(
 
     async with AsyncExitStack() as stack:
         live = await open_live(
-            stack, settings, model=model, session_id=session_id, approve=approve,
-            ask=_ask_on_terminal, workspace=Path.cwd(), setup=setup,
+            stack,
+            settings,
+            model=model,
+            session_id=session_id,
+            approve=approve,
+            ask=_ask_on_terminal,
+            workspace=Path.cwd(),
+            setup=setup,
         )
         agent = live.agent
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGINT, agent.cancel, CancelCause.user())
+        goal_kind: str | None = None
         try:
             first_new = len(agent.session.events)
-            agent.followup(user_message(prompt))
-            await agent.when_idle()
+            if prompt:
+                agent.followup(user_message(prompt))
+            if goal is None:
+                await agent.when_idle()
+            else:
+                goal_kind = await _pursue_goal(live.rt, agent, goal)
             await agent.session.flush()
         finally:
             loop.remove_signal_handler(signal.SIGINT)
         ends = [e for e in agent.session.events[first_new:] if e.type == "turn/end"]
         if not json_lines:
             console.print(f"[dim]session {agent.id} · {live.provider}/{live.model}[/dim]")
+        if goal_kind is not None:
+            return goal_kind
         return ends[-1].data.reason.kind if ends else "error"
+
+
+async def _pursue_goal(rt: Any, agent: Any, objective: str) -> str | None:
+    """Make ``objective`` the session's goal and let the goal-round driver run it until it
+    is complete, blocked or paused; returns the matching outcome kind (``None`` otherwise)."""
+    from ..goals import install_goals
+
+    driver = install_goals(rt)
+    goal = driver.goal_of(agent)
+    current = goal.current
+    if current is not None and current.phase not in ("complete", "cleared"):
+        goal.clear(goal.revision)  # --goal replaces whatever goal the session had
+    goal.create(objective, expected_revision=goal.revision)
+    await driver.when_settled(agent)
+    phase = goal.current.phase if goal.current is not None else None
+    return {"complete": "completed", "blocked": "blocked", "paused": "aborted"}.get(phase or "")

@@ -1,0 +1,5 @@
+"""``python -m steerloop.cli``."""
+
+from ._app import main
+
+main()

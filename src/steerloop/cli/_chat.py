@@ -1,0 +1,393 @@
+"""``steerloop chat``: talk to an agent while it works.
+
+The prompt stays live while a turn runs. Enter on an idle agent starts a turn (``followup``);
+Enter while it runs steers it (``steer``: the next step sees the message). Ctrl-C cancels the
+running turn; Ctrl-C when idle, twice within ``_QUIT_WINDOW`` seconds, or Ctrl-D quits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import time
+from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
+from pathlib import Path
+from typing import Any
+
+from prompt_toolkit import PromptSession
+from prompt_toolkit.application import get_app_or_none
+from prompt_toolkit.formatted_text import FormattedText
+from prompt_toolkit.patch_stdout import patch_stdout
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from .._cancel import CancelCause
+from .._runtime import Runtime
+from ..agent._factory import AgentHandle
+from ..agent._options import AgentOptions
+from ..errors import SteerloopError
+from ..llm._types import CallConfig
+from ..llm.config import ProviderConfigError
+from ..messages import user_message
+from ..tools._define import ToolExec
+from ._chat_view import ChatView, Fragments, Screen, help_table, tools_table
+from ._render import EventRenderer, format_args, summarise
+from ._session_setup import open_live, resolve_route
+from ._settings import Settings
+
+__all__ = ["run_chat"]
+
+_QUIT_WINDOW = 1.5
+_SETTLE_TIMEOUT = 10.0
+
+
+class _Reported(Exception):
+    """A command failed and has already told the user why."""
+
+
+async def run_chat(
+    settings: Settings,
+    *,
+    model: str | None,
+    session_id: str | None,
+    approve: str,
+    console: Console,
+) -> None:
+    """Run the interactive chat until the user quits.
+
+    Raises:
+        ProviderConfigError: no usable provider/model (a ``ValueError`` naming what to set).
+    """
+    chat = _Chat(settings, console, approve)
+    async with AsyncExitStack() as stack:
+        await chat.open(stack, model=model, session_id=session_id)
+        with patch_stdout(raw=True):
+            try:
+                await chat.loop()
+            finally:
+                await chat.settle()
+    await chat.screen.drain()  # anything the runtime's close reported
+
+
+class _Chat:
+    """One chat: a runtime, the current agent, the prompt and its view."""
+
+    def __init__(self, settings: Settings, console: Console, approve: str) -> None:
+        self.settings = settings
+        self.console = console
+        self.approve = approve
+        self.screen = Screen(console)
+        self.view = ChatView(self.screen, self._invalidate)
+        self.prompt: PromptSession[str] = PromptSession(
+            message=self._message,
+            bottom_toolbar=self._toolbar,
+            erase_when_done=True,
+            refresh_interval=0.1,
+        )
+        self.rt: Runtime
+        self.handle: AgentHandle
+        self.route: tuple[str, str] = ("", "")
+        self.asks: list[tuple[str, asyncio.Future[bool]]] = []
+        self.last_interrupt = -_QUIT_WINDOW
+        self.quitting = False
+        self._commands: dict[str, Callable[[str], Awaitable[None]]] = {
+            "/queue": self._queue,
+            "/inject": self._inject,
+            "/sessions": self._sessions,
+            "/resume": self._resume,
+            "/fork": self._fork,
+            "/model": self._model,
+            "/tools": self._tools,
+            "/help": self._help,
+        }
+
+    @property
+    def agent(self) -> Any:
+        return self.handle.agent
+
+    # --- opening and switching -----------------------------------------------------------
+
+    async def open(
+        self, stack: AsyncExitStack, *, model: str | None, session_id: str | None
+    ) -> None:
+        live = await open_live(
+            stack,
+            self.settings,
+            model=model,
+            session_id=session_id,
+            approve=self.approve,
+            ask=self._ask,
+            workspace=Path.cwd(),
+            setup=self._setup,
+        )
+        self.rt, self.handle, self.route = live.rt, live.handle, (live.provider, live.model)
+        self.rt.hooks.on("agent/request", self._on_request)
+        events = self.agent.session.events
+        if events:
+            self.screen.emit(lambda c: EventRenderer(c).render_all(events))
+        state = f"resumed, {len(events)} events" if events else "new"
+        self.screen.print(
+            Text.assemble(
+                ("steerloop chat", "bold"),
+                f" · session {self.agent.id} ({state}) · {live.provider}/{live.model}"
+                f" · approve {self.approve}",
+            )
+        )
+        self._note("Enter sends; while the agent works, Enter steers it · /help")
+
+    def _setup(self, scope: Any) -> None:
+        scope.hooks.on("session/event", self._on_event)
+        scope.hooks.on("agent/assistant-stream", self.view.on_frame)
+        scope.hooks.on("agent/status", self.view.on_status)
+
+    def _on_event(self, payload: Any) -> None:
+        self.view.on_event(payload)
+        if payload.event.type == "turn/end":
+            self._deny_asks()
+
+    async def _on_request(self, payload: Any, next_: Callable[[], Awaitable[CallConfig]]) -> Any:
+        config = await next_()
+        provider, model = self.route
+        if config.provider == provider and config.model == model:
+            return config
+        return config.replace(provider=provider, model=model)
+
+    async def _switch(self, session_id: str, note: str) -> None:
+        """Dispose the current agent and continue ``session_id`` (stored) instead."""
+        previous = self.agent.id
+        self._deny_asks()
+        await self.handle.dispose()
+        self.view.reset()
+        try:
+            self.handle = await self._resume_agent(session_id)
+        except SteerloopError as exc:
+            self._error(f"cannot open session {session_id!r}: {exc}")
+            self.handle = await self._resume_agent(previous)
+            raise _Reported() from None
+        self._note(note)
+
+    async def _resume_agent(self, session_id: str) -> AgentHandle:
+        provider, model = self.route
+        return await self.rt.agents.resume(
+            resume_session_id=session_id,
+            agent_options=AgentOptions(provider=provider, model=model),
+            setup=self._setup,
+        )
+
+    async def settle(self) -> None:
+        """On the way out: stop a running turn (so its log ends cleanly), flush the screen."""
+        self._deny_asks()
+        if self.agent.status == "running":
+            self.agent.cancel(CancelCause.user())
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.agent.when_idle(), _SETTLE_TIMEOUT)
+        await self.screen.drain()
+
+    # --- the input loop ------------------------------------------------------------------
+
+    async def loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        # Ctrl-C arrives as a key while the prompt reads; between reads (the terminal is
+        # briefly in cooked mode) it is a SIGINT, handled the same way.
+        loop.add_signal_handler(signal.SIGINT, self._on_sigint)
+        await self.screen.drain()  # the banner (and history) before the first prompt
+        try:
+            while not self.quitting:
+                try:
+                    line = await self.prompt.prompt_async()
+                except KeyboardInterrupt:
+                    self.quitting = self._interrupt()
+                    continue
+                except EOFError:
+                    break
+                await self._handle(line.strip())
+        finally:
+            loop.remove_signal_handler(signal.SIGINT)
+        self.screen.print(Text("bye", style="dim"))
+
+    def _on_sigint(self) -> None:
+        self.quitting = self._interrupt() or self.quitting
+        app = get_app_or_none()
+        if self.quitting and app is not None and app.is_running:
+            app.exit(exception=EOFError())
+
+    def _interrupt(self) -> bool:
+        """Ctrl-C: cancel a running turn; returns whether to quit instead."""
+        now = time.monotonic()
+        if self.agent.status != "running" or now - self.last_interrupt < _QUIT_WINDOW:
+            return True
+        self.last_interrupt = now
+        self._deny_asks()
+        self.agent.cancel(CancelCause.user())
+        self.screen.print(Text("cancelling… (Ctrl-C again to quit)", style="dim yellow"))
+        return False
+
+    async def _handle(self, line: str) -> None:
+        if not line:
+            return
+        if self.asks:
+            _, answer = self.asks.pop(0)
+            if not answer.done():
+                answer.set_result(line.lower() in ("y", "yes"))
+            return
+        if line.startswith("/"):
+            name, _, arg = line.partition(" ")
+            if name in ("/quit", "/exit"):
+                self.quitting = True
+                return
+            command = self._commands.get(name)
+            if command is None:
+                self._error(f"unknown command {name} — /help lists them")
+                return
+            try:
+                await command(arg.strip())
+            except _Reported:
+                pass
+            except (SteerloopError, ValueError, RuntimeError) as exc:
+                self._error(f"{name}: {exc}")
+            return
+        if self.agent.status == "running":
+            self.agent.steer(user_message(line))
+            self.screen.print(Text(f"steering: {summarise(line, 100)}", style="dim"))
+        else:
+            self.agent.followup(user_message(line))
+
+    def _error(self, message: str) -> None:
+        self.screen.print(Text.assemble(("error: ", "red"), message))
+
+    def _note(self, message: str) -> None:
+        self.screen.print(Text(message, style="dim"))
+
+    # --- approval ------------------------------------------------------------------------
+
+    async def _ask(self, exec: ToolExec) -> bool:
+        answer: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        entry = (f"{exec.name}({format_args(exec.raw_arguments)})", answer)
+        self.asks.append(entry)
+        self.view.question = entry[0]
+        self._invalidate()
+        try:
+            return await answer
+        finally:
+            if entry in self.asks:
+                self.asks.remove(entry)
+            self.view.question = self.asks[0][0] if self.asks else None
+            self._invalidate()
+
+    def _deny_asks(self) -> None:
+        asks, self.asks = self.asks, []
+        for _, answer in asks:
+            if not answer.done():
+                answer.set_result(False)
+        self.view.question = None
+
+    # --- commands ------------------------------------------------------------------------
+
+    async def _queue(self, text: str) -> None:
+        if not text:
+            self._error("usage: /queue TEXT")
+            return
+        running = self.agent.status == "running"
+        self.agent.followup(user_message(text))
+        if running:
+            self._note(f"queued for after this turn: {summarise(text, 100)}")
+
+    async def _inject(self, text: str) -> None:
+        if not text:
+            self._error("usage: /inject TEXT")
+            return
+        self.agent.inject(user_message(text))
+        self._note(f"injected into the next step: {summarise(text, 100)}")
+
+    async def _sessions(self, _arg: str) -> None:
+        store = self.rt.sessions.persistence
+        if store is None:
+            self._error("no session store is configured")
+            return
+        table = Table("session", "events", "")
+        for session_id in await store.list():
+            current = session_id == self.agent.id
+            count = len(self.agent.session.events) if current else len(await store.load(session_id))
+            table.add_row(session_id, str(count), "← current" if current else "")
+        self.screen.print(table)
+
+    async def _resume(self, session_id: str) -> None:
+        store = self.rt.sessions.persistence
+        if not session_id:
+            self._error("usage: /resume ID (see /sessions)")
+            return
+        if session_id == self.agent.id:
+            self._note(f"already in session {session_id}")
+            return
+        if store is None or not await store.exists(session_id):
+            self._error(f"no stored session {session_id!r} (see /sessions)")
+            return
+        await self._switch(session_id, f"resumed session {session_id}")
+        events = self.agent.session.events
+        self.screen.emit(lambda c: EventRenderer(c).render_all(events))
+        self._note(f"── now in session {session_id} ({len(events)} events)")
+
+    async def _fork(self, _arg: str) -> None:
+        store = self.rt.sessions.persistence
+        events = self.agent.session.events
+        if store is None or not events:
+            self._error("nothing to fork: the session has no stored events yet")
+            return
+        parent = self.agent.id
+        n = 1
+        while await store.exists(f"{parent}-fork{n}"):
+            n += 1
+        new_id = f"{parent}-fork{n}"
+        at_seq = events[-1].seq
+        await self.agent.session.flush()
+        await self.rt.sessions.fork(parent, at_seq, new_id)
+        await self._switch(new_id, f"forked {parent} at seq {at_seq} → now in session {new_id}")
+
+    async def _model(self, choice: str) -> None:
+        if not choice:
+            provider, model = self.route
+            self._note(f"model: {provider}/{model} (change with /model PROVIDER/MODEL)")
+            return
+        try:
+            _config, provider, model = resolve_route(self.settings, choice)
+        except ProviderConfigError as exc:
+            self._error(str(exc))
+            return
+        self.route = (provider, model)
+        self._note(f"the next requests use {provider}/{model}")
+
+    async def _tools(self, _arg: str) -> None:
+        self.screen.print(tools_table(self.rt.tools.list(self.agent.id)))
+
+    async def _help(self, _arg: str) -> None:
+        self.screen.print(help_table())
+
+    # --- the prompt ----------------------------------------------------------------------
+
+    def _invalidate(self) -> None:
+        app = self.prompt.app
+        if app.is_running:
+            app.invalidate()
+
+    def _message(self) -> FormattedText:
+        app = get_app_or_none()
+        size = app.output.get_size() if app is not None else None
+        width, height = (size.columns, size.rows) if size is not None else (80, 24)
+        fragments: Fragments = self.view.live(width, max(height - 4, 3))
+        if self.asks:
+            fragments.append(("bold fg:ansiyellow", "allow? [y/N] ❯ "))
+        elif self.agent.status == "running":
+            fragments.append(("fg:ansiyellow", "steer ❯ "))
+        else:
+            fragments.append(("bold fg:ansicyan", "❯ "))
+        return FormattedText(fragments)
+
+    def _toolbar(self) -> FormattedText:
+        provider, model = self.route
+        state = "running" if self.agent.status == "running" else "idle"
+        return FormattedText(
+            [("", f" {self.agent.id} · {provider}/{model} · {state} · /help · Ctrl-D quits ")]
+        )
