@@ -259,3 +259,37 @@ async def test_commands_approval_queue_and_fork(
     )
     assert "hello fork" not in out  # the parent is untouched by the fork's turn
     assert not server.errors
+
+
+async def test_goal_commands_run_rounds_until_the_model_completes(
+    tmp_path: Path, server: SSEServer, tmux: Tmux, workspace: Path
+) -> None:
+    """/goal TEXT arms a goal: rounds run (round 1 answers, round 2 calls complete_goal)
+    until the goal is complete; /goal shows it; /goal clear and pause/resume refuse or act."""
+    store = f"sqlite:///{tmp_path / 's.db'}"
+    env = clean_env(tmp_path, server)
+    server.add(
+        text_reply("Round one: outline written."),
+        sse_reply(tool_call_events("g1", "complete_goal", {"revision": 1, "evidence": "done"})),
+        text_reply("The goal is complete."),
+    )
+    await tmux.start([*CLI, "chat", "--session", "G1", "--store", store, "--approve", "auto"],
+                     env=env, cwd=workspace)  # fmt: skip
+    await tmux.wait_screen("session G1 (new)")
+    await tmux.type("/goal")
+    await tmux.wait_screen("no goal (set one with /goal TEXT)")
+    await tmux.type("/goal write the release notes")
+    await tmux.wait_screen("goal set (up to 10 rounds): write the release notes")
+    await tmux.wait_screen("The goal is complete.")
+    await wait_for(lambda: len(server.requests) == 3, "two goal rounds and the tool reply")
+    first = request_text(server, 0)
+    assert "write the release notes" in first and "1/10" in first
+    assert "2/10" in request_text(server, 1)
+    await tmux.type("/goal")
+    await tmux.wait_screen("· complete · round 2/10")
+    await tmux.type("/goal pause")
+    await tmux.wait_screen("error:")
+    assert len(server.requests) == 3  # a complete goal starts no further round
+    await tmux.send("C-d")
+    await wait_for_async(tmux.pane_dead, "the chat to exit")
+    assert not server.errors

@@ -29,6 +29,7 @@ from .._runtime import Runtime
 from ..agent._factory import AgentHandle
 from ..agent._options import AgentOptions
 from ..errors import SteerloopError
+from ..goals import GoalError, install_goals
 from ..llm._types import CallConfig
 from ..llm.config import ProviderConfigError
 from ..messages import user_message
@@ -101,6 +102,7 @@ class _Chat:
             "/fork": self._fork,
             "/model": self._model,
             "/tools": self._tools,
+            "/goal": self._goal,
             "/help": self._help,
         }
 
@@ -125,6 +127,7 @@ class _Chat:
         )
         self.rt, self.handle, self.route = live.rt, live.handle, (live.provider, live.model)
         self.rt.hooks.on("agent/request", self._on_request)
+        self.goals = install_goals(self.rt)
         events = self.agent.session.events
         if events:
             self.screen.emit(lambda c: EventRenderer(c).render_all(events))
@@ -358,6 +361,34 @@ class _Chat:
             return
         self.route = (provider, model)
         self._note(f"the next requests use {provider}/{model}")
+
+    async def _goal(self, arg: str) -> None:
+        goal = self.goals.goal_of(self.agent)
+        current = goal.current
+        verbs = {"pause": goal.pause, "resume": goal.resume, "clear": goal.clear}
+        try:
+            if not arg:
+                if current is None or current.phase == "cleared":
+                    self._note("no goal (set one with /goal TEXT)")
+                    return
+                state: str = current.phase
+                if current.blocked is not None:
+                    state += f" ({current.blocked.code}: {current.blocked.explanation})"
+                armed = "armed" if goal.armed else "not armed: /goal resume"
+                self._note(
+                    f"goal r{current.revision}: {summarise(current.objective, 80)} · {state} · "
+                    f"round {current.rounds_started}/{current.round_cap} · {armed}"
+                )
+            elif arg in verbs:
+                new = verbs[arg](goal.revision)
+                self._note(f"goal {new.phase}: {summarise(new.objective, 80)}")
+            else:
+                if current is not None and current.phase not in ("complete", "cleared"):
+                    goal.clear(goal.revision)
+                new = goal.create(arg, expected_revision=goal.revision)
+                self._note(f"goal set (up to {new.round_cap} rounds): {summarise(arg, 80)}")
+        except GoalError as exc:
+            self._error(str(exc))
 
     async def _tools(self, _arg: str) -> None:
         self.screen.print(tools_table(self.rt.tools.list(self.agent.id)))

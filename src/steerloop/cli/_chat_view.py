@@ -46,6 +46,8 @@ _HELP = (
     ("/fork", "copy this session into a new one and switch to it"),
     ("/model P/M", "use PROVIDER/MODEL for the next requests"),
     ("/tools", "list the tools the agent can call"),
+    ("/goal TEXT", "set a goal the agent pursues round by round (replaces the current one)"),
+    ("/goal", "show the goal; /goal pause | resume | clear change it"),
     ("/help", "this help"),
     ("/quit", "leave (also Ctrl-D, or Ctrl-C when idle / twice)"),
     ("Ctrl-C", "cancel the running turn; the history stays consistent"),
