@@ -70,6 +70,8 @@ class Agent:
         self._disposing = False
         self._disposed = False
         self._header_config: tuple[int, CallConfig] | None = None  # decoded latest header
+        # (config, adapter defaults, tool schemas, header body) of the last request built
+        self._header_body: tuple[CallConfig, dict[str, Any], Any, dict[str, Any]] | None = None
         self._requested = False  # this loop instance sent its first request
         self._replaced_at_request = session.surface_replaced
         self._turn: TurnState | None = None

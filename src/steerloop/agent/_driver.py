@@ -147,11 +147,14 @@ async def _turn_body(agent: Agent, state: TurnState) -> TurnEndReason:
                     messages.append(snapshot)
             return PreStepDecision.enter(messages)
 
-        decision = await rt.hooks.waterfall(
-            "agent/pre-step",
-            PreStepPayload(agent, batch, state.turn, state.step + 1, signal),
-            default,
-        )
+        if rt.hooks.has("agent/pre-step"):
+            decision = await rt.hooks.waterfall(
+                "agent/pre-step",
+                PreStepPayload(agent, batch, state.turn, state.step + 1, signal),
+                default,
+            )
+        else:
+            decision = await default()
         signal.throw_if_aborted()
         if not isinstance(decision, PreStepDecision):
             raise TypeError(f"agent/pre-step must return a PreStepDecision, not {decision!r}")
@@ -174,7 +177,10 @@ async def _turn_body(agent: Agent, state: TurnState) -> TurnEndReason:
         signal.throw_if_aborted()
         if agent.inbox.next_step:
             continue
-        await rt.hooks.serial("agent/turn-stopping", TurnStoppingPayload(agent, state.turn, signal))
+        if rt.hooks.has("agent/turn-stopping"):
+            await rt.hooks.serial(
+                "agent/turn-stopping", TurnStoppingPayload(agent, state.turn, signal)
+            )
         signal.throw_if_aborted()
         if agent.inbox.next_step:
             continue

@@ -5,14 +5,14 @@ from __future__ import annotations
 import contextlib
 import itertools
 import weakref
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from .._ids import new_id
 from ..errors import AbortedError, LlmError
 from ..llm._assembler import BlockAssembler
 from ..llm._runtime import PreparedCall
-from ..llm._types import CallConfig, GenerateRequest, LlmFailure
+from ..llm._types import CallConfig, GenerateRequest, LlmFailure, ToolSchema
 from ..llm.chunks import StreamChunk
 from ..messages import (
     AssistantMessage,
@@ -113,13 +113,17 @@ class StepRunner:
         self, first: bool, messages: Sequence[UserMessage], prompt: str, starts_series: bool
     ) -> Any:
         agent, rt, signal = self.agent, self.rt, self.signal
+        if rt.hooks.has("agent/request"):
 
-        async def default_config() -> CallConfig:
-            return self._default_config()
+            async def default_config() -> CallConfig:
+                return self._default_config()
 
-        config = await rt.hooks.waterfall(
-            "agent/request", RequestPayload(agent, self.turn, self.step, signal), default_config
-        )
+            config = await rt.hooks.waterfall(
+                "agent/request", RequestPayload(agent, self.turn, self.step, signal), default_config
+            )
+        else:
+            # No listener: the chain is its default; build no payload, await no coroutine.
+            config = self._default_config()
         signal.throw_if_aborted()
         if not isinstance(config, CallConfig):
             raise TypeError(f"agent/request must return a CallConfig, not {config!r}")
@@ -197,20 +201,13 @@ class StepRunner:
         agent, session = self.agent, self.session
         config = prepared.config
         tools = self.rt.tools.schemas(agent.id)
-        header: dict[str, Any] = {"config": config.to_json()}
-        if prepared.adapter_defaults:
-            header["adapter_defaults"] = dict(prepared.adapter_defaults)
-        if tools:
-            header["tools"] = [
-                {"name": t.name, "description": t.description, "parameters": dict(t.parameters)}
-                for t in tools
-            ]
+        header = _header(agent, config, prepared.adapter_defaults, tools)
         latest = session.latest("request/header")
         reason: str | None = None
         series = starts_series or session.surface_replaced != agent._replaced_at_request
         if not agent._requested:
             reason = "initial" if latest is None else "resume"
-        elif latest is None or latest.data.header != header:
+        elif latest is None or (latest.data.header is not header and latest.data.header != header):
             reason = "change"
         elif series:
             reason = "series"
@@ -408,6 +405,29 @@ class StepRunner:
         scheduler = ToolScheduler(self.agent, self.turn, self.step, self.signal, event.seq)
         concluded = await scheduler.run(calls)
         return "completed" if concluded else None
+
+
+def _header(
+    agent: Agent, config: CallConfig, defaults: Mapping[str, Any], tools: tuple[ToolSchema, ...]
+) -> dict[str, Any]:
+    """The ``request/header`` body; the same dict while config, defaults and tools are unchanged.
+
+    ``config`` and ``tools`` are compared by identity (the header config and the registry's
+    schemas are cached objects), so a steady step rebuilds nothing.
+    """
+    cached = agent._header_body
+    if cached is not None and cached[0] is config and cached[2] is tools and cached[1] == defaults:
+        return cached[3]
+    header: dict[str, Any] = {"config": config.to_json()}
+    if defaults:
+        header["adapter_defaults"] = dict(defaults)
+    if tools:
+        header["tools"] = [
+            {"name": t.name, "description": t.description, "parameters": dict(t.parameters)}
+            for t in tools
+        ]
+    agent._header_body = (config, dict(defaults), tools, header)
+    return header
 
 
 class _LiveFrames:

@@ -80,8 +80,8 @@ class LlmService:
         Raises:
             LlmError: the provider or model is missing, or no adapter serves the provider.
         """
-        missing = [n for n in ("provider", "model") if not getattr(config, n)]
-        if missing:
+        if not config.provider or not config.model:
+            missing = [n for n in ("provider", "model") if not getattr(config, n)]
             raise LlmError(
                 LlmFailure(
                     message=f"no {' or '.join(missing)} configured for the request "
@@ -104,7 +104,7 @@ class LlmService:
             info = await resolve(config.provider, config.model)
         if signal is not None:
             signal.throw_if_aborted()
-        info = info or ModelInfo()
+        info = info or _NO_INFO
         defaults = {k: v for k, v in info.defaults.items() if getattr(config, k, None) is None}
         return PreparedCall(
             config=config,
@@ -136,6 +136,9 @@ class LlmService:
                 yield _terminal("aborted", LlmFailure(message="request aborted", code="ABORTED"))
             else:
                 yield _terminal("error", LlmFailure(message=str(exc) or repr(exc), code="UNKNOWN"))
+
+
+_NO_INFO = ModelInfo()
 
 
 def _terminal(kind: Any, failure: LlmFailure) -> Finish:

@@ -180,8 +180,19 @@ class Session:
     ) -> SessionEvent:
         """Validate and append one event; notify ``session/event`` listeners synchronously."""
         seq = len(self._events) + 1
-        sources = tuple(source_event_seqs) if source_event_seqs is not None else None
-        self._validate(type, data, surface_op, sources, seq)
+        if (
+            surface_op is None
+            and source_event_seqs is None
+            and isinstance(type, str)
+            and type in _TYPED_LOG_ONLY
+            and not isinstance(data, dict | list)
+        ):
+            # Fast path: a typed log-only payload with no surface fields passes every check
+            # of _validate (its typed record is JSON by construction).
+            sources = None
+        else:
+            sources = tuple(source_event_seqs) if source_event_seqs is not None else None
+            self._validate(type, data, surface_op, sources, seq)
         event = SessionEvent(
             seq=seq,
             time=self._clock(),
@@ -193,8 +204,9 @@ class Session:
         )
         self._sink.write(event)
         self._fold(event)
-        for observer in list(self._observers):
-            observer(event)
+        if self._observers:
+            for observer in tuple(self._observers):
+                observer(event)
         if self._hooks.has("session/event"):
             self._hooks.emit("session/event", SessionEventPayload(self, event))
         return event
@@ -315,3 +327,4 @@ _TYPED = frozenset(
         "session/end-seed",
     }
 )
+_TYPED_LOG_ONLY = _TYPED - SURFACE_TYPES

@@ -52,6 +52,9 @@ class ToolRegistry:
 
     def __init__(self) -> None:
         self._entries: list[_Entry] = []
+        # schemas() while no registration is scoped (every agent sees the same tools); reset
+        # by register/dispose. Built once instead of once per request.
+        self._shared_schemas: tuple[ToolSchema, ...] | None = None
 
     def register(self, tool: Tool, *, owner: str | None = None) -> Disposer:
         """Make ``tool`` visible; the latest registration of a name wins."""
@@ -59,10 +62,12 @@ class ToolRegistry:
             raise ValueError("register() takes a Tool made by define_tool()")
         entry = _Entry(tool, owner)
         self._entries.append(entry)
+        self._shared_schemas = None
 
         def dispose() -> None:
             if entry in self._entries:
                 self._entries.remove(entry)
+                self._shared_schemas = None
 
         return Disposer(dispose)
 
@@ -84,10 +89,17 @@ class ToolRegistry:
         return tuple(seen.values())
 
     def schemas(self, agent_id: str | None = None) -> tuple[ToolSchema, ...]:
-        return tuple(
+        """Schemas of the visible tools (the same tuple until the registry changes)."""
+        cached = self._shared_schemas
+        if cached is not None:
+            return cached
+        schemas = tuple(
             ToolSchema(name=t.name, description=t.description, parameters=t.parameters)
             for t in self.list(agent_id)
         )
+        if all(e.owner is None for e in self._entries):
+            self._shared_schemas = schemas
+        return schemas
 
 
 def result_blocks(content: str | Sequence[Block]) -> tuple[Block, ...]:
@@ -147,6 +159,8 @@ class ToolPipeline:
             return error_result("INVALID_ARGS", f"invalid arguments: {exc.message}")
         if exec.signal.aborted:
             return _aborted_before_dispatch()
+        if not self._hooks.has("tools/pre-execute"):
+            return None  # no policy: nothing to ask, no payload to build
         try:
             decision = await self._hooks.serial("tools/pre-execute", ToolHookPayload(exec))
         except Exception as exc:
@@ -210,6 +224,12 @@ class ToolPipeline:
         self, exec: ToolExec, result: ToolResult
     ) -> tuple[ToolResult, tuple[UserMessage, ...]]:
         """Apply ``tools/post-execute`` and announce ``tools/result``."""
+        hooks = self._hooks
+        if not hooks.has("tools/post-execute"):
+            # The chain is its default (accept, unchanged): skip the payloads and awaits.
+            if hooks.has("tools/result"):
+                hooks.emit("tools/result", ToolHookPayload(exec, result))
+            return result, ()
         contexts: tuple[UserMessage, ...] = ()
 
         async def default() -> PostExecute:
