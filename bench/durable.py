@@ -43,8 +43,8 @@ OPTIONS = AgentOptions(provider="mock", model="m")
 ARGUMENTS = '{"path": "src/steerloop/session/_sqlite.py", "pattern": "def ", "limit": 50}' * 3
 
 
-def open_session(store: SqliteStore, session_id: str) -> Session:
-    session = Session(session_id, sink=store.open_writer(session_id))
+async def open_session(store: SqliteStore, session_id: str) -> Session:
+    session = Session(session_id, sink=await store.open_writer(session_id))
     session.publish()
     return session
 
@@ -67,7 +67,7 @@ async def writer_task(session: Session, events: int, every: int) -> None:
 async def throughput(path: str, sessions: int, events: int, every: int) -> tuple[float, float]:
     """events/s and events per commit for ``sessions`` concurrent writers."""
     store = SqliteStore(path)
-    opened = [open_session(store, f"s{i}") for i in range(sessions)]
+    opened = [await open_session(store, f"s{i}") for i in range(sessions)]
     for session in opened:
         await session.flush()
     per_session = events // sessions

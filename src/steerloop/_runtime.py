@@ -65,7 +65,7 @@ class SessionRegistry:
             raise ValueError(f"at_seq {at_seq} is outside {session_id!r} (1..{len(events)})")
         await store.check_absent(new_session_id)
         prefix = events[:at_seq]
-        writer = store.open_writer(new_session_id)
+        writer = await store.open_writer(new_session_id)
         try:
             for event in prefix:
                 writer.write(event)

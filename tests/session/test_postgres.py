@@ -129,7 +129,7 @@ async def test_unreachable_server_is_a_storage_error_without_secrets() -> None:
         assert "s3cret" not in str(info.value)
         assert info.value.__cause__ is None
     with pytest.raises(SessionStorageError, match="write lease") as lease_error:
-        store.open_writer("s")
+        await store.open_writer("s")
     assert "s3cret" not in str(lease_error.value)
     await store.close()
     rt = await Runtime.open(store=url)
@@ -162,7 +162,7 @@ async def test_publication_and_reload_from_another_host(stores: StoreFactory) ->
     """C7.2-19: nothing is stored before ``publish``; after it every write is stored in seq
     order and a second host loads exactly those events, the header and the JSON text."""
     a, b = stores(), stores()
-    writer = a.open_writer("s")
+    writer = await a.open_writer("s")
     writer.set_header({"cwd": "/repo", "is_seeded": False})
     writer.write(turn(1, 1))
     await writer.flush()
@@ -185,18 +185,18 @@ async def test_discard_and_unpublished_close_leave_no_artifact(stores: StoreFact
     """C7.2-19: ``discard`` and closing an unpublished writer store nothing and release
     the lease, so the id can be opened again at once."""
     store = stores()
-    writer = store.open_writer("s")
+    writer = await store.open_writer("s")
     writer.write(turn(1, 1))
     await writer.discard()
     assert not await store.exists("s")
-    again = store.open_writer("s")
+    again = await store.open_writer("s")
     again.write(turn(1, 1))
     await again.close()
     assert not await store.exists("s")
     assert await store.list() == ()
     lease = await store.lease("s")
     assert lease is not None and not lease.live and lease.token == 2
-    store.open_writer("s")  # released: no conflict
+    await store.open_writer("s")  # released: no conflict
 
 
 async def test_missing_and_stored_ids(stores: StoreFactory) -> None:
@@ -210,7 +210,7 @@ async def test_missing_and_stored_ids(stores: StoreFactory) -> None:
     with pytest.raises(SessionPersistenceNotFoundError):
         await a.delete("nope")
     await a.check_absent("s")
-    writer = a.open_writer("s")
+    writer = await a.open_writer("s")
     writer.publish()
     await writer.flush()
     assert await a.load("s") == ()  # published empty: stored, no events
@@ -229,7 +229,7 @@ async def test_group_commit_stores_a_burst_in_one_transaction(stores: StoreFacto
     """Writes are synchronous hand-offs: a burst across sessions becomes one transaction,
     and ``flush`` returns once all of it is durable."""
     store = stores()
-    one, two = store.open_writer("one"), store.open_writer("two")
+    one, two = await store.open_writer("one"), await store.open_writer("two")
     one.publish()
     two.publish()
     await one.flush()
@@ -269,11 +269,11 @@ async def test_one_writer_per_session_across_hosts(stores: StoreFactory) -> None
     """G-2: a second writer, in this store or another host's, gets SessionConflictError at
     open time, naming the holder; the holder keeps writing."""
     a, b = stores(), stores()
-    writer = a.open_writer("s")
+    writer = await a.open_writer("s")
     with pytest.raises(SessionConflictError, match="already has a writer"):
-        a.open_writer("s")
+        await a.open_writer("s")
     with pytest.raises(SessionConflictError, match=f"{a.owner} holds its lease"):
-        b.open_writer("s")
+        await b.open_writer("s")
     writer.publish()
     writer.write(turn(1, 1))
     await writer.flush()
@@ -283,10 +283,10 @@ async def test_one_writer_per_session_across_hosts(stores: StoreFactory) -> None
 async def test_heartbeat_keeps_a_live_owner_leased(stores: StoreFactory) -> None:
     """G-2: an owner whose loop runs renews its lease, so it outlives the TTL."""
     a, b = stores(lease_ttl=0.3), stores()
-    a.open_writer("s")
+    await a.open_writer("s")
     await asyncio.sleep(1.0)  # > 3 TTLs of heartbeats
     with pytest.raises(SessionConflictError):
-        b.open_writer("s")
+        await b.open_writer("s")
 
 
 async def test_paused_owner_is_taken_over_and_fenced(stores: StoreFactory) -> None:
@@ -294,12 +294,12 @@ async def test_paused_owner_is_taken_over_and_fenced(stores: StoreFactory) -> No
     the next opener takes it over with a higher token; the old owner's later batch is
     refused as a whole and its flush raises SessionConflictError."""
     a, b = stores(lease_ttl=0.4), stores()
-    old = a.open_writer("s")
+    old = await a.open_writer("s")
     old.publish()
     old.write(turn(1, 1))
     await old.flush()
     time.sleep(0.9)  # the owner's process is paused: nothing of it runs
-    new = b.open_writer("s")  # takeover of the expired lease
+    new = await b.open_writer("s")  # takeover of the expired lease
     lease = await b.lease("s")
     assert lease is not None and lease.token == 2 and lease.owner == b.owner
     old.write(turn(2, 2))
@@ -320,7 +320,7 @@ async def test_revoked_lease_fences_the_holder(stores: StoreFactory) -> None:
     """G-2: ``revoke_lease`` (an operator fencing a dead host) ends the lease at once: the
     holder's next batch is refused, and the next opener gets a fresh token."""
     a, b = stores(), stores()
-    old = a.open_writer("s")
+    old = await a.open_writer("s")
     old.publish()
     await old.flush()
     assert await b.revoke_lease("s")
@@ -328,7 +328,7 @@ async def test_revoked_lease_fences_the_holder(stores: StoreFactory) -> None:
     old.write(turn(1, 1))
     with pytest.raises(SessionConflictError, match="token 1"):
         await old.flush()
-    new = b.open_writer("s")
+    new = await b.open_writer("s")
     assert (await b.lease("s")).token == 3  # type: ignore[union-attr]
     new.write(turn(1, 9))
     new.publish()

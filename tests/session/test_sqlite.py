@@ -56,7 +56,7 @@ def is_storage_failure(error: BaseException) -> bool:
 
 async def store_with(path: Path, session_id: str, count: int) -> None:
     store = SqliteStore(path)
-    writer = store.open_writer(session_id)
+    writer = await store.open_writer(session_id)
     writer.publish()
     for seq in range(1, count + 1):
         writer.write(turn(seq))
@@ -286,7 +286,7 @@ async def test_disk_full_fails_at_flush_and_keeps_every_acknowledged_event(
     the acknowledged prefix (flushed events are never lost)."""
     path = tmp_path / "s.db"
     store = SqliteStore(path, pragmas={"max_page_count": 16})
-    writer = store.open_writer("a")
+    writer = await store.open_writer("a")
     writer.publish()
     acknowledged = 0
     with pytest.raises(SessionStorageError, match=r"database or disk is full") as failure:
@@ -300,7 +300,7 @@ async def test_disk_full_fails_at_flush_and_keeps_every_acknowledged_event(
         writer.write(blob(acknowledged + 2))
     with pytest.raises(SessionStorageError, match="disk is full"):
         await writer.close()
-    other = store.open_writer("b")  # the lease was released; other sessions still work
+    other = await store.open_writer("b")  # the lease was released; other sessions still work
     other.write(turn(1))
     other.publish()
     await other.close()
@@ -314,7 +314,7 @@ async def test_a_failure_of_one_session_spares_the_others(tmp_path: Path) -> Non
     """A failed group is retried per session: only the session whose write failed fails."""
     path = tmp_path / "s.db"
     store = SqliteStore(path, pragmas={"max_page_count": 16})
-    small, big = store.open_writer("small"), store.open_writer("big")
+    small, big = await store.open_writer("small"), await store.open_writer("big")
     small.publish()
     big.publish()
     await small.flush()
@@ -463,12 +463,12 @@ async def test_lease_is_held_across_store_objects_and_released_on_close(
     conflict names the owner, and the store's close releases leftover leases."""
     path = tmp_path / "s.db"
     first, second = SqliteStore(path), SqliteStore(path)
-    writer = first.open_writer("a")
+    writer = await first.open_writer("a")
     with pytest.raises(SessionConflictError, match=rf"pid {os.getpid()}"):
-        second.open_writer("a")
+        await second.open_writer("a")
     await first.close()  # without closing the writer
     with pytest.raises(SessionStorageError, match="closed"):
         writer.write(turn(1))
-    again = second.open_writer("a")
+    again = await second.open_writer("a")
     await again.discard()
     await second.close()

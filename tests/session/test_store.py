@@ -42,7 +42,7 @@ def turn(seq: int, n: int) -> SessionEvent:
 async def test_memory_store_keeps_json_and_load_decodes_it() -> None:
     """A published writer stores each event's JSON text; ``load`` decodes it back."""
     store = MemoryStore()
-    writer = store.open_writer("a")
+    writer = await store.open_writer("a")
     writer.write(turn(1, 1))
     writer.publish()
     writer.write(turn(2, 2))
@@ -73,13 +73,13 @@ async def test_memory_store_lookups_of_a_missing_session() -> None:
 async def test_writer_buffers_until_publish_and_discard_leaves_nothing() -> None:
     """C7.2-19: nothing is stored before ``publish``; ``discard`` leaves no artifact."""
     store = MemoryStore()
-    writer = store.open_writer("a")
+    writer = await store.open_writer("a")
     writer.write(turn(1, 1))
     assert store.raw("a") == ()
     assert not await store.exists("a")
     await writer.discard()
     assert not await store.exists("a")
-    again = store.open_writer("a")  # the lease was released
+    again = await store.open_writer("a")  # the lease was released
     await again.close()
     assert not await store.exists("a")  # closing an unpublished writer stores nothing
 
@@ -87,20 +87,20 @@ async def test_writer_buffers_until_publish_and_discard_leaves_nothing() -> None
 async def test_one_writer_per_session() -> None:
     """G-2: a second writer for a session that has one gets SessionConflictError."""
     store = MemoryStore()
-    writer = store.open_writer("a")
+    writer = await store.open_writer("a")
     with pytest.raises(SessionConflictError, match="already has a writer"):
-        store.open_writer("a")
+        await store.open_writer("a")
     writer.publish()
     with pytest.raises(SessionConflictError):
         await store.delete("a")
     await writer.close()
-    store.open_writer("a")
+    await store.open_writer("a")
 
 
 async def test_publish_refuses_a_log_that_changed_since_open() -> None:
     """A writer opened on a fresh id cannot publish over a log stored meanwhile."""
     store = MemoryStore()
-    writer = store.open_writer("a")
+    writer = await store.open_writer("a")
     writer.write(turn(1, 1))
     store._logs["a"] = []  # another process stored the id meanwhile
     with pytest.raises(SessionConflictError, match="changed"):
@@ -110,7 +110,7 @@ async def test_publish_refuses_a_log_that_changed_since_open() -> None:
 async def test_writes_must_follow_the_stored_log_and_stop_at_close() -> None:
     """Seqs reach the store in order; a write after close is a storage error."""
     store = MemoryStore()
-    writer = store.open_writer("a")
+    writer = await store.open_writer("a")
     with pytest.raises(SessionStorageError, match="seq 2, expected 1"):
         writer.write(turn(2, 1))
     writer.write(turn(1, 1))

@@ -101,7 +101,7 @@ async def test_flushed_events_are_visible_to_another_handle(backend: Backend) ->
 async def test_writer_round_trip_and_seq_checks(backend: Backend) -> None:
     """Writes reach the store in seq order; a wrong seq or a write after close is refused."""
     store = backend.open()
-    writer = store.open_writer("a")
+    writer = await store.open_writer("a")
     with pytest.raises(SessionStorageError, match="expected 1"):
         writer.write(turn(2, 1))
     writer.write(turn(1, 1))
@@ -121,7 +121,7 @@ async def test_list_exists_delete(backend: Backend) -> None:
     """Stored ids are listed sorted; delete removes one; missing ids are not found."""
     store = backend.open()
     for session_id in ("b", "a", "c"):
-        writer = store.open_writer(session_id)
+        writer = await store.open_writer(session_id)
         writer.write(turn(1, 1))
         writer.publish()
         await writer.close()
@@ -147,16 +147,16 @@ async def test_second_writer_conflicts_at_open(backend: Backend) -> None:
     """G-2: a second writer for a session — same handle or another one — gets
     SessionConflictError at open time, and delete refuses a session with a writer."""
     first, second = backend.open(), backend.open()
-    writer = first.open_writer("a")
+    writer = await first.open_writer("a")
     writer.write(turn(1, 1))
     writer.publish()
     for store in (first, second):
         with pytest.raises(SessionConflictError):
-            store.open_writer("a")
+            await store.open_writer("a")
         with pytest.raises(SessionConflictError):
             await store.delete("a")
     await writer.close()
-    again = second.open_writer("a")  # released with the close
+    again = await second.open_writer("a")  # released with the close
     again.write(turn(2, 2))
     again.publish()
     await again.close()
@@ -188,26 +188,26 @@ async def test_nothing_is_stored_before_publish_and_discard_leaves_nothing(
     """C7.2-19: a writer stores nothing before ``publish``; ``discard`` and closing an
     unpublished writer leave no artifact and release the lease."""
     store = backend.open()
-    writer = store.open_writer("a")
+    writer = await store.open_writer("a")
     writer.write(turn(1, 1))
     await writer.flush()
     assert not await store.exists("a")
     assert not await backend.open().exists("a")
     await writer.discard()
     assert not await store.exists("a")
-    again = store.open_writer("a")
+    again = await store.open_writer("a")
     again.write(turn(1, 1))
     await again.close()
     assert not await store.exists("a")
     assert await store.list() == ()
-    last = backend.open().open_writer("a")
+    last = await backend.open().open_writer("a")
     await last.discard()
 
 
 async def test_publish_stores_buffered_events_in_order(backend: Backend) -> None:
     """C7.2-19: events written before publication are stored at publication, first."""
     store = backend.open()
-    writer = store.open_writer("a")
+    writer = await store.open_writer("a")
     writer.write(turn(1, 1))
     writer.write(turn(2, 2))
     writer.publish()
@@ -279,7 +279,7 @@ async def test_repair_of_an_unclosed_turn(backend: Backend) -> None:
     agent = await tool_run(h)
     events = list(agent.session.events)
     cut = next(e.seq for e in events if e.type == "tool/call" and e.data.call_id == "c1")
-    writer = backend.open().open_writer("crashed")
+    writer = await backend.open().open_writer("crashed")
     for event in events[:cut]:
         writer.write(event)
     writer.publish()

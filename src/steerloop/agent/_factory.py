@@ -326,7 +326,7 @@ class AgentRegistry:
             parent = self.current_initiator()
         # A store writer buffers until ``session.publish()`` below (C7.2-19), so every
         # rollback path leaves the stored artifact as it was.
-        sink = rt.store.open_writer(session_id) if rt.store is not None else None
+        sink = await rt.store.open_writer(session_id) if rt.store is not None else None
         try:
             session = rt.open_session(session_id, seed, sink)
             agent = Agent(rt, session, options, parent=parent, meta=meta, pending=pending)

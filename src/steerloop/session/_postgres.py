@@ -17,17 +17,16 @@ Design note — write ownership (G-2) and durability:
   commit and a takeover: whichever commits first wins, the other sees its result.
 * **Heartbeat.** The store's background task renews the leases of its open writers every
   third of the TTL (and each commit renews the sessions it writes). A loop that stops running
-  stops renewing, so its leases expire and can be taken over.
+  stops renewing, so its leases expire and can be taken over; an expired lease is lost to its
+  owner even before a takeover (the fence only renews unexpired leases).
 * **Group commit.** ``EventSink.write`` is synchronous: it queues the event and wakes the
   store's single writer task, which commits everything queued (for every session of the
   store) in one transaction. ``flush`` is a barrier on that queue. A commit that fails with a
   backend error fails the writers of that batch for good (``SessionStorageError``): the
   stored log stays a valid prefix, and resume repair continues from there.
-* **Synchronous open.** ``open_writer`` is synchronous (the ``SessionStore`` seam), yet the
-  lease needs a round trip; it runs on a private event loop in a helper thread with its own
-  connection, bounded by ``lock_timeout`` (a lease row locked by a committing owner is
-  reported as a conflict rather than waited for), so the caller's loop is blocked for at
-  most one short transaction.
+* **Opening.** ``open_writer`` takes the lease in one short transaction on the pool, bounded
+  by ``lock_timeout``: a lease row locked by a committing owner is reported as a conflict
+  rather than waited for.
 * **Publication (C7.2-19).** A writer buffers in memory until ``publish()``; only then are
   the session row and its events queued. ``discard`` and an unpublished ``close`` release the
   lease and store nothing.
@@ -41,16 +40,14 @@ from __future__ import annotations
 
 import asyncio
 import builtins
-import concurrent.futures
 import contextlib
 import importlib
 import json
 import os
 import socket
-import threading
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
@@ -148,11 +145,14 @@ class _Tables:
                    expires_at = EXCLUDED.expires_at, acquired_at = now()
              WHERE l.lease_id IS NULL OR l.expires_at <= now()
             RETURNING token"""
-        # The fence: renews exactly the leases whose (lease id, token) are still current.
+        # The fence: renews exactly the leases whose (lease id, token) are still current and
+        # unexpired. An expired lease is lost even before anyone takes it over: its owner was
+        # paused past the TTL and must not quietly come back.
         self.fence = f"""
             UPDATE {self.leases} AS l SET expires_at = now() + make_interval(secs => $4)
               FROM unnest($1::text[], $2::uuid[], $3::bigint[]) AS f (sid, lid, tok)
              WHERE l.session_id = f.sid AND l.lease_id = f.lid AND l.token = f.tok
+               AND l.expires_at > now()
             RETURNING l.session_id"""
         self.release = f"""
             UPDATE {self.leases} SET lease_id = NULL, expires_at = now()
@@ -215,64 +215,6 @@ class _Url:
         return text.replace(self.password, "***") if self.password else text
 
 
-class _LeaseLane:
-    """A private event loop in a daemon thread, so the synchronous ``open_writer`` can run
-    the lease transaction; it keeps one connection, reopened after a failure."""
-
-    def __init__(self, connect: Callable[[], Awaitable[Any]]) -> None:
-        self._connect = connect
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._thread: threading.Thread | None = None
-        self._conn: Any = None
-        self._guard = threading.Lock()
-
-    def run(self, job: Callable[[Any], Awaitable[_T]], timeout: float) -> _T:
-        future = asyncio.run_coroutine_threadsafe(self._call(job), self._start())
-        try:
-            return future.result(timeout)
-        except concurrent.futures.TimeoutError:
-            future.cancel()
-            raise TimeoutError(f"no answer within {timeout:g}s") from None
-
-    def _start(self) -> asyncio.AbstractEventLoop:
-        with self._guard:
-            if self._loop is None:
-                loop = asyncio.new_event_loop()
-                thread = threading.Thread(
-                    target=loop.run_forever, name="steerloop-postgres-lease", daemon=True
-                )
-                thread.start()
-                self._loop, self._thread = loop, thread
-            return self._loop
-
-    async def _call(self, job: Callable[[Any], Awaitable[_T]]) -> _T:
-        if self._conn is None or self._conn.is_closed():
-            self._conn = await self._connect()
-        try:
-            return await job(self._conn)
-        except BaseException:
-            if self._conn.is_closed() or self._conn.is_in_transaction():
-                self._conn.terminate()
-                self._conn = None
-            raise
-
-    def close(self) -> None:
-        with self._guard:
-            loop, thread = self._loop, self._thread
-            self._loop = self._thread = None
-        if loop is None or thread is None:
-            return
-        if self._conn is not None:
-            conn, self._conn = self._conn, None
-            with contextlib.suppress(Exception):
-                asyncio.run_coroutine_threadsafe(conn.close(timeout=2), loop).result(3)
-            if not conn.is_closed():
-                loop.call_soon_threadsafe(conn.terminate)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(5)
-        loop.close()
-
-
 class PostgresStore(SessionStore):
     """Sessions in PostgreSQL, shared by every runtime that opens the same database.
 
@@ -313,7 +255,6 @@ class PostgresStore(SessionStore):
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._pool: Any = None
         self._pool_lock: asyncio.Lock | None = None
-        self._lane = _LeaseLane(self._lane_connect)
         self._writers: dict[str, _PostgresWriter] = {}
         # Group commit: (writer, seq, text) in order; seq 0 stands for "create the session row".
         self._queue: builtins.list[tuple[_PostgresWriter, int, str]] = []
@@ -358,15 +299,6 @@ class PostgresStore(SessionStore):
             "timeout": self._connect_timeout,
             "server_settings": {"idle_in_transaction_session_timeout": str(idle_ms)},
         }
-
-    async def _lane_connect(self) -> Any:
-        conn = await self._pg.connect(**self._connect_kwargs())
-        try:
-            await _migrate(conn, self._tables)
-        except BaseException:
-            conn.terminate()
-            raise
-        return conn
 
     async def _acquire_pool(self) -> Any:
         if self._closed:
@@ -573,7 +505,7 @@ class PostgresStore(SessionStore):
 
     # --- writing ----------------------------------------------------------------------------
 
-    def open_writer(self, session_id: str) -> EventSink:
+    async def open_writer(self, session_id: str) -> EventSink:
         """Take the write lease of ``session_id`` (taking over an expired one).
 
         Raises:
@@ -615,8 +547,15 @@ class PostgresStore(SessionStore):
                 )
                 return token, base
 
+        try:
+            pool = await self._acquire_pool()
+        except SessionStorageError as exc:
+            raise SessionStorageError(f"taking the write lease of {session_id!r}: {exc}") from None
         with self._errors(f"taking the write lease of {session_id!r}"):
-            token, row = self._lane.run(take, self._connect_timeout + 5.0)
+            async with pool.acquire() as conn:
+                token, row = await take(conn)
+        if session_id in self._writers:  # another opener won while this one awaited
+            raise SessionConflictError(f"session {session_id!r} already has a writer")
         if token is None and row is None:
             raise SessionConflictError(
                 f"session {session_id!r} already has a writer: its lease is being committed "
@@ -828,7 +767,6 @@ class PostgresStore(SessionStore):
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(pool.close(), 5)
             pool.terminate()
-        await asyncio.to_thread(self._lane.close)
         if len(errors) == 1:
             raise errors[0]
         if errors:

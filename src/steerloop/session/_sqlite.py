@@ -703,11 +703,11 @@ class SqliteStore(SessionStore):
 
     # --- writes ------------------------------------------------------------------------
 
-    def open_writer(self, session_id: str) -> EventSink:
+    async def open_writer(self, session_id: str) -> EventSink:
         self._check_open()
         lease = _Lease.acquire(self._lease_dir, session_id)
         try:
-            stored, count = self._peek(session_id)
+            stored, count = await self._read(lambda conn: _peek(conn, session_id), session_id)
         except BaseException:
             lease.release()
             raise
@@ -716,25 +716,6 @@ class SqliteStore(SessionStore):
             self, self._keys, session_id, lease, stored, count
         )
         return writer
-
-    def _peek(self, session_id: str) -> tuple[bool, int]:
-        """Whether ``session_id`` is stored and how many events it has (under its lease)."""
-        try:
-            conn = sqlite3.connect(self.path, isolation_level=None)
-            try:
-                conn.execute("BEGIN")
-                header = conn.execute(
-                    "SELECT 1 FROM sessions WHERE id = ?", (session_id,)
-                ).fetchone()
-                count = conn.execute(
-                    "SELECT count(*) FROM events WHERE session_id = ?", (session_id,)
-                ).fetchone()[0]
-                conn.execute("COMMIT")
-            finally:
-                conn.close()
-        except sqlite3.Error as exc:
-            raise _translate(exc, f"opening a writer for {session_id!r} in {self.path}") from None
-        return header is not None, int(count)
 
     async def delete(self, session_id: str) -> None:
         self._check_open()
@@ -918,3 +899,16 @@ class _SqliteWriter(EventSink):
         self._state = "discarded"
         self._store._writers.pop(self._key, None)
         self._lease.release()
+
+
+def _peek(conn: sqlite3.Connection, session_id: str) -> tuple[bool, int]:
+    """Whether ``session_id`` is stored and how many events it has (read under its lease)."""
+    conn.execute("BEGIN")
+    try:
+        header = conn.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone()
+        count = conn.execute(
+            "SELECT count(*) FROM events WHERE session_id = ?", (session_id,)
+        ).fetchone()[0]
+    finally:
+        conn.execute("COMMIT")
+    return header is not None, int(count)

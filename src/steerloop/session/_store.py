@@ -55,7 +55,7 @@ class SessionStore(abc.ABC):
         """Raise ``SessionConflictError`` if ``session_id`` is already stored."""
 
     @abc.abstractmethod
-    def open_writer(self, session_id: str) -> EventSink:
+    async def open_writer(self, session_id: str) -> EventSink:
         """Take the write lease of ``session_id`` and return its buffered writer.
 
         Raises:
@@ -119,7 +119,7 @@ class MemoryStore(SessionStore):
                 f"session {session_id!r} is already stored in {self.url}; resume it instead"
             )
 
-    def open_writer(self, session_id: str) -> EventSink:
+    async def open_writer(self, session_id: str) -> EventSink:
         if session_id in self._writers:
             raise SessionConflictError(f"session {session_id!r} already has a writer")
         writer = _MemoryWriter(self, session_id, self._logs.get(session_id))
