@@ -73,7 +73,7 @@ def install_retry(
         A ``Disposer`` that removes the listener.
     """
     rt.hooks.define(RETRY_HOOK, "emit")
-    do_sleep = sleep or asyncio.sleep
+    do_sleep = sleep or _timer
     jitter = rng or random.Random()
     # Failures so far of each agent's current step: agent id -> (turn, step, failures).
     failures: dict[str, tuple[int, int, int]] = {}
@@ -115,14 +115,12 @@ def install_retry(
                 failure=failure,
             ),
         )
-        wait = asyncio.ensure_future(do_sleep(delay / 1000))
+        # The wait ends at the delay or at the turn's abort, whichever comes first; an
+        # injected sleep that loses the race is left to finish on its own.
         try:
-            await signal.race(wait)
+            await signal.race(do_sleep(delay / 1000))
         except AbortedError:
             return None
-        finally:
-            if not wait.done():
-                wait.cancel()
         return RequestErrorAction.retry()
 
     def forget(payload: Any) -> None:
@@ -136,3 +134,17 @@ def install_retry(
         dispose_forget()
 
     return Disposer(dispose)
+
+
+def _timer(seconds: float) -> asyncio.Future[None]:
+    """A future that resolves after ``seconds``; nothing to cancel if the race is lost."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[None] = loop.create_future()
+    handle = loop.call_later(seconds, _settle, done)
+    done.add_done_callback(lambda _: handle.cancel())
+    return done
+
+
+def _settle(done: asyncio.Future[None]) -> None:
+    if not done.done():
+        done.set_result(None)
