@@ -48,7 +48,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import hashlib
 import json
 import os
 import queue
@@ -56,7 +55,7 @@ import re
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -71,6 +70,15 @@ from ._codec import decode_log
 from ._events import SessionEvent
 from ._json import loads
 from ._session import EventSink
+from ._sqlite_schema import (
+    LOG_VERSION,
+    MIGRATIONS,
+    SCHEMA_VERSION,
+    Lease,
+    is_corruption,
+    migrate,
+    translate,
+)
 from ._store import SessionStore, _line
 
 try:
@@ -80,164 +88,8 @@ except ImportError:  # pragma: no cover - Windows
 
 __all__ = ["LOG_VERSION", "MIGRATIONS", "SCHEMA_VERSION", "SqliteStore", "migrate"]
 
-LOG_VERSION: Final = 1
-"""``version`` of the session header: the version of the persisted event JSON form."""
-
-Migration = Sequence[str]
-
-MIGRATIONS: tuple[Migration, ...] = (
-    (
-        """CREATE TABLE sessions (
-            id TEXT PRIMARY KEY,
-            version INTEGER NOT NULL,
-            created_at INTEGER NOT NULL,
-            cwd TEXT,
-            parent_session TEXT,
-            is_seeded INTEGER NOT NULL,
-            origin TEXT,
-            delegation_depth INTEGER
-        )""",
-        """CREATE TABLE events (
-            session_id TEXT NOT NULL,
-            seq INTEGER NOT NULL,
-            body TEXT NOT NULL,
-            PRIMARY KEY (session_id, seq)
-        ) WITHOUT ROWID""",
-    ),
-)
-
-SCHEMA_VERSION: Final = len(MIGRATIONS)
-
 _MAX_GROUP = 20_000  # ops per transaction, so one firehose cannot hold a barrier forever
 _PRAGMA_NAME = re.compile(r"^[a-z_]+$")
-
-
-# --- errors ------------------------------------------------------------------------------
-
-
-def _is_corruption(exc: sqlite3.Error) -> bool:
-    name = getattr(exc, "sqlite_errorname", "") or ""
-    return name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB"))
-
-
-def _translate(exc: BaseException, what: str) -> SessionPersistenceError:
-    if isinstance(exc, SessionPersistenceError):
-        return exc
-    if isinstance(exc, sqlite3.Error) and _is_corruption(exc):
-        return SessionCorruptError(f"{what}: the database is corrupt: {exc}")
-    if isinstance(exc, sqlite3.Error | OSError):
-        return SessionStorageError(f"{what}: {exc}")
-    return SessionStorageError(f"{what}: unexpected {type(exc).__name__}: {exc}")
-
-
-# --- schema ------------------------------------------------------------------------------
-
-
-def migrate(
-    conn: sqlite3.Connection, where: str, migrations: Sequence[Migration] = MIGRATIONS
-) -> int:
-    """Bring the database behind ``conn`` (autocommit mode) to ``len(migrations)``.
-
-    Returns the version found before migrating (0 for a new database).
-
-    Raises:
-        SessionStorageError: the database was written by a newer build.
-        SessionCorruptError: the version table is unreadable, or store tables exist
-            without one.
-    """
-    latest = len(migrations)
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
-        if "schema_version" not in tables:
-            if tables & {"sessions", "events"}:
-                raise SessionCorruptError(
-                    f"{where}: store tables exist but schema_version is missing"
-                )
-            conn.execute("CREATE TABLE schema_version (version INTEGER NOT NULL)")
-            conn.execute("INSERT INTO schema_version VALUES (0)")
-        rows = conn.execute("SELECT version FROM schema_version").fetchall()
-        if len(rows) != 1 or isinstance(rows[0][0], bool) or not isinstance(rows[0][0], int):
-            raise SessionCorruptError(
-                f"{where}: schema_version must hold one integer, found {rows!r:.80}"
-            )
-        found: int = rows[0][0]
-        if found > latest:
-            raise SessionStorageError(
-                f"{where}: schema version {found} is newer than this build supports "
-                f"({latest}); upgrade steerloop to open it"
-            )
-        if found < 0:
-            raise SessionCorruptError(f"{where}: invalid schema version {found}")
-        for version in range(found, latest):
-            for statement in migrations[version]:
-                conn.execute(statement)
-        if found != latest:
-            conn.execute("UPDATE schema_version SET version = ?", (latest,))
-        conn.execute("COMMIT")
-    except BaseException:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        raise
-    return found
-
-
-# --- the write lease ---------------------------------------------------------------------
-
-
-class _Lease:
-    """An exclusive ``flock`` on ``<db>.leases/<sha256(id)>.lock`` (G-2)."""
-
-    __slots__ = ("_fd", "_lock", "path")
-
-    def __init__(self, path: str, fd: int) -> None:
-        self.path = path
-        self._fd: int | None = fd
-        self._lock = threading.Lock()
-
-    @classmethod
-    def acquire(cls, directory: str, session_id: str) -> _Lease:
-        if fcntl is None:  # pragma: no cover - Windows
-            raise SessionStorageError("the SQLite store needs fcntl.flock (a POSIX system)")
-        name = hashlib.sha256(session_id.encode()).hexdigest()[:40] + ".lock"
-        path = os.path.join(directory, name)
-        while True:
-            try:
-                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-            except OSError as exc:
-                raise SessionStorageError(f"cannot open the lease file {path}: {exc}") from None
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                holder = os.read(fd, 200).decode(errors="replace").strip() or "unknown owner"
-                os.close(fd)
-                raise SessionConflictError(
-                    f"session {session_id!r} already has a writer ({holder}); it is live in "
-                    "another runtime or process"
-                ) from None
-            # The holder before us may have unlinked the file after we opened it: retry
-            # on the current file, or two owners would lock different inodes.
-            try:
-                current = os.stat(path).st_ino
-            except FileNotFoundError:
-                current = -1
-            if current != os.fstat(fd).st_ino:
-                os.close(fd)
-                continue
-            os.ftruncate(fd, 0)
-            os.write(fd, f"pid {os.getpid()}".encode())
-            return cls(path, fd)
-
-    def release(self) -> None:
-        with self._lock:
-            if self._fd is None:
-                return
-            # Unlink while holding the lock (acquire re-checks the inode), then unlock.
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self.path)
-            os.close(self._fd)
-            self._fd = None
-
 
 # --- writer-thread operations ------------------------------------------------------------
 
@@ -313,7 +165,7 @@ class _WriterThread:
         try:
             self._conn = self._connect()
         except BaseException as exc:
-            self._ready.set_exception(_translate(exc, f"cannot open {self.path}"))
+            self._ready.set_exception(translate(exc, f"cannot open {self.path}"))
             return
         self._ready.set_result(None)
         stopping: list[Op] = []
@@ -336,7 +188,7 @@ class _WriterThread:
             try:
                 conn.close()
             except sqlite3.Error as exc:
-                close_error = _translate(exc, f"closing {self.path}")
+                close_error = translate(exc, f"closing {self.path}")
             for op in stopping:
                 _resolve(op[2], close_error)
 
@@ -438,14 +290,14 @@ class _WriterThread:
     def _fail(self, units: dict[int, _Unit], exc: sqlite3.Error) -> None:
         for key, unit in units.items():
             if unit.delete is not None:
-                _resolve(unit.delete[3], _translate(exc, f"deleting session {unit.session_id!r}"))
+                _resolve(unit.delete[3], translate(exc, f"deleting session {unit.session_id!r}"))
                 unit.delete[4].release()
                 continue
             seqs = [row[1] for row in unit.rows]
             if unit.publish is not None:
                 seqs = [seq for seq, _ in unit.publish[5]] + seqs
             first = f" from seq {seqs[0]} on" if seqs else ""
-            kind = "corrupt" if _is_corruption(exc) else "failed"
+            kind = "corrupt" if is_corruption(exc) else "failed"
             self.failed[key] = (
                 f"session {unit.session_id!r}: writing to {self.path} {kind} ({exc}); its "
                 f"events{first} are not stored and the session takes no more writes"
@@ -696,7 +548,7 @@ class SqliteStore(SessionStore):
             except SessionPersistenceError:
                 raise
             except (sqlite3.Error, OSError) as exc:
-                raise _translate(exc, f"{what} from {self.path}") from None
+                raise translate(exc, f"{what} from {self.path}") from None
 
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._reader, run)
@@ -705,7 +557,7 @@ class SqliteStore(SessionStore):
 
     async def open_writer(self, session_id: str) -> EventSink:
         self._check_open()
-        lease = _Lease.acquire(self._lease_dir, session_id)
+        lease = Lease.acquire(self._lease_dir, session_id)
         try:
             stored, count = await self._read(lambda conn: _peek(conn, session_id), session_id)
         except BaseException:
@@ -719,7 +571,7 @@ class SqliteStore(SessionStore):
 
     async def delete(self, session_id: str) -> None:
         self._check_open()
-        lease = _Lease.acquire(self._lease_dir, session_id)
+        lease = Lease.acquire(self._lease_dir, session_id)
         future: concurrent.futures.Future[None] = concurrent.futures.Future()
         self._keys += 1
         self._writer.ops.put((_DELETE, self._keys, session_id, future, lease))
@@ -776,7 +628,7 @@ class _SqliteWriter(EventSink):
         store: SqliteStore,
         key: int,
         session_id: str,
-        lease: _Lease,
+        lease: Lease,
         stored: bool,
         count: int,
     ) -> None:

@@ -1,0 +1,166 @@
+"""PostgreSQL store internals: versions, table names, schema migration, URL parsing."""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
+
+from ..errors import SessionStorageError
+
+__all__ = [
+    "LOG_VERSION",
+    "SCHEMA_VERSION",
+    "LeaseInfo",
+    "Tables",
+    "Url",
+    "asyncpg_module",
+    "ident",
+    "migrate",
+]
+
+SCHEMA_VERSION = 1
+"""Version of the table layout (``steerloop_schema_version``)."""
+
+LOG_VERSION = 1
+"""``version`` of the session header: the version of the persisted event JSON form."""
+
+
+def asyncpg_module() -> Any:
+    try:
+        return importlib.import_module("asyncpg")
+    except ImportError:
+        raise ImportError(
+            "the PostgreSQL store needs asyncpg: install steerloop with the extra "
+            "'steerloop[postgres]'"
+        ) from None
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class LeaseInfo:
+    """The write lease of one session as stored (``PostgresStore.lease``)."""
+
+    session_id: str
+    owner: str
+    token: int
+    expires_at: datetime
+    live: bool
+
+
+def ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+_MIGRATIONS: dict[int, str] = {
+    1: """
+    CREATE TABLE {sessions} (
+        session_id text PRIMARY KEY,
+        header json NOT NULL,
+        created_at timestamptz NOT NULL DEFAULT now()
+    );
+    CREATE TABLE {events} (
+        session_id text NOT NULL REFERENCES {sessions} (session_id) ON DELETE CASCADE,
+        seq bigint NOT NULL CHECK (seq >= 1),
+        payload json NOT NULL,
+        PRIMARY KEY (session_id, seq)
+    );
+    CREATE TABLE {leases} (
+        session_id text PRIMARY KEY,
+        owner text NOT NULL,
+        lease_id uuid,
+        token bigint NOT NULL,
+        expires_at timestamptz NOT NULL,
+        acquired_at timestamptz NOT NULL DEFAULT now()
+    );
+    """,
+}
+
+
+class Tables:
+    """Schema-qualified table names and the statements that use them."""
+
+    def __init__(self, schema: str) -> None:
+        self.schema = schema
+        s = ident(schema)
+        self.version = f"{s}.steerloop_schema_version"
+        self.sessions = f"{s}.steerloop_sessions"
+        self.events = f"{s}.steerloop_events"
+        self.leases = f"{s}.steerloop_leases"
+        self.acquire = f"""
+            INSERT INTO {self.leases} AS l (session_id, owner, lease_id, token, expires_at)
+            VALUES ($1, $2, $3, 1, now() + make_interval(secs => $4))
+            ON CONFLICT (session_id) DO UPDATE
+               SET owner = EXCLUDED.owner, lease_id = EXCLUDED.lease_id, token = l.token + 1,
+                   expires_at = EXCLUDED.expires_at, acquired_at = now()
+             WHERE l.lease_id IS NULL OR l.expires_at <= now()
+            RETURNING token"""
+        # The fence: renews exactly the leases whose (lease id, token) are still current and
+        # unexpired. An expired lease is lost even before anyone takes it over: its owner was
+        # paused past the TTL and must not quietly come back.
+        self.fence = f"""
+            UPDATE {self.leases} AS l SET expires_at = now() + make_interval(secs => $4)
+              FROM unnest($1::text[], $2::uuid[], $3::bigint[]) AS f (sid, lid, tok)
+             WHERE l.session_id = f.sid AND l.lease_id = f.lid AND l.token = f.tok
+               AND l.expires_at > now()
+            RETURNING l.session_id"""
+        self.release = f"""
+            UPDATE {self.leases} SET lease_id = NULL, expires_at = now()
+             WHERE session_id = $1 AND lease_id = $2 AND token = $3"""
+        self.insert_events = f"""
+            INSERT INTO {self.events} (session_id, seq, payload)
+            SELECT * FROM unnest($1::text[], $2::bigint[], $3::json[])"""
+
+
+async def migrate(conn: Any, tables: Tables) -> None:
+    """Create or upgrade the schema; concurrent hosts serialise on an advisory lock."""
+    async with conn.transaction():
+        await conn.execute(
+            "SELECT pg_advisory_xact_lock(hashtext($1))", "steerloop:" + tables.schema
+        )
+        await conn.execute(f"CREATE SCHEMA IF NOT EXISTS {ident(tables.schema)}")
+        await conn.execute(
+            f"CREATE TABLE IF NOT EXISTS {tables.version} (version integer PRIMARY KEY, "
+            "applied_at timestamptz NOT NULL DEFAULT now())"
+        )
+        current = await conn.fetchval(f"SELECT coalesce(max(version), 0) FROM {tables.version}")
+        if current > SCHEMA_VERSION:
+            raise SessionStorageError(
+                f"schema {tables.schema!r} has version {current}; this steerloop knows up to "
+                f"{SCHEMA_VERSION} (upgrade steerloop)"
+            )
+        for version in range(current + 1, SCHEMA_VERSION + 1):
+            await conn.execute(
+                _MIGRATIONS[version].format(
+                    sessions=tables.sessions, events=tables.events, leases=tables.leases
+                )
+            )
+            await conn.execute(f"INSERT INTO {tables.version} (version) VALUES ($1)", version)
+
+
+class Url:
+    """A ``postgresql://`` URL split into what asyncpg gets and what steerloop keeps."""
+
+    def __init__(self, url: str) -> None:
+        parts = urlsplit(url)
+        if parts.scheme not in ("postgresql", "postgres"):
+            raise ValueError(f"not a PostgreSQL URL: {parts.scheme}://…")
+        query = dict(parse_qsl(parts.query, keep_blank_values=True))
+        self.schema = query.pop("schema", "steerloop") or "steerloop"
+        try:
+            self.lease_ttl: float | None = (
+                float(query.pop("lease_ttl")) if "lease_ttl" in query else None
+            )
+        except ValueError:
+            raise ValueError("lease_ttl in the store URL must be a number of seconds") from None
+        self.password = unquote(parts.password) if parts.password else ""
+        self.dsn = urlunsplit(parts._replace(query=urlencode(query)))
+        netloc = parts.netloc
+        if parts.password is not None:
+            userinfo, _, host = netloc.rpartition("@")
+            netloc = f"{userinfo.split(':', 1)[0]}:***@{host}"
+        self.display = urlunsplit(parts._replace(netloc=netloc))
+
+    def scrub(self, text: str) -> str:
+        return text.replace(self.password, "***") if self.password else text

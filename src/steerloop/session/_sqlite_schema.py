@@ -1,0 +1,188 @@
+"""SQLite store internals: the schema and its migrations, error translation, the write lease."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import sqlite3
+import threading
+from collections.abc import Sequence
+from typing import Final
+
+from ..errors import (
+    SessionConflictError,
+    SessionCorruptError,
+    SessionPersistenceError,
+    SessionStorageError,
+)
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None  # type: ignore[assignment]
+
+__all__ = [
+    "LOG_VERSION",
+    "MIGRATIONS",
+    "SCHEMA_VERSION",
+    "Lease",
+    "is_corruption",
+    "migrate",
+    "translate",
+]
+
+LOG_VERSION: Final = 1
+"""``version`` of the session header: the version of the persisted event JSON form."""
+
+Migration = Sequence[str]
+
+MIGRATIONS: tuple[Migration, ...] = (
+    (
+        """CREATE TABLE sessions (
+            id TEXT PRIMARY KEY,
+            version INTEGER NOT NULL,
+            created_at INTEGER NOT NULL,
+            cwd TEXT,
+            parent_session TEXT,
+            is_seeded INTEGER NOT NULL,
+            origin TEXT,
+            delegation_depth INTEGER
+        )""",
+        """CREATE TABLE events (
+            session_id TEXT NOT NULL,
+            seq INTEGER NOT NULL,
+            body TEXT NOT NULL,
+            PRIMARY KEY (session_id, seq)
+        ) WITHOUT ROWID""",
+    ),
+)
+
+SCHEMA_VERSION: Final = len(MIGRATIONS)
+
+
+# --- errors ------------------------------------------------------------------------------
+
+
+def is_corruption(exc: sqlite3.Error) -> bool:
+    name = getattr(exc, "sqlite_errorname", "") or ""
+    return name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB"))
+
+
+def translate(exc: BaseException, what: str) -> SessionPersistenceError:
+    if isinstance(exc, SessionPersistenceError):
+        return exc
+    if isinstance(exc, sqlite3.Error) and is_corruption(exc):
+        return SessionCorruptError(f"{what}: the database is corrupt: {exc}")
+    if isinstance(exc, sqlite3.Error | OSError):
+        return SessionStorageError(f"{what}: {exc}")
+    return SessionStorageError(f"{what}: unexpected {type(exc).__name__}: {exc}")
+
+
+# --- schema ------------------------------------------------------------------------------
+
+
+def migrate(
+    conn: sqlite3.Connection, where: str, migrations: Sequence[Migration] = MIGRATIONS
+) -> int:
+    """Bring the database behind ``conn`` (autocommit mode) to ``len(migrations)``.
+
+    Returns the version found before migrating (0 for a new database).
+
+    Raises:
+        SessionStorageError: the database was written by a newer build.
+        SessionCorruptError: the version table is unreadable, or store tables exist
+            without one.
+    """
+    latest = len(migrations)
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+        if "schema_version" not in tables:
+            if tables & {"sessions", "events"}:
+                raise SessionCorruptError(
+                    f"{where}: store tables exist but schema_version is missing"
+                )
+            conn.execute("CREATE TABLE schema_version (version INTEGER NOT NULL)")
+            conn.execute("INSERT INTO schema_version VALUES (0)")
+        rows = conn.execute("SELECT version FROM schema_version").fetchall()
+        if len(rows) != 1 or isinstance(rows[0][0], bool) or not isinstance(rows[0][0], int):
+            raise SessionCorruptError(
+                f"{where}: schema_version must hold one integer, found {rows!r:.80}"
+            )
+        found: int = rows[0][0]
+        if found > latest:
+            raise SessionStorageError(
+                f"{where}: schema version {found} is newer than this build supports "
+                f"({latest}); upgrade steerloop to open it"
+            )
+        if found < 0:
+            raise SessionCorruptError(f"{where}: invalid schema version {found}")
+        for version in range(found, latest):
+            for statement in migrations[version]:
+                conn.execute(statement)
+        if found != latest:
+            conn.execute("UPDATE schema_version SET version = ?", (latest,))
+        conn.execute("COMMIT")
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise
+    return found
+
+
+# --- the write lease ---------------------------------------------------------------------
+
+
+class Lease:
+    """An exclusive ``flock`` on ``<db>.leases/<sha256(id)>.lock`` (G-2)."""
+
+    __slots__ = ("_fd", "_lock", "path")
+
+    def __init__(self, path: str, fd: int) -> None:
+        self.path = path
+        self._fd: int | None = fd
+        self._lock = threading.Lock()
+
+    @classmethod
+    def acquire(cls, directory: str, session_id: str) -> Lease:
+        if fcntl is None:  # pragma: no cover - Windows
+            raise SessionStorageError("the SQLite store needs fcntl.flock (a POSIX system)")
+        name = hashlib.sha256(session_id.encode()).hexdigest()[:40] + ".lock"
+        path = os.path.join(directory, name)
+        while True:
+            try:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+            except OSError as exc:
+                raise SessionStorageError(f"cannot open the lease file {path}: {exc}") from None
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.read(fd, 200).decode(errors="replace").strip() or "unknown owner"
+                os.close(fd)
+                raise SessionConflictError(
+                    f"session {session_id!r} already has a writer ({holder}); it is live in "
+                    "another runtime or process"
+                ) from None
+            # The holder before us may have unlinked the file after we opened it: retry
+            # on the current file, or two owners would lock different inodes.
+            try:
+                current = os.stat(path).st_ino
+            except FileNotFoundError:
+                current = -1
+            if current != os.fstat(fd).st_ino:
+                os.close(fd)
+                continue
+            os.ftruncate(fd, 0)
+            os.write(fd, f"pid {os.getpid()}".encode())
+            return cls(path, fd)
+
+    def release(self) -> None:
+        with self._lock:
+            if self._fd is None:
+                return
+            # Unlink while holding the lock (acquire re-checks the inode), then unlock.
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.path)
+            os.close(self._fd)
+            self._fd = None
