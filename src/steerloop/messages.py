@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeAlias
@@ -280,7 +279,3 @@ def _str(data: Mapping[str, JsonValue], key: str) -> str:
     if not isinstance(value, str):
         raise ValueError(f"field {key!r} must be a string")
     return value
-
-
-def is_finite_number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)

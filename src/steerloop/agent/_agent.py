@@ -23,7 +23,6 @@ from ._options import AgentOptions
 if TYPE_CHECKING:
     from .._runtime import Runtime
     from ..session._session import Session
-    from ._driver import TurnState
 
 __all__ = ["Agent"]
 
@@ -60,7 +59,6 @@ class Agent:
         if pending is None:  # a resumed inbox is the fold of its splices
             pending = fold_inbox(session.events)
         self.inbox = Inbox(session, runtime.hooks, self, pending["next-turn"], pending["next-step"])
-        self.inbox.guard = None
         self._phase: Phase = "idle"
         self._reported: Literal["idle", "running"] = "idle"
         self._activity: _Activity | None = None
@@ -74,7 +72,6 @@ class Agent:
         self._header_body: tuple[CallConfig, dict[str, Any], Any, dict[str, Any]] | None = None
         self._requested = False  # this loop instance sent its first request
         self._replaced_at_request = session.surface_replaced
-        self._turn: TurnState | None = None
         self._driver_tasks: set[asyncio.Task[None]] = set()
 
     def __repr__(self) -> str:

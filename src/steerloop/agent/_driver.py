@@ -47,7 +47,6 @@ def open_turn(agent: Agent, controller: AbortController) -> TurnState:
         turn = agent.session.last_turn + 1
         agent.session.append("turn/start", TurnStart(turn=turn))
         state = TurnState(turn, controller.signal)
-        agent._turn = state
         try:
             state.claimed = agent.inbox.claim("next-turn", turn)
         except Exception as exc:
@@ -70,7 +69,6 @@ async def run_driver(agent: Agent, state: TurnState) -> None:
                     agent.report_error(0, 0, exc)
                     break
         finally:
-            agent._turn = None
             agent._converge()
 
 

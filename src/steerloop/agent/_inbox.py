@@ -7,7 +7,7 @@ Every mutation is one ``agent/inbox/spliced`` event written *before* the state c
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from .._hooks import HookBus
@@ -67,7 +67,6 @@ class Inbox:
             "next-turn": list(next_turn),
             "next-step": list(next_step),
         }
-        self.guard: Callable[[], None] | None = None
 
     @property
     def next_turn(self) -> tuple[UserMessage, ...]:
@@ -164,8 +163,6 @@ class Inbox:
         if d == 0 and not inserted:
             return []
         if inserted:
-            if self.guard is not None:
-                self.guard()
             pending = self.pending_ids()
             removing = {m.id for m in queue[s : s + d]}
             seen: set[str] = set()
