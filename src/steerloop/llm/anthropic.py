@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import email.utils
 import json
-import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -42,6 +40,7 @@ from ..messages import (
     ToolResultMessage,
     UserMessage,
 )
+from ._http import retry_after_ms
 from ._types import GenerateRequest, LlmFailure, ModelInfo, TokenUsage, ToolSchema
 from .chunks import (
     BlockEnd,
@@ -665,27 +664,9 @@ def _status_failure(exc: anthropic.APIStatusError) -> LlmFailure:
         code=code,
         status=status,
         retryable=retryable,
-        provider_retry_after_ms=_retry_after_ms(headers),
+        provider_retry_after_ms=retry_after_ms(headers),
         request_id=exc.request_id,
     )
-
-
-def _retry_after_ms(headers: Mapping[str, str]) -> int | None:
-    raw_ms = headers.get("retry-after-ms")
-    if raw_ms:
-        with contextlib.suppress(ValueError):
-            return max(0, round(float(raw_ms)))
-    raw = headers.get("retry-after")
-    if not raw:
-        return None
-    try:
-        return max(0, round(float(raw) * 1000))
-    except ValueError:
-        pass
-    with contextlib.suppress(TypeError, ValueError):
-        when = email.utils.parsedate_to_datetime(raw)
-        return max(0, round((when.timestamp() - time.time()) * 1000))
-    return None
 
 
 def _describe(exc: BaseException) -> str:

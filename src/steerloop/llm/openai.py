@@ -14,10 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import email.utils
 import logging
 import re
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar
@@ -36,6 +34,7 @@ from ..messages import (
     ToolResultMessage,
     UserMessage,
 )
+from ._http import retry_after_ms
 from ._types import GenerateRequest, LlmFailure, ModelInfo, TokenUsage
 from .chunks import (
     BlockEnd,
@@ -489,27 +488,6 @@ def _redact(text: str, secret: str | None) -> str:
     return _SECRETS.sub("***", text)
 
 
-def _retry_after_ms(headers: Any) -> int | None:
-    if headers is None:
-        return None
-    raw_ms = headers.get("retry-after-ms")
-    if raw_ms:
-        with contextlib.suppress(ValueError):
-            return max(int(float(raw_ms)), 0)
-    raw = headers.get("retry-after")
-    if not raw:
-        return None
-    try:
-        return max(int(float(raw) * 1000), 0)
-    except ValueError:
-        pass
-    try:
-        parsed = email.utils.parsedate_to_datetime(raw)
-    except (TypeError, ValueError):
-        return None
-    return max(int((parsed.timestamp() - time.time()) * 1000), 0)
-
-
 def _error_body(body: Any) -> tuple[str | None, str | None, str | None]:
     """``(message, code, type)`` from an error body (``{"error": {...}}`` or the inner dict)."""
     if isinstance(body, Mapping) and isinstance(body.get("error"), Mapping):
@@ -559,7 +537,7 @@ def failure_from_exception(exc: BaseException, *, secret: str | None = None) -> 
             code=kind,
             status=exc.status_code,
             retryable=retryable,
-            provider_retry_after_ms=_retry_after_ms(exc.response.headers),
+            provider_retry_after_ms=retry_after_ms(exc.response.headers),
             request_id=exc.request_id,
         )
     if isinstance(exc, openai.APITimeoutError):
