@@ -13,9 +13,10 @@ never carries surface metadata and never reaches ``derive_messages()``.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, NoReturn
 
 from .._cancel import CancelCause
@@ -65,6 +66,7 @@ from ._events import (
 
 __all__ = [
     "KNOWN_TYPES",
+    "bulk_decoding",
     "chunk_from_json",
     "decode_log",
     "event_from_json",
@@ -560,14 +562,24 @@ def decode_log(raw: Iterable[Json]) -> tuple[SessionEvent, ...]:
     Raises:
         SessionCorruptError: naming the offending seq.
     """
-    # Decoding allocates many small acyclic objects; the cyclic collector would walk the
-    # growing heap again and again for nothing (about 40% of a long resume).
+    with bulk_decoding():
+        events = tuple(event_from_json(item) for item in raw)
+    validate_log(events)
+    return events
+
+
+@contextlib.contextmanager
+def bulk_decoding() -> Iterator[None]:
+    """Pause the cyclic garbage collector while a whole log is parsed and decoded.
+
+    Parsing allocates millions of small acyclic objects; with the collector running, every
+    threshold crossing walks the whole growing heap again (measured: 60k events parse in
+    3.9 s cold with it, 0.5 s without). Nothing decoded here forms a cycle.
+    """
     collecting = gc.isenabled()
     gc.disable()
     try:
-        events = tuple(event_from_json(item) for item in raw)
+        yield
     finally:
         if collecting:
             gc.enable()
-    validate_log(events)
-    return events

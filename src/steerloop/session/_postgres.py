@@ -56,7 +56,7 @@ from ..errors import (
     SessionPersistenceNotFoundError,
     SessionStorageError,
 )
-from ._codec import decode_log
+from ._codec import bulk_decoding, decode_log
 from ._events import SessionEvent
 from ._json import dumps_event, loads
 from ._postgres_schema import (
@@ -199,25 +199,27 @@ class PostgresStore(SessionStore):
                     raise SessionPersistenceNotFoundError(
                         f"no session {session_id!r} in {self.url}"
                     )
-        raw: builtins.list[Any] = []
-        for row in rows:
-            seq = row["seq"]
+        with bulk_decoding():
+            raw: builtins.list[Any] = []
+            for row in rows:
+                seq = row["seq"]
+                try:
+                    item = loads(row["payload"])
+                except json.JSONDecodeError as exc:
+                    raise SessionCorruptError(
+                        f"session {session_id!r}: stored event at seq {seq} is not JSON: {exc}"
+                    ) from None
+                if not isinstance(item, dict) or item.get("seq") != seq:
+                    found = item.get("seq") if isinstance(item, dict) else item
+                    raise SessionCorruptError(
+                        f"session {session_id!r}: the row of seq {seq} holds {found!r:.40} "
+                        "as its seq"
+                    )
+                raw.append(item)
             try:
-                item = loads(row["payload"])
-            except json.JSONDecodeError as exc:
-                raise SessionCorruptError(
-                    f"session {session_id!r}: stored event at seq {seq} is not JSON: {exc}"
-                ) from None
-            if not isinstance(item, dict) or item.get("seq") != seq:
-                found = item.get("seq") if isinstance(item, dict) else item
-                raise SessionCorruptError(
-                    f"session {session_id!r}: the row of seq {seq} holds {found!r:.40} as its seq"
-                )
-            raw.append(item)
-        try:
-            return decode_log(raw)
-        except SessionCorruptError as exc:
-            raise SessionCorruptError(f"session {session_id!r}: {exc}") from None
+                return decode_log(raw)
+            except SessionCorruptError as exc:
+                raise SessionCorruptError(f"session {session_id!r}: {exc}") from None
 
     async def check_absent(self, session_id: str) -> None:
         if await self.exists(session_id):

@@ -66,7 +66,7 @@ from ..errors import (
     SessionPersistenceNotFoundError,
     SessionStorageError,
 )
-from ._codec import decode_log
+from ._codec import bulk_decoding, decode_log
 from ._events import SessionEvent
 from ._json import loads
 from ._session import EventSink
@@ -512,25 +512,26 @@ class SqliteStore(SessionStore):
             if rows:
                 raise SessionCorruptError(f"{where}: events are stored without a session header")
             raise SessionPersistenceNotFoundError(f"no session {session_id!r} in {self.url}")
-        raw = []
-        for expected, (seq, body) in enumerate(rows, start=1):
-            if seq != expected:
-                raise SessionCorruptError(
-                    f"{where}: seq {expected} is missing (the next stored event is seq {seq})"
-                )
+        with bulk_decoding():
+            raw = []
+            for expected, (seq, body) in enumerate(rows, start=1):
+                if seq != expected:
+                    raise SessionCorruptError(
+                        f"{where}: seq {expected} is missing (the next stored event is seq {seq})"
+                    )
+                try:
+                    item = loads(body)
+                except (json.JSONDecodeError, TypeError) as exc:
+                    raise SessionCorruptError(f"{where}: seq {seq} is not JSON: {exc}") from None
+                if isinstance(item, dict) and item.get("seq") != seq:
+                    raise SessionCorruptError(
+                        f"{where}: the event stored at seq {seq} says seq {item.get('seq')!r}"
+                    )
+                raw.append(item)
             try:
-                item = loads(body)
-            except (json.JSONDecodeError, TypeError) as exc:
-                raise SessionCorruptError(f"{where}: seq {seq} is not JSON: {exc}") from None
-            if isinstance(item, dict) and item.get("seq") != seq:
-                raise SessionCorruptError(
-                    f"{where}: the event stored at seq {seq} says seq {item.get('seq')!r}"
-                )
-            raw.append(item)
-        try:
-            return decode_log(raw)
-        except SessionCorruptError as exc:
-            raise SessionCorruptError(f"{where}: {exc}") from None
+                return decode_log(raw)
+            except SessionCorruptError as exc:
+                raise SessionCorruptError(f"{where}: {exc}") from None
 
     async def _read(self, fn: Callable[[sqlite3.Connection], Any], session_id: str | None) -> Any:
         self._check_open()

@@ -27,7 +27,7 @@ from ..errors import (
     SessionPersistenceNotFoundError,
     SessionStorageError,
 )
-from ._codec import decode_log
+from ._codec import bulk_decoding, decode_log
 from ._events import SessionEvent
 from ._json import dumps_event, loads
 from ._session import EventSink
@@ -105,7 +105,8 @@ class MemoryStore(SessionStore):
         if lines is None:
             raise SessionPersistenceNotFoundError(f"no session {session_id!r} in {self.url}")
         try:
-            raw = [loads(line) for line in lines]
+            with bulk_decoding():
+                raw = [loads(line) for line in lines]
         except json.JSONDecodeError as exc:
             index = _bad_line(lines)
             raise SessionCorruptError(
