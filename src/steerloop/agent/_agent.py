@@ -214,7 +214,7 @@ class Agent:
         task = asyncio.get_running_loop().create_task(run_driver(self, state))
         self._driver_tasks.add(task)
         task.add_done_callback(self._driver_tasks.discard)
-        if previous is not None:
+        if previous is not None and not previous.done.done():
             previous.done.set_result(None)
 
     def _converge(self, previous: _Activity | None = None) -> None:
