@@ -96,6 +96,8 @@ def _obj(value: Json, what: str) -> Mapping[str, Json]:
 
 def _int(data: Mapping[str, Json], key: str, *, minimum: int | None = None) -> int:
     value = data.get(key)
+    if type(value) is int and (minimum is None or value >= minimum):
+        return value  # the common case, checked first (bool is not ``type(...) is int``)
     if isinstance(value, bool) or not isinstance(value, int):
         _fail(f"{key!r} must be an integer")
     if minimum is not None and value < minimum:
@@ -460,37 +462,66 @@ def event_from_json(raw: Json) -> SessionEvent:
 
 
 def _decode(raw: Mapping[str, Json], seq: int) -> SessionEvent:
+    # Every check has a fast path for the well-formed case; the helpers it falls back to
+    # raise the precise message.
     type_ = raw.get("type")
-    if not isinstance(type_, str) or not type_:
+    if type(type_) is not str or not type_:
         _fail("type must be a non-empty string")
-    time = _int(raw, "time", minimum=0)
-    ignorable = _bool(raw, "ignorable", False)
+    time = raw.get("time")
+    if type(time) is not int or time < 0:
+        time = _int(raw, "time", minimum=0)
+    ignorable = raw.get("ignorable", False)
+    if ignorable is not False and ignorable is not True:
+        ignorable = _bool(raw, "ignorable", False)
     if "data" not in raw:
         _fail("the event has no data")
-    surface_op = _surface_op(raw.get("surface_op"))
-    sources = _sources(raw.get("source_event_seqs"), seq)
+    surface_op = raw.get("surface_op")
+    if surface_op is not None and surface_op != "append":
+        surface_op = _surface_op(surface_op)
+    sources = raw.get("source_event_seqs")
+    if sources is not None:
+        sources = _sources(sources, seq)
     decoder = _DECODERS.get(type_)
+    data = raw["data"]
     if decoder is None:
         if not ignorable:
             _fail(f"unknown required event type {type_!r}")
-        data = _json(raw["data"], "data")
+        data = _json(data, "data")
         is_surface = False
     else:
-        data = decoder(_obj(raw["data"], f"{type_} payload"))
+        if type(data) is not dict:
+            _fail(f"{type_} payload must be an object")
+        data = decoder(data)
         is_surface = type_ in SURFACE_TYPES
     if is_surface and surface_op is None:
         _fail(f"{type_} is a surface event and has no surface_op")
     if not is_surface and (surface_op is not None or sources is not None):
         _fail(f"{type_} is log-only but carries surface metadata")
-    return SessionEvent(
-        seq=seq,
-        time=time,
-        type=type_,
-        data=data,
-        ignorable=ignorable,
-        surface_op=surface_op,
-        source_event_seqs=sources,
-    )
+    return _event(seq, time, type_, data, ignorable, surface_op, sources)
+
+
+def _event(
+    seq: int,
+    time: int,
+    type_: str,
+    data: Any,
+    ignorable: bool,
+    surface_op: SurfaceOp | None,
+    sources: tuple[int, ...] | None,
+) -> SessionEvent:
+    """A ``SessionEvent`` from checked fields, without keyword-argument binding."""
+    event = object.__new__(SessionEvent)
+    _set(event, "seq", seq)
+    _set(event, "time", time)
+    _set(event, "type", type_)
+    _set(event, "data", data)
+    _set(event, "ignorable", ignorable)
+    _set(event, "surface_op", surface_op)
+    _set(event, "source_event_seqs", sources)
+    return event
+
+
+_set = object.__setattr__
 
 
 def _surface_op(value: Json) -> SurfaceOp | None:
