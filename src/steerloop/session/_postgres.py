@@ -58,7 +58,7 @@ from ..errors import (
 )
 from ._codec import bulk_decoding, decode_log
 from ._events import SessionEvent
-from ._json import dumps_event, loads
+from ._json import loads
 from ._postgres_schema import (
     LOG_VERSION,
     SCHEMA_VERSION,
@@ -69,7 +69,7 @@ from ._postgres_schema import (
     migrate,
 )
 from ._session import EventSink
-from ._store import SessionStore
+from ._store import BufferedWriter, SessionStore
 
 __all__ = ["LOG_VERSION", "SCHEMA_VERSION", "LeaseInfo", "PostgresStore"]
 
@@ -649,11 +649,7 @@ def _header_json(session_id: str, header: Mapping[str, Any]) -> str:
     return json.dumps(stored, separators=(",", ":"), default=str)
 
 
-def _text(event: SessionEvent) -> str:
-    return dumps_event(event)
-
-
-class _PostgresWriter(EventSink):
+class _PostgresWriter(BufferedWriter):
     """The write handle of one session: holds its lease, buffers until ``publish``."""
 
     def __init__(
@@ -666,17 +662,13 @@ class _PostgresWriter(EventSink):
         stored: bool,
         base_len: int,
     ) -> None:
+        super().__init__(session_id, base_len)
         self._store = store
-        self.session_id = session_id
         self.lease_id = lease_id
         self.token = token
         self._stored = stored
-        self._base_len = base_len
-        self._next_seq = base_len + 1
-        self._pending: list[tuple[int, str]] = []
-        self._header: Mapping[str, Any] = {}
-        self._state = "open"  # open -> published -> closed | discarded
-        # Sticky failure (type, message): raised by flush/close/publish once known.
+        # Sticky failure (type, message): raised by flush/close/publish once known; writes
+        # made after it are dropped so the stored log never gets a gap.
         self.error: tuple[type[SessionPersistenceError], str] | None = None
 
     def fail(self, kind: type[SessionPersistenceError], message: str) -> None:
@@ -695,42 +687,27 @@ class _PostgresWriter(EventSink):
             kind, message = self.error
             raise kind(message)
 
-    def set_header(self, header: Mapping[str, Any]) -> None:
-        self._header = dict(header)
-
-    def write(self, event: SessionEvent) -> None:
-        if self._state not in ("open", "published"):
-            raise SessionStorageError(
-                f"session {self.session_id!r}: write of seq {event.seq} after the writer was "
-                f"{self._state}"
+    def _seq_error(self, seq: int) -> SessionPersistenceError:
+        if self._next == self._base_len + 1 and seq <= self._base_len:
+            return SessionConflictError(
+                f"session {self.session_id!r}: write of seq {seq}, expected "
+                f"{self._next}: the stored log changed since it was loaded"
             )
-        if event.seq != self._next_seq:
-            if self._next_seq == self._base_len + 1 and event.seq <= self._base_len:
-                raise SessionConflictError(
-                    f"session {self.session_id!r}: write of seq {event.seq}, expected "
-                    f"{self._next_seq}: the stored log changed since it was loaded"
-                )
-            raise SessionStorageError(
-                f"session {self.session_id!r}: write of seq {event.seq}, expected {self._next_seq}"
-            )
-        self._next_seq += 1
-        if self.error is not None:
-            return  # refused for good; flush/close report it
-        if self._state == "published":
-            self._store._enqueue(self, event.seq, _text(event))
-        else:
-            self._pending.append((event.seq, _text(event)))
+        return super()._seq_error(seq)
 
-    def publish(self) -> None:
-        if self._state != "open":
-            raise SessionStorageError(f"session {self.session_id!r}: writer is {self._state}")
+    def _store_line(self, seq: int, line: str) -> None:
+        if self.error is None:  # refused for good; flush/close report it
+            self._store._enqueue(self, seq, line)
+
+    def _publish(self, pending: list[tuple[int, str]]) -> None:
         self._raise_error()
-        self._state = "published"
         if not self._stored:
             self._store._enqueue(self, 0, _header_json(self.session_id, self._header))
-        for seq, text in self._pending:
+        for seq, text in pending:
             self._store._enqueue(self, seq, text)
-        self._pending.clear()
+
+    async def _release(self) -> None:
+        await self._store._release(self)
 
     async def flush(self) -> None:
         if self._state == "published":
@@ -742,21 +719,10 @@ class _PostgresWriter(EventSink):
             return
         published = self._state == "published"
         self._state = "closed"
-        self._pending.clear()  # closing an unpublished handle must not invent an artifact
+        self._pending = []  # closing an unpublished handle must not invent an artifact
         try:
             if published:
                 await self._store._barrier()
         finally:
             await self._store._release(self)
         self._raise_error()
-
-    async def discard(self) -> None:
-        if self._state in ("closed", "discarded"):
-            return
-        if self._state == "published":
-            raise SessionStorageError(
-                f"session {self.session_id!r} was already published; it cannot be discarded"
-            )
-        self._pending.clear()
-        self._state = "discarded"
-        await self._store._release(self)

@@ -79,7 +79,7 @@ from ._sqlite_schema import (
     migrate,
     translate,
 )
-from ._store import SessionStore, _line
+from ._store import BufferedWriter, SessionStore
 
 try:
     import fcntl
@@ -621,7 +621,7 @@ class SqliteStore(SessionStore):
             self._reader.shutdown(wait=True)
 
 
-class _SqliteWriter(EventSink):
+class _SqliteWriter(BufferedWriter):
     """The write handle of one session in a ``SqliteStore`` (holds its lease)."""
 
     def __init__(
@@ -633,53 +633,31 @@ class _SqliteWriter(EventSink):
         stored: bool,
         count: int,
     ) -> None:
+        super().__init__(session_id, count)
         self._store = store
         self._key = key
-        self.session_id = session_id
         self._lease = lease
         self._stored = stored
-        self._base_len = count
-        self._next = count + 1
-        self._pending: list[tuple[int, str]] = []
-        self._header: dict[str, Any] = {}
         self._unflushed = False
-        self._state = "open"  # open -> published -> closed | discarded
 
-    def set_header(self, header: Mapping[str, Any]) -> None:
-        self._header = dict(header)
-
-    def write(self, event: SessionEvent) -> None:
-        if self._state not in ("open", "published"):
-            raise SessionStorageError(
-                f"session {self.session_id!r}: write of seq {event.seq} after the writer was "
-                f"{self._state}"
-            )
+    def _refuse(self) -> None:
         failure = self._store._failure(self._key)
         if failure is not None:
             raise SessionStorageError(failure)
-        if event.seq != self._next:
-            raise SessionStorageError(
-                f"session {self.session_id!r}: write of seq {event.seq}, expected {self._next}"
-            )
-        line = _line(event)
-        if self._state == "published":
-            self._store._put((_EVENT, self._key, self.session_id, event.seq, line))
-            self._unflushed = True
-        else:
-            self._pending.append((event.seq, line))
-        self._next += 1
 
-    def publish(self) -> None:
-        if self._state != "open":
-            raise SessionStorageError(f"session {self.session_id!r}: writer is {self._state}")
+    def _store_line(self, seq: int, line: str) -> None:
+        self._store._put((_EVENT, self._key, self.session_id, seq, line))
+        self._unflushed = True
+
+    def _publish(self, pending: list[tuple[int, str]]) -> None:
         self._store._check_open()
         header = None if self._stored else self._header_row()
-        self._store._put(
-            (_PUBLISH, self._key, self.session_id, header, self._base_len, self._pending)
-        )
-        self._pending = []
+        self._store._put((_PUBLISH, self._key, self.session_id, header, self._base_len, pending))
         self._unflushed = True
-        self._state = "published"
+
+    async def _release(self) -> None:
+        self._store._writers.pop(self._key, None)
+        self._lease.release()
 
     def _header_row(self) -> tuple[Any, ...]:
         h = self._header
@@ -740,18 +718,6 @@ class _SqliteWriter(EventSink):
         # so a cancelled close can never let a new writer in ahead of queued events.
         self._store._put((_CLOSE, self._key, future, self._lease))
         await asyncio.wrap_future(future)
-
-    async def discard(self) -> None:
-        if self._state in ("closed", "discarded"):
-            return
-        if self._state == "published":
-            raise SessionStorageError(
-                f"session {self.session_id!r} was already published; it cannot be discarded"
-            )
-        self._pending = []
-        self._state = "discarded"
-        self._store._writers.pop(self._key, None)
-        self._lease.release()
 
 
 def _peek(conn: sqlite3.Connection, session_id: str) -> tuple[bool, int]:

@@ -24,6 +24,7 @@ from typing import Any
 from ..errors import (
     SessionConflictError,
     SessionCorruptError,
+    SessionPersistenceError,
     SessionPersistenceNotFoundError,
     SessionStorageError,
 )
@@ -32,7 +33,7 @@ from ._events import SessionEvent
 from ._json import dumps_event, loads
 from ._session import EventSink
 
-__all__ = ["MemoryStore", "SessionStore", "open_store"]
+__all__ = ["BufferedWriter", "MemoryStore", "SessionStore", "open_store"]
 
 
 class SessionStore(abc.ABC):
@@ -83,8 +84,80 @@ class SessionStore(abc.ABC):
         """Release the backend (flushing what is pending)."""
 
 
-def _line(event: SessionEvent) -> str:
-    return dumps_event(event)
+class BufferedWriter(EventSink, abc.ABC):
+    """The publication state machine every store's write handle shares (C7.2-19).
+
+    ``open`` → ``published`` → ``closed`` | ``discarded``. Until ``publish()`` the encoded
+    events wait in ``_pending``, so a creation that rolls back stores nothing; afterwards each
+    write goes straight to the store. Seqs must continue the stored log without a gap.
+    Subclasses say how a line is stored, how publication and release happen, and may refuse
+    every write once a failure is known (``_refuse``).
+    """
+
+    def __init__(self, session_id: str, base_len: int) -> None:
+        self.session_id = session_id
+        self._base_len = base_len  # events stored when the writer was opened
+        self._next = base_len + 1
+        self._pending: list[tuple[int, str]] = []
+        self._header: dict[str, Any] = {}
+        self._state = "open"
+
+    def set_header(self, header: Mapping[str, Any]) -> None:
+        self._header = dict(header)
+
+    def write(self, event: SessionEvent) -> None:
+        if self._state not in ("open", "published"):
+            raise SessionStorageError(
+                f"session {self.session_id!r}: write of seq {event.seq} after the writer was "
+                f"{self._state}"
+            )
+        self._refuse()
+        if event.seq != self._next:
+            raise self._seq_error(event.seq)
+        self._next += 1
+        line = dumps_event(event)
+        if self._state == "published":
+            self._store_line(event.seq, line)
+        else:
+            self._pending.append((event.seq, line))
+
+    def publish(self) -> None:
+        if self._state != "open":
+            raise SessionStorageError(f"session {self.session_id!r}: writer is {self._state}")
+        self._publish(self._pending)
+        self._pending = []
+        self._state = "published"
+
+    async def discard(self) -> None:
+        if self._state in ("closed", "discarded"):
+            return
+        if self._state == "published":
+            raise SessionStorageError(
+                f"session {self.session_id!r} was already published; it cannot be discarded"
+            )
+        self._pending = []
+        self._state = "discarded"
+        await self._release()
+
+    def _refuse(self) -> None:
+        """Raise to refuse every write (the store knows this session's writes fail)."""
+
+    def _seq_error(self, seq: int) -> SessionPersistenceError:
+        return SessionStorageError(
+            f"session {self.session_id!r}: write of seq {seq}, expected {self._next}"
+        )
+
+    @abc.abstractmethod
+    def _store_line(self, seq: int, line: str) -> None:
+        """Hand one published event's text to the store."""
+
+    @abc.abstractmethod
+    def _publish(self, pending: list[tuple[int, str]]) -> None:
+        """Store the session (its header if new) and the buffered events, in seq order."""
+
+    @abc.abstractmethod
+    async def _release(self) -> None:
+        """Give the write lease back."""
 
 
 class MemoryStore(SessionStore):
@@ -169,40 +242,20 @@ def _bad_line(lines: list[str]) -> int:
     return len(lines)
 
 
-class _MemoryWriter(EventSink):
+class _MemoryWriter(BufferedWriter):
     """The write handle of one session in a ``MemoryStore``."""
 
     def __init__(self, store: MemoryStore, session_id: str, base: list[str] | None) -> None:
+        super().__init__(session_id, 0 if base is None else len(base))
         self._store = store
-        self.session_id = session_id
         self._base = base  # the stored list at open time (None: a fresh session)
-        self._base_len = 0 if base is None else len(base)
-        self._pending: list[str] = []
         self._log: list[str] | None = None  # the stored list once published
-        self._state = "open"  # open -> published -> closed | discarded
 
-    def write(self, event: SessionEvent) -> None:
-        if self._state not in ("open", "published"):
-            raise SessionStorageError(
-                f"session {self.session_id!r}: write of seq {event.seq} after the writer was "
-                f"{self._state}"
-            )
-        expected = self._base_len + len(self._pending) + 1
-        if self._log is not None:
-            expected = len(self._log) + 1
-        if event.seq != expected:
-            raise SessionStorageError(
-                f"session {self.session_id!r}: write of seq {event.seq}, expected {expected}"
-            )
-        line = _line(event)
-        if self._log is not None:
-            self._log.append(line)
-        else:
-            self._pending.append(line)
+    def _store_line(self, seq: int, line: str) -> None:
+        assert self._log is not None
+        self._log.append(line)
 
-    def publish(self) -> None:
-        if self._state != "open":
-            raise SessionStorageError(f"session {self.session_id!r}: writer is {self._state}")
+    def _publish(self, pending: list[tuple[int, str]]) -> None:
         current = self._store._logs.get(self.session_id)
         if current is not self._base or (current is not None and len(current) != self._base_len):
             raise SessionConflictError(
@@ -210,10 +263,11 @@ class _MemoryWriter(EventSink):
             )
         if current is None:
             current = self._store._logs[self.session_id] = []
-        current.extend(self._pending)
-        self._pending.clear()
+        current.extend(line for _, line in pending)
         self._log = current
-        self._state = "published"
+
+    async def _release(self) -> None:
+        self._store._release(self)
 
     async def flush(self) -> None:
         """Published writes are stored synchronously; buffered ones wait for ``publish``."""
@@ -221,21 +275,8 @@ class _MemoryWriter(EventSink):
     async def close(self) -> None:
         if self._state in ("closed", "discarded"):
             return
-        if self._state == "open" and self._pending:
-            # Closing an unpublished handle must not invent an artifact.
-            self._pending.clear()
+        self._pending = []  # closing an unpublished handle must not invent an artifact
         self._state = "closed"
-        self._store._release(self)
-
-    async def discard(self) -> None:
-        if self._state in ("closed", "discarded"):
-            return
-        if self._state == "published":
-            raise SessionStorageError(
-                f"session {self.session_id!r} was already published; it cannot be discarded"
-            )
-        self._pending.clear()
-        self._state = "discarded"
         self._store._release(self)
 
 
