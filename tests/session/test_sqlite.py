@@ -161,6 +161,48 @@ async def test_migration_brings_an_old_database_forward(tmp_path: Path) -> None:
         conn.close()
 
 
+async def test_a_version_1_database_moves_to_the_append_ordered_table(tmp_path: Path) -> None:
+    """v1 clustered events by session (WITHOUT ROWID); v2 keeps them in append order under
+    a unique (session_id, seq) index. Opening a v1 file migrates it: the same logs load,
+    each session's rows are contiguous, duplicates are still refused, and writes go on."""
+    path = tmp_path / "s.db"
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        assert migrate(conn, str(path), MIGRATIONS[:1]) == 0
+        conn.execute("INSERT INTO sessions VALUES ('a', 1, 1, NULL, NULL, 0, NULL, NULL)")
+        conn.execute("INSERT INTO sessions VALUES ('b', 1, 1, NULL, NULL, 0, NULL, NULL)")
+        for seq in range(1, 4):  # interleaved, as concurrent writers leave them
+            for sid in ("b", "a"):
+                body = json.dumps(turn(seq).to_json(), separators=(",", ":"))
+                conn.execute("INSERT INTO events VALUES (?, ?, ?)", (sid, seq, body))
+    finally:
+        conn.close()
+
+    store = SqliteStore(path)
+    try:
+        assert [e.seq for e in await store.load("a")] == [1, 2, 3]
+        writer = await store.open_writer("a")
+        writer.publish()
+        writer.write(turn(4))
+        await writer.close()
+        assert [e.seq for e in await store.load("a")] == [1, 2, 3, 4]
+        assert [e.seq for e in await store.load("b")] == [1, 2, 3]
+    finally:
+        await store.close()
+
+    conn = sqlite3.connect(path)
+    try:
+        assert conn.execute("SELECT version FROM schema_version").fetchone() == (2,)
+        ddl = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'events'").fetchone()[0]
+        assert "WITHOUT ROWID" not in ddl
+        order = conn.execute("SELECT session_id, seq FROM events ORDER BY rowid").fetchall()
+        assert order == [("a", 1), ("a", 2), ("a", 3), ("b", 1), ("b", 2), ("b", 3), ("a", 4)]
+        with pytest.raises(sqlite3.IntegrityError, match="UNIQUE"):
+            conn.execute("INSERT INTO events VALUES ('a', 2, '{}')")
+    finally:
+        conn.close()
+
+
 async def test_newer_schema_version_is_refused(tmp_path: Path) -> None:
     """G-7: a database written by a newer build is refused at open, naming both versions."""
     path = tmp_path / "s.db"

@@ -102,10 +102,10 @@ _STOP: Final = 5
 
 # (_EVENT, key, session_id, seq, body)
 # (_PUBLISH, key, session_id, header_row | None, base_len, [(seq, body), ...])
-# (_BARRIER, key | None, future)
-# (_CLOSE, key, future, lease)
-# (_DELETE, key, session_id, future, lease)
-# (_STOP, None, future)
+# (_BARRIER, key | None, waiter)
+# (_CLOSE, key, waiter, lease)
+# (_DELETE, key, session_id, waiter, lease)
+# (_STOP, None, waiter)
 Op = tuple[Any, ...]
 
 
@@ -125,13 +125,23 @@ def _rollback(conn: sqlite3.Connection) -> None:
             conn.execute("ROLLBACK")
 
 
-def _resolve(future: concurrent.futures.Future[Any], error: BaseException | None = None) -> None:
-    if future.done():
-        return
-    if error is None:
-        future.set_result(None)
-    else:
-        future.set_exception(error)
+Waiter = tuple[asyncio.AbstractEventLoop, "asyncio.Future[None]"]
+"""An awaiting caller: its event loop and the future the writer thread settles."""
+
+
+def _waiter() -> Waiter:
+    loop = asyncio.get_running_loop()
+    return loop, loop.create_future()
+
+
+def _settle(items: list[tuple[asyncio.Future[None], BaseException | None]]) -> None:
+    for future, error in items:
+        if future.done():  # its caller was cancelled
+            continue
+        if error is None:
+            future.set_result(None)
+        else:
+            future.set_exception(error)
 
 
 class _WriterThread:
@@ -142,6 +152,7 @@ class _WriterThread:
         self.ops: queue.SimpleQueue[Op] = queue.SimpleQueue()
         self.failed: dict[int, str] = {}  # writer key -> why its events are not stored
         self.commits = 0
+        self._settled: list[tuple[Waiter, BaseException | None]] = []
         self._pragmas = dict(pragmas)
         self._busy_timeout = busy_timeout
         self._conn: sqlite3.Connection | None = None
@@ -182,6 +193,8 @@ class _WriterThread:
                 except BaseException as exc:  # a bug or a failed rollback: fail loudly, go on
                     self._abandon(group, exc)
                 stopping = [op for op in group if op[0] == _STOP]
+                if not stopping:
+                    self._post()
         finally:
             conn, self._conn = self._conn, None
             close_error: BaseException | None = None
@@ -190,7 +203,27 @@ class _WriterThread:
             except sqlite3.Error as exc:
                 close_error = translate(exc, f"closing {self.path}")
             for op in stopping:
-                _resolve(op[2], close_error)
+                self._resolve(op[2], close_error)
+            self._post()
+
+    def _resolve(self, waiter: Waiter, error: BaseException | None = None) -> None:
+        self._settled.append((waiter, error))
+
+    def _post(self) -> None:
+        """Hand this group's settlements to their loops: one wake-up per loop, not per caller.
+
+        Each ``call_soon_threadsafe`` writes the loop's self-pipe, releasing and re-taking
+        the GIL; per flush, that churn cost more than the commits themselves.
+        """
+        if not self._settled:
+            return
+        settled, self._settled = self._settled, []
+        by_loop: dict[asyncio.AbstractEventLoop, list[Any]] = {}
+        for (loop, future), error in settled:
+            by_loop.setdefault(loop, []).append((future, error))
+        for loop, items in by_loop.items():
+            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
+                loop.call_soon_threadsafe(_settle, items)
 
     def _abandon(self, group: list[Op], exc: BaseException) -> None:
         message = f"writing to {self.path} failed: {type(exc).__name__}: {exc}"
@@ -199,11 +232,11 @@ class _WriterThread:
             if kind in (_EVENT, _PUBLISH) and op[1] not in self.failed:
                 self.failed[op[1]] = f"session {op[2]!r}: {message}"
             elif kind in (_BARRIER, _CLOSE, _STOP):
-                _resolve(op[2], SessionStorageError(message))
+                self._resolve(op[2], SessionStorageError(message))
                 if kind == _CLOSE:
                     op[3].release()
             elif kind == _DELETE:
-                _resolve(op[3], SessionStorageError(message))
+                self._resolve(op[3], SessionStorageError(message))
                 op[4].release()
 
     def _connect(self) -> sqlite3.Connection:
@@ -271,7 +304,7 @@ class _WriterThread:
             if kind == _CLOSE:
                 op[3].release()
                 self.failed.pop(key, None)
-            _resolve(op[2], None if error is None else SessionStorageError(error))
+            self._resolve(op[2], None if error is None else SessionStorageError(error))
 
     def _commit(self, units: dict[int, _Unit], durable: bool) -> None:
         try:
@@ -290,7 +323,9 @@ class _WriterThread:
     def _fail(self, units: dict[int, _Unit], exc: sqlite3.Error) -> None:
         for key, unit in units.items():
             if unit.delete is not None:
-                _resolve(unit.delete[3], translate(exc, f"deleting session {unit.session_id!r}"))
+                self._resolve(
+                    unit.delete[3], translate(exc, f"deleting session {unit.session_id!r}")
+                )
                 unit.delete[4].release()
                 continue
             seqs = [row[1] for row in unit.rows]
@@ -329,7 +364,7 @@ class _WriterThread:
         for unit, count in deleted:
             assert unit.delete is not None
             unit.delete[4].release()
-            _resolve(
+            self._resolve(
                 unit.delete[3],
                 None
                 if count
@@ -573,17 +608,17 @@ class SqliteStore(SessionStore):
     async def delete(self, session_id: str) -> None:
         self._check_open()
         lease = Lease.acquire(self._lease_dir, session_id)
-        future: concurrent.futures.Future[None] = concurrent.futures.Future()
+        waiter = _waiter()
         self._keys += 1
-        self._writer.ops.put((_DELETE, self._keys, session_id, future, lease))
-        await asyncio.wrap_future(future)
+        self._writer.ops.put((_DELETE, self._keys, session_id, waiter, lease))
+        await waiter[1]
 
     async def _sync(self) -> None:
         """Wait until everything queued before this call is committed (read-your-writes)."""
         self._check_open()
-        future: concurrent.futures.Future[None] = concurrent.futures.Future()
-        self._writer.ops.put((_BARRIER, None, future))
-        await asyncio.wrap_future(future)
+        waiter = _waiter()
+        self._writer.ops.put((_BARRIER, None, waiter))
+        await waiter[1]
 
     def _put(self, op: Op) -> None:
         self._check_open()
@@ -604,10 +639,10 @@ class SqliteStore(SessionStore):
 
     async def _close(self) -> None:
         self._closed = True
-        future: concurrent.futures.Future[None] = concurrent.futures.Future()
-        self._writer.ops.put((_STOP, None, future))
+        waiter = _waiter()
+        self._writer.ops.put((_STOP, None, waiter))
         try:
-            await asyncio.wrap_future(future)
+            await waiter[1]
         finally:
             await asyncio.get_running_loop().run_in_executor(None, self._writer.join)
             for writer in list(self._writers.values()):
@@ -686,11 +721,11 @@ class _SqliteWriter(BufferedWriter):
             raise SessionStorageError(failure)
         if not self._unflushed:
             return
-        future: concurrent.futures.Future[None] = concurrent.futures.Future()
+        waiter = _waiter()
         self._unflushed = False
-        self._store._put((_BARRIER, self._key, future))
+        self._store._put((_BARRIER, self._key, waiter))
         try:
-            await asyncio.wrap_future(future)
+            await waiter[1]
         except BaseException:
             self._unflushed = True
             raise
@@ -713,11 +748,11 @@ class _SqliteWriter(BufferedWriter):
         if not published:
             self._lease.release()
             return
-        future: concurrent.futures.Future[None] = concurrent.futures.Future()
+        waiter = _waiter()
         # The writer thread releases the lease once everything before this is committed,
         # so a cancelled close can never let a new writer in ahead of queued events.
-        self._store._put((_CLOSE, self._key, future, self._lease))
-        await asyncio.wrap_future(future)
+        self._store._put((_CLOSE, self._key, waiter, self._lease))
+        await waiter[1]
 
 
 def _peek(conn: sqlite3.Connection, session_id: str) -> tuple[bool, int]:

