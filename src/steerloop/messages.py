@@ -199,7 +199,27 @@ def source_to_json(source: MessageSource) -> dict[str, JsonValue]:
 _SOURCE_FIELDS = frozenset({"kind", "plugin", "call_id", "provider", "model", "replay_state"})
 
 
+_SOURCES: dict[tuple[tuple[str, JsonValue], ...], MessageSource] = {}
+"""Decoded sources made only of string fields (nothing mutable), shared: a long log
+repeats a handful of them (``{"kind": "model", "provider": ..., "model": ...}``)."""
+
+
 def source_from_json(data: Mapping[str, JsonValue]) -> MessageSource:
+    shareable = data.keys() <= _SOURCE_FIELDS and all(type(v) is str for v in data.values())
+    if shareable:
+        key = tuple(data.items())
+        cached = _SOURCES.get(key)
+        if cached is not None:
+            return cached
+    source = _source_from_json(data)
+    if shareable:
+        if len(_SOURCES) >= 1024:
+            _SOURCES.clear()
+        _SOURCES[key] = source
+    return source
+
+
+def _source_from_json(data: Mapping[str, JsonValue]) -> MessageSource:
     kind = data.get("kind", "user")
     if not isinstance(kind, str):
         raise ValueError("message source kind must be a string")

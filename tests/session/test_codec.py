@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 from typing import Any
 
@@ -34,7 +35,14 @@ from steerloop.messages import (
     UserMessage,
 )
 from steerloop.session import Replace, Session, SessionEvent
-from steerloop.session._codec import KNOWN_TYPES, decode_log, event_from_json, validate_log
+from steerloop.session._codec import (
+    KNOWN_TYPES,
+    ValidatedLog,
+    checked_inbox,
+    decode_log,
+    event_from_json,
+    validate_log,
+)
 from steerloop.session._events import (
     AssistantAttempt,
     AssistantMessageEvent,
@@ -638,3 +646,53 @@ def test_validate_log_refuses_impossible_splices() -> None:
             splice(3, "next-step", 0, 0, "a"),
         ]
     )
+
+
+def test_decode_log_hands_its_inbox_to_resume_and_a_plain_log_is_validated() -> None:
+    """C7.4-20: a log from ``decode_log`` carries the inbox its validation folded (resume
+    does not fold twice, and gets a copy); any other sequence is validated on the spot."""
+    events = [splice(1, "next-turn", 0, 0, "a", "b"), splice(2, "next-turn", 0, 1)]
+    log = decode_log([e.to_json() for e in events])
+    assert isinstance(log, ValidatedLog) and isinstance(log, tuple)
+    assert log == tuple(events)
+    inbox = checked_inbox(log)
+    assert [m.id for m in inbox["next-turn"]] == ["b"] and inbox["next-step"] == []
+    inbox["next-turn"].clear()
+    assert [m.id for m in checked_inbox(log)["next-turn"]] == ["b"]
+    assert checked_inbox(tuple(events)) == checked_inbox(log)
+    bad = (splice(1, "next-turn", 0, 0, "a"), splice(2, "next-step", 0, 0, "a"))
+    with pytest.raises(SessionCorruptError, match="seq 2: a pending message id appears twice"):
+        checked_inbox(bad)
+    with pytest.raises(SessionCorruptError, match="seq 2: a pending message id appears twice"):
+        decode_log([e.to_json() for e in bad])
+
+
+def test_bulk_decoding_promotes_what_it_decoded_and_restores_the_collector() -> None:
+    """A large decode leaves the collector enabled, nothing frozen, and its objects in the
+    oldest generation (no walk of them at the next young collections); an application's
+    own frozen objects are left alone."""
+    raw = [splice(n, "next-turn", 0, 0, f"m{n}").to_json() for n in range(1, 3001)]
+    gc.collect()
+    assert gc.isenabled()
+    log = decode_log(raw)
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+    oldest = {id(o) for o in gc.get_objects(generation=2)}
+    assert all(id(e) in oldest for e in (log[0], log[-1]))  # moved there without a walk
+
+    gc.disable()  # a caller that runs with the collector off keeps it off
+    try:
+        decode_log(raw)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+    keep = [object() for _ in range(10)], {"app": "state"}
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        decode_log(raw)
+        assert gc.get_freeze_count() == frozen  # the application's freeze is untouched
+        assert gc.isenabled()
+    finally:
+        gc.unfreeze()
+    del keep

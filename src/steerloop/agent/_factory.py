@@ -22,7 +22,7 @@ from .._hooks import Disposer
 from .._signal import AbortController
 from ..errors import AbortedError, SessionPersistenceNotFoundError
 from ..messages import UserMessage
-from ..session._codec import validate_log
+from ..session._codec import checked_inbox
 from ..tools._define import Tool
 from ._agent import Agent
 from ._decisions import AgentPayload, SessionStartPayload
@@ -226,7 +226,7 @@ class AgentRegistry:
             )
         seed = await store.load(resume_session_id)
         # Whatever the backend, an invalid log publishes nothing (C7.4-20).
-        pending = validate_log(seed)
+        pending = checked_inbox(seed)
         return await self._build(
             resume_session_id, agent_options, setup, meta, parent, "resume", seed, pending
         )

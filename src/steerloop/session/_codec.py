@@ -66,7 +66,9 @@ from ._events import (
 
 __all__ = [
     "KNOWN_TYPES",
+    "ValidatedLog",
     "bulk_decoding",
+    "checked_inbox",
     "chunk_from_json",
     "decode_log",
     "event_from_json",
@@ -587,6 +589,36 @@ def validate_log(events: Sequence[SessionEvent]) -> dict[str, list[UserMessage]]
     return fold_inbox(events)
 
 
+class ValidatedLog(tuple[SessionEvent, ...]):
+    """A log ``decode_log`` produced: already validated, with its folded inbox.
+
+    Resume takes the inbox from here instead of folding the whole log a second time; a
+    store of another kind returns a plain tuple and gets validated by the caller.
+    """
+
+    pending: dict[str, list[UserMessage]]
+
+    def __new__(cls, events: Iterable[SessionEvent]) -> ValidatedLog:
+        log = super().__new__(cls, events)
+        log.pending = validate_log(log)
+        return log
+
+    def inbox(self) -> dict[str, list[UserMessage]]:
+        """A fresh copy of the folded inbox queues."""
+        return {target: list(queue) for target, queue in self.pending.items()}
+
+
+def checked_inbox(events: Sequence[SessionEvent]) -> dict[str, list[UserMessage]]:
+    """The folded inbox of ``events``, validating the log unless ``decode_log`` did.
+
+    Raises:
+        SessionCorruptError: naming the offending seq.
+    """
+    if isinstance(events, ValidatedLog):
+        return events.inbox()
+    return validate_log(events)
+
+
 def decode_log(raw: Iterable[Json]) -> tuple[SessionEvent, ...]:
     """Decode and validate a whole persisted log (the body of every store's ``load``).
 
@@ -594,9 +626,10 @@ def decode_log(raw: Iterable[Json]) -> tuple[SessionEvent, ...]:
         SessionCorruptError: naming the offending seq.
     """
     with bulk_decoding():
-        events = tuple(event_from_json(item) for item in raw)
-    validate_log(events)
-    return events
+        return ValidatedLog(event_from_json(item) for item in raw)
+
+
+_BULK = 10_000  # young objects after a bulk decode worth promoting at once
 
 
 @contextlib.contextmanager
@@ -613,4 +646,12 @@ def bulk_decoding() -> Iterator[None]:
         yield
     finally:
         if collecting:
+            if gc.get_count()[0] > _BULK and gc.get_freeze_count() == 0:
+                # A decoded log lives as long as its session. Left in the youngest
+                # generation, the collector walks all of it again at each of the next
+                # promotions (measured after 100k events: 0.6-0.9 s); freeze + unfreeze
+                # moves every tracked object to the oldest generation without a walk.
+                # Skipped when the application keeps its own frozen objects.
+                gc.freeze()
+                gc.unfreeze()
             gc.enable()

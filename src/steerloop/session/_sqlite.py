@@ -55,7 +55,7 @@ import re
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -534,39 +534,38 @@ class SqliteStore(SessionStore):
         return row is not None
 
     def _load(self, conn: sqlite3.Connection, session_id: str) -> tuple[SessionEvent, ...]:
-        conn.execute("BEGIN")  # one snapshot for the header and the events
-        try:
-            header = conn.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone()
-            rows = conn.execute(
-                "SELECT seq, body FROM events WHERE session_id = ? ORDER BY seq", (session_id,)
-            ).fetchall()
-        finally:
-            conn.execute("COMMIT")
         where = f"session {session_id!r} in {self.path}"
-        if header is None:
-            if rows:
-                raise SessionCorruptError(f"{where}: events are stored without a session header")
-            raise SessionPersistenceNotFoundError(f"no session {session_id!r} in {self.url}")
+        # One pass with the collector paused: each row is parsed and decoded as it is read,
+        # so neither the rows nor their parsed JSON are ever all alive at once.
         with bulk_decoding():
-            raw = []
-            for expected, (seq, body) in enumerate(rows, start=1):
-                if seq != expected:
-                    raise SessionCorruptError(
-                        f"{where}: seq {expected} is missing (the next stored event is seq {seq})"
-                    )
-                try:
-                    item = loads(body)
-                except (json.JSONDecodeError, TypeError) as exc:
-                    raise SessionCorruptError(f"{where}: seq {seq} is not JSON: {exc}") from None
-                if isinstance(item, dict) and item.get("seq") != seq:
-                    raise SessionCorruptError(
-                        f"{where}: the event stored at seq {seq} says seq {item.get('seq')!r}"
-                    )
-                raw.append(item)
+            conn.execute("BEGIN")  # one snapshot for the header and the events
             try:
-                return decode_log(raw)
-            except SessionCorruptError as exc:
-                raise SessionCorruptError(f"{where}: {exc}") from None
+                header = conn.execute(
+                    "SELECT 1 FROM sessions WHERE id = ?", (session_id,)
+                ).fetchone()
+                if header is None:
+                    orphan = conn.execute(
+                        "SELECT 1 FROM events WHERE session_id = ? LIMIT 1", (session_id,)
+                    ).fetchone()
+                    if orphan is not None:
+                        raise SessionCorruptError(
+                            f"{where}: events are stored without a session header"
+                        )
+                    raise SessionPersistenceNotFoundError(
+                        f"no session {session_id!r} in {self.url}"
+                    )
+                rows = conn.execute(
+                    "SELECT seq, body FROM events WHERE session_id = ? ORDER BY seq",
+                    (session_id,),
+                )
+                try:
+                    return decode_log(_parse_rows(rows))
+                except _BadRow as exc:
+                    raise SessionCorruptError(f"{where}: {exc}") from None
+                except SessionCorruptError as exc:
+                    raise SessionCorruptError(f"{where}: {exc}") from None
+            finally:
+                conn.execute("COMMIT")
 
     async def _read(self, fn: Callable[[sqlite3.Connection], Any], session_id: str | None) -> Any:
         self._check_open()
@@ -753,6 +752,24 @@ class _SqliteWriter(BufferedWriter):
         # so a cancelled close can never let a new writer in ahead of queued events.
         self._store._put((_CLOSE, self._key, waiter, self._lease))
         await waiter[1]
+
+
+class _BadRow(Exception):
+    """Internal: a stored row that is not a decodable event (the message says why)."""
+
+
+def _parse_rows(rows: Iterable[tuple[int, str]]) -> Iterator[Any]:
+    """The parsed JSON of each row, checking that seqs run 1, 2, 3 … and match the body."""
+    for expected, (seq, body) in enumerate(rows, start=1):
+        if seq != expected:
+            raise _BadRow(f"seq {expected} is missing (the next stored event is seq {seq})")
+        try:
+            item = loads(body)
+        except (json.JSONDecodeError, TypeError) as exc:
+            raise _BadRow(f"seq {seq} is not JSON: {exc}") from None
+        if isinstance(item, dict) and item.get("seq") != seq:
+            raise _BadRow(f"the event stored at seq {seq} says seq {item.get('seq')!r}")
+        yield item
 
 
 def _peek(conn: sqlite3.Connection, session_id: str) -> tuple[bool, int]:
