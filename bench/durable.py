@@ -1,6 +1,6 @@
 """Durable append throughput of the SQLite store, and resume time of a long session.
 
-Run: ``python bench/durable.py [--events 100000] [--sessions 16] [--dir DIR]``.
+Run: ``python bench/durable.py [--events 100000] [--sessions 16] [--repeats 3] [--dir DIR]``.
 
 Measured in one run, on a fresh database file in ``--dir`` (default: a temporary
 directory — put it on the disk you care about):
@@ -15,8 +15,10 @@ directory — put it on the disk you care about):
    each event pays its own ``synchronous=FULL`` commit (the design without grouping).
    The ratio (1)/(3) is printed.
 4. *Resume.* A 100k-event session written by real agent turns (tool calls and answers) is
-   resumed in a fresh runtime: ``rt.agents.resume`` = load + decode + validate + fold +
-   ``session/end-seed``; ``store.load`` alone is timed as well.
+   resumed in a fresh runtime from a pristine copy each repeat: ``rt.agents.resume`` =
+   load + decode + validate + fold + ``session/end-seed``; ``store.load`` alone is timed
+   as well, and one full ``gc.collect()`` after the resume (what the resumed log costs the
+   application's next full collection).
 
 Targets: (1) >= 50k events/s; (4) resume of 100k events <= 1 s.
 """
@@ -25,10 +27,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import os
 import platform
+import shutil
 import sqlite3
+import statistics
 import sys
 import tempfile
 import time
@@ -113,12 +118,20 @@ async def write_long_session(path: str, target: int) -> int:
         )
         agent.followup(user_message(f"find the migration helper ({n})"))
         await agent.when_idle()
+        # ScriptedAdapter.requests keeps each request with its whole history: O(turns x
+        # history) memory that the collector would walk; this bench does not read them.
+        adapter.requests.clear()
     count = len(agent.session.events)
     await rt.close()
     return count
 
 
-async def resume_time(path: str) -> tuple[float, float, int]:
+async def resume_time(path: str) -> tuple[float, float, float, int]:
+    """``store.load`` alone, ``rt.agents.resume``, then one full ``gc.collect()``.
+
+    The last figure is the collector's debt: a full pass walks every object the resumed log
+    is made of, a cost the application pays at its next full collection.
+    """
     store = SqliteStore(path)
     start = time.perf_counter()
     events = await store.load("long")
@@ -133,8 +146,26 @@ async def resume_time(path: str) -> tuple[float, float, int]:
     handle = await rt.agents.resume(resume_session_id="long", agent_options=OPTIONS)
     resume = time.perf_counter() - start
     assert len(handle.agent.session.events) == loaded + 1
+    start = time.perf_counter()
+    gc.collect()
+    collect = time.perf_counter() - start
     await rt.close()
-    return load, resume, loaded
+    return load, resume, collect, loaded
+
+
+def pristine_copy(path: str, copy: str) -> str:
+    """A fresh copy of the long session's database (a resume appends to its log)."""
+    for suffix in ("", "-wal", "-shm"):
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(copy + suffix)
+    shutil.copyfile(path, copy)
+    return copy
+
+
+def spread(values: list[float], fmt: str) -> str:
+    """min / median / max of ``values``."""
+    low, mid, high = min(values), statistics.median(values), max(values)
+    return " / ".join(format(v, fmt) for v in (low, mid, high))
 
 
 def filesystem(directory: str) -> str:
@@ -157,6 +188,7 @@ async def main() -> None:
     parser.add_argument("--sessions", type=int, default=16)
     parser.add_argument("--single", type=int, default=2_000, help="events of the 1-commit run")
     parser.add_argument("--dir", default=None)
+    parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     directory = args.dir or tempfile.mkdtemp(prefix="steerloop-bench-")
     print(
@@ -171,35 +203,43 @@ async def main() -> None:
     print(f"event: tool/call with {len(ARGUMENTS)}-byte arguments")
     print()
 
-    group, per_commit = await throughput(
-        os.path.join(directory, "group.db"), args.sessions, args.events, 10
-    )
+    print(f"{args.repeats} repeats; figures are min / median / max")
+    print()
+    ratios: list[float] = []
+    for label, sessions, events, every in (
+        (
+            f"group commit, {args.sessions} sessions, flush every 10 events",
+            args.sessions,
+            args.events,
+            10,
+        ),
+        (
+            f"group commit, {args.sessions} sessions, flush every 100 events",
+            args.sessions,
+            args.events,
+            100,
+        ),
+        ("group commit, 64 sessions, flush after every event", 64, args.events // 4, 1),
+        ("one commit per event, 1 session, flush after every event", 1, args.single, 1),
+    ):
+        rates, per_commit = [], []
+        for n in range(args.repeats):
+            rate, grouped = await throughput(
+                os.path.join(directory, f"t{sessions}-{every}-{n}.db"), sessions, events, every
+            )
+            rates.append(rate)
+            per_commit.append(grouped)
+        if every == 10:
+            group_rates = rates
+        if sessions == 1:
+            ratios = [g / r for g, r in zip(group_rates, rates, strict=True)]
+        print(
+            f"{label}: {spread(rates, ',.0f')} events/s ({spread(per_commit, '.1f')} events/commit)"
+        )
     print(
-        f"group commit, {args.sessions} sessions, flush every 10 events: "
-        f"{group:,.0f} events/s ({per_commit:.1f} events/commit)"
+        "ratio group commit (flush every 10) / one commit per event, same repeat: "
+        f"{spread(ratios, '.1f')}x"
     )
-    wide, wide_per_commit = await throughput(
-        os.path.join(directory, "group100.db"), args.sessions, args.events, 100
-    )
-    print(
-        f"group commit, {args.sessions} sessions, flush every 100 events: "
-        f"{wide:,.0f} events/s ({wide_per_commit:.1f} events/commit)"
-    )
-    acked, acked_per_commit = await throughput(
-        os.path.join(directory, "acked.db"), 64, args.events // 4, 1
-    )
-    print(
-        f"group commit, 64 sessions, flush after every event:   "
-        f"{acked:,.0f} events/s ({acked_per_commit:.1f} events/commit)"
-    )
-    single, single_per_commit = await throughput(
-        os.path.join(directory, "single.db"), 1, args.single, 1
-    )
-    print(
-        f"one commit per event, 1 session, flush after every event: "
-        f"{single:,.0f} events/s ({single_per_commit:.2f} events/commit)"
-    )
-    print(f"ratio group commit / one commit per event: {group / single:.1f}x")
     print()
 
     path = os.path.join(directory, "long.db")
@@ -210,9 +250,18 @@ async def main() -> None:
         f"long session: {count:,} events from real agent turns, written in "
         f"{written:.1f} s ({count / written:,.0f} events/s through the agent loop)"
     )
-    load, resume, loaded = await resume_time(path)
-    print(f"store.load of {loaded:,} events: {load:.3f} s")
-    print(f"rt.agents.resume of {loaded:,} events: {resume:.3f} s")
+    loads, resumes, collects = [], [], []
+    for _ in range(args.repeats):
+        copy = pristine_copy(path, os.path.join(directory, "long-resume.db"))
+        load, resume, collect, loaded = await resume_time(copy)
+        loads.append(load)
+        resumes.append(resume)
+        collects.append(collect)
+    print(f"store.load of {loaded:,} events: {spread(loads, '.3f')} s")
+    print(f"rt.agents.resume of {loaded:,} events: {spread(resumes, '.3f')} s")
+    print(
+        f"then one full gc.collect() (the collector's walk of the log): {spread(collects, '.3f')} s"
+    )
 
 
 if __name__ == "__main__":

@@ -162,8 +162,8 @@ async def test_migration_brings_an_old_database_forward(tmp_path: Path) -> None:
 
 
 async def test_a_version_1_database_moves_to_the_append_ordered_table(tmp_path: Path) -> None:
-    """v1 clustered events by session (WITHOUT ROWID); v2 keeps them in append order under
-    a unique (session_id, seq) index. Opening a v1 file migrates it: the same logs load,
+    """v1 clustered events by session (WITHOUT ROWID); v2 keeps them in append order, the
+    (session_id, seq) primary key being an index. Opening a v1 file migrates it: the same logs load,
     each session's rows are contiguous, duplicates are still refused, and writes go on."""
     path = tmp_path / "s.db"
     conn = sqlite3.connect(path, isolation_level=None)
@@ -194,7 +194,7 @@ async def test_a_version_1_database_moves_to_the_append_ordered_table(tmp_path: 
     try:
         assert conn.execute("SELECT version FROM schema_version").fetchone() == (2,)
         ddl = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'events'").fetchone()[0]
-        assert "WITHOUT ROWID" not in ddl
+        assert "PRIMARY KEY (session_id, seq)" in ddl and "WITHOUT ROWID" not in ddl
         order = conn.execute("SELECT session_id, seq FROM events ORDER BY rowid").fetchall()
         assert order == [("a", 1), ("a", 2), ("a", 3), ("b", 1), ("b", 2), ("b", 3), ("a", 4)]
         with pytest.raises(sqlite3.IntegrityError, match="UNIQUE"):

@@ -56,16 +56,17 @@ MIGRATIONS: tuple[Migration, ...] = (
             PRIMARY KEY (session_id, seq)
         ) WITHOUT ROWID""",
     ),
-    # v2: events in a rowid table (append order) with a unique (session_id, seq) index.
-    # Clustering by session made every group commit split one leaf page per session it
-    # touched; appending in commit order halves the bytes each commit writes. The copy
-    # goes in session order, so a migrated session's rows stay contiguous for loads.
+    # v2: the same (session_id, seq) primary key, on a rowid table: rows sit in append
+    # order and the key is a separate index. Clustering rows by session made every group
+    # commit split one leaf page per session it touched; appending in commit order halves
+    # the bytes each commit writes. The copy goes in session order, so a migrated
+    # session's rows stay contiguous for loads.
     (
         """CREATE TABLE events_v2 (
             session_id TEXT NOT NULL,
             seq INTEGER NOT NULL,
             body TEXT NOT NULL,
-            UNIQUE (session_id, seq)
+            PRIMARY KEY (session_id, seq)
         )""",
         """INSERT INTO events_v2 (session_id, seq, body)
             SELECT session_id, seq, body FROM events ORDER BY session_id, seq""",
