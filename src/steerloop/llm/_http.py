@@ -1,13 +1,21 @@
-"""HTTP facts both provider adapters read the same way."""
+"""What both provider adapters do the same way over HTTP: read ``Retry-After``, and give up
+a request or a response when the request's signal aborts."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import email.utils
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
+from typing import Any, TypeVar
 
-__all__ = ["retry_after_ms"]
+from .._signal import AbortSignal
+from ..errors import AbortedError
+
+__all__ = ["ResponseGuard", "open_response", "retry_after_ms"]
+
+T = TypeVar("T")
 
 
 def retry_after_ms(headers: Mapping[str, str] | None) -> int | None:
@@ -28,3 +36,67 @@ def retry_after_ms(headers: Mapping[str, str] | None) -> int | None:
         when = email.utils.parsedate_to_datetime(raw)
         return max(0, round((when.timestamp() - time.time()) * 1000))
     return None
+
+
+async def open_response(call: Awaitable[T], signal: AbortSignal | None) -> T:
+    """Await the SDK call that sends a request and returns its streaming response.
+
+    Raises:
+        AbortedError: ``signal`` aborted first.
+
+    Until the response headers arrive there is no response to close, and the SDKs take no
+    cancellation token: the private task awaiting the headers is the one thing that can be
+    given up, so it is cancelled. A response that arrived as the signal fired is closed.
+    """
+    if signal is None:
+        return await call
+    task = asyncio.ensure_future(call)
+    try:
+        response = await signal.race(task)
+    except AbortedError:
+        if not task.done():
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+        elif not task.cancelled() and task.exception() is None:
+            await _close(task.result())
+        raise
+    if signal.aborted:  # the headers and the abort landed in the same turn: the abort wins
+        await _close(response)
+        raise AbortedError(signal.reason)
+    return response
+
+
+async def _close(response: Any) -> None:
+    with contextlib.suppress(Exception):
+        await response.close()
+
+
+class ResponseGuard:
+    """Closes an SDK response stream as soon as ``signal`` aborts.
+
+    Closing releases the connection (the server sees the hang-up) and wakes a read blocked
+    on it, which then fails or ends; the adapter checks the signal and reports ``aborted``.
+    ``close()`` always runs at the end of the stream, whatever ended it.
+    """
+
+    __slots__ = ("_closing", "_dispose", "_stream")
+
+    def __init__(self, sdk_stream: Any, signal: AbortSignal | None) -> None:
+        self._stream = sdk_stream
+        self._closing: list[asyncio.Future[Any]] = []
+        self._dispose = signal.add_listener(self._close_soon) if signal is not None else None
+
+    def _close_soon(self, _reason: object) -> None:
+        # Listeners run synchronously inside abort(): schedule the close.
+        self._closing.append(asyncio.ensure_future(self._stream.close()))
+
+    async def close(self) -> None:
+        if self._dispose is not None:
+            self._dispose()
+            self._dispose = None
+        with contextlib.suppress(Exception):
+            await self._stream.close()
+        for closing in self._closing:
+            with contextlib.suppress(Exception):
+                await closing

@@ -14,8 +14,6 @@ interrupted prefix.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -28,7 +26,7 @@ try:
 except ImportError:  # SDK releases before the httpx2 switch depend on httpx
     import httpx as _httpx  # type: ignore[no-redef,import-not-found,unused-ignore]
 
-from .._signal import AbortSignal
+from ..errors import AbortedError
 from ..messages import (
     AssistantMessage,
     Block,
@@ -40,7 +38,7 @@ from ..messages import (
     ToolResultMessage,
     UserMessage,
 )
-from ._http import retry_after_ms
+from ._http import ResponseGuard, open_response, retry_after_ms
 from ._types import GenerateRequest, LlmFailure, ModelInfo, TokenUsage, ToolSchema
 from .chunks import (
     BlockEnd,
@@ -207,21 +205,14 @@ class AnthropicAdapter:
         params = self.build_params(request)
         create: Any = self._client.messages.create
         try:
-            sdk_stream = await _race(create(**params, stream=True), signal)
-        except _Aborted:
+            sdk_stream = await open_response(create(**params, stream=True), signal)
+        except AbortedError:
             yield _aborted()
             return
         except Exception as exc:
             yield _error(self._failure(exc))
             return
-        closing: list[asyncio.Task[None]] = []
-
-        def close_soon(_: object) -> None:
-            # Listeners run synchronously inside abort(): schedule the close. It releases
-            # the socket, which wakes the read the stream is blocked in.
-            closing.append(asyncio.ensure_future(sdk_stream.close()))
-
-        dispose = signal.add_listener(close_soon) if signal is not None else None
+        guard = ResponseGuard(sdk_stream, signal)
         decoder = _Decoder()
         request_id = sdk_stream.response.headers.get("request-id")
         try:
@@ -252,13 +243,7 @@ class AnthropicAdapter:
                 failure = _with(failure, request_id=request_id)
             yield _error(failure)
         finally:
-            if dispose is not None:
-                dispose()
-            with contextlib.suppress(Exception):
-                await sdk_stream.close()
-            for task in closing:
-                with contextlib.suppress(Exception):
-                    await task
+            await guard.close()
 
     # --- failures --------------------------------------------------------------------
 
@@ -519,46 +504,7 @@ class _Decoder:
         return Finish(reason=FinishReason(kind=_STOP_KINDS.get(reason or "", "stop")))
 
 
-# --- failures and cancellation ---------------------------------------------------------
-
-
-class _Aborted(Exception):
-    pass
-
-
-async def _race(awaitable: Any, signal: AbortSignal | None) -> Any:
-    """Await ``awaitable`` unless ``signal`` aborts first (then raise ``_Aborted``).
-
-    An HTTP request still waiting for its response headers can only be abandoned by
-    cancelling the task that awaits it; that task is private to this call.
-    """
-    task = asyncio.ensure_future(awaitable)
-    if signal is None:
-        return await task
-    done = asyncio.get_running_loop().create_future()
-
-    def wake(_: object) -> None:
-        if not done.done():
-            done.set_result(None)
-
-    task.add_done_callback(wake)
-    dispose = signal.add_listener(wake)
-    try:
-        await done
-    finally:
-        dispose()
-        task.remove_done_callback(wake)
-    if task.done():
-        result = task.result()
-        if not signal.aborted:
-            return result
-        with contextlib.suppress(Exception):
-            await result.close()
-        raise _Aborted
-    task.cancel()
-    with contextlib.suppress(BaseException):
-        await task
-    raise _Aborted
+# --- failures --------------------------------------------------------------------------
 
 
 def _aborted() -> Finish:

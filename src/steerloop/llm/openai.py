@@ -5,24 +5,22 @@ The SDK's own retries are off (``max_retries=0``): a failed request becomes a te
 ``error`` finish carrying an ``LlmFailure``, and retrying is the business of the
 ``agent/request-error`` listener (see ``steerloop.llm.retry``).
 
-Cancellation reaches the transport (G-5): every wait on the network is raced against
-``request.signal``; on abort the in-flight read is abandoned, the HTTP response is closed
-and the iterator ends with an ``aborted`` finish.
+Cancellation reaches the transport (G-5): the wait for the response headers is raced
+against ``request.signal``; once streaming, an abort closes the HTTP response, which wakes
+the read in flight, and the iterator ends with an ``aborted`` finish (``llm._http``, shared
+with the Anthropic adapter).
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
 import openai
 
-from .._signal import AbortSignal
 from ..errors import AbortedError
 from ..messages import (
     AssistantMessage,
@@ -34,7 +32,7 @@ from ..messages import (
     ToolResultMessage,
     UserMessage,
 )
-from ._http import retry_after_ms
+from ._http import ResponseGuard, open_response, retry_after_ms
 from ._types import GenerateRequest, LlmFailure, ModelInfo, TokenUsage
 from .chunks import (
     BlockEnd,
@@ -50,7 +48,6 @@ from .chunks import (
 
 __all__ = ["KNOWN_MODELS", "OpenAIChatAdapter", "failure_from_exception"]
 
-T = TypeVar("T")
 _log = logging.getLogger("steerloop.llm.openai")
 
 ReasoningReplay = Literal["tool-loop", "never"]
@@ -132,7 +129,6 @@ class OpenAIChatAdapter:
             self._secret = self._client.api_key
         self._models = {**KNOWN_MODELS, **(models or {})}
         self._reasoning_replay = reasoning_replay
-        self._closers: set[asyncio.Task[None]] = set()
 
     def __repr__(self) -> str:
         return f"OpenAIChatAdapter(base_url={str(self._client.base_url)!r})"
@@ -198,59 +194,40 @@ class OpenAIChatAdapter:
         if signal is not None and signal.aborted:
             yield _aborted()
             return
-        pump = _Pump(signal)
-        sdk_stream: Any = None
-        dispose_listener = None
         try:
-            try:
-                body = self.request_body(request)
-                sdk_stream = await pump.run(lambda: self._client.chat.completions.create(**body))
-            except AbortedError:
-                yield _aborted()
-                return
-            except (openai.OpenAIError, ValueError) as exc:
-                yield self._error(exc)
-                return
-            request_id = sdk_stream.response.headers.get("x-request-id")
-            if signal is not None:
-                dispose_listener = signal.add_listener(
-                    lambda _: self._close_when_idle(pump, sdk_stream)
-                )
-            decoder = _Decoder()
-            while True:
-                try:
-                    item = await pump.run(lambda: _next(sdk_stream))
-                except AbortedError:
-                    yield _aborted()
-                    return
-                except (openai.OpenAIError, ValueError) as exc:
-                    yield self._error(exc, request_id)
-                    return
-                if item is _END:
+            body = self.request_body(request)
+            sdk_stream = await open_response(self._client.chat.completions.create(**body), signal)
+        except AbortedError:
+            yield _aborted()
+            return
+        except (openai.OpenAIError, ValueError) as exc:
+            yield self._error(exc)
+            return
+        guard = ResponseGuard(sdk_stream, signal)
+        request_id = sdk_stream.response.headers.get("x-request-id")
+        decoder = _Decoder()
+        try:
+            async for item in sdk_stream:
+                if signal is not None and signal.aborted:
                     break
                 for chunk in decoder.feed(item):
                     yield chunk
+            if signal is not None and signal.aborted:
+                yield _aborted()
+                return
             for chunk in decoder.end(request_id):
                 yield chunk
+        except Exception as exc:
+            # A read woken by the guard closing the response fails in whatever way the
+            # transport chooses; once the signal fired, that is the abort, not an error.
+            if signal is not None and signal.aborted:
+                yield _aborted()
+                return
+            if not isinstance(exc, openai.OpenAIError | ValueError):
+                raise
+            yield self._error(exc, request_id)
         finally:
-            if dispose_listener is not None:
-                dispose_listener()
-            if sdk_stream is not None:
-                with contextlib.suppress(Exception):
-                    await sdk_stream.close()
-
-    def _close_when_idle(self, pump: _Pump, sdk_stream: Any) -> None:
-        """Signal listener: release the response now unless a read is in flight.
-
-        A read in flight is abandoned by the pump, and the iterator's ``finally`` closes the
-        response; a consumer paused between chunks gets the connection released here.
-        """
-        if pump.reading:
-            return
-        with contextlib.suppress(RuntimeError):
-            task = asyncio.get_running_loop().create_task(sdk_stream.close())
-            self._closers.add(task)
-            task.add_done_callback(self._closers.discard)
+            await guard.close()
 
     def _error(self, exc: BaseException, request_id: str | None = None) -> Finish:
         failure = failure_from_exception(exc, secret=self._secret)
@@ -578,42 +555,3 @@ def _replace(failure: LlmFailure, **changes: Any) -> LlmFailure:
 def _aborted() -> Finish:
     failure = LlmFailure(message="the request was cancelled", code="ABORTED")
     return Finish(reason=FinishReason(kind="aborted", failure=failure))
-
-
-# --- signal-aware waiting ---------------------------------------------------------------
-
-_END: Any = object()
-
-
-async def _next(sdk_stream: Any) -> Any:
-    try:
-        return await sdk_stream.__anext__()
-    except StopAsyncIteration:
-        return _END
-
-
-class _Pump:
-    """Awaits network steps, abandoning the one in flight when the signal aborts."""
-
-    __slots__ = ("reading", "signal")
-
-    def __init__(self, signal: AbortSignal | None) -> None:
-        self.signal = signal
-        self.reading = False
-
-    async def run(self, step: Callable[[], Awaitable[T]]) -> T:
-        if self.signal is None:
-            return await step()
-        self.signal.throw_if_aborted()
-        task = asyncio.ensure_future(step())
-        self.reading = True
-        try:
-            return await self.signal.race(task)
-        finally:
-            self.reading = False
-            if not task.done():
-                # Our own read: cancelling it unwinds the SDK's generator, which closes the
-                # HTTP response so the server sees the connection go away.
-                task.cancel()
-                with contextlib.suppress(BaseException):
-                    await task
