@@ -170,9 +170,15 @@ class Runtime:
         self._max_parallel = _check_parallel(value)
 
     def open_session(
-        self, session_id: str, seed: tuple[SessionEvent, ...] = (), sink: EventSink | None = None
+        self,
+        session_id: str,
+        seed: tuple[SessionEvent, ...] = (),
+        sink: EventSink | None = None,
+        header: dict[str, Any] | None = None,
     ) -> Session:
-        return Session(session_id, hooks=self.hooks, clock=self.clock, seed=seed, sink=sink)
+        return Session(
+            session_id, hooks=self.hooks, clock=self.clock, seed=seed, sink=sink, header=header
+        )
 
     async def close(self) -> None:
         """Dispose every live agent and close the store.

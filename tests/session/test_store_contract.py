@@ -259,6 +259,45 @@ async def test_resume_after_close_keeps_every_event(backend: Backend) -> None:
     assert list(await backend.open().load("s-1")) == final
 
 
+async def test_header_is_stored_and_comes_back_with_a_resume(backend: Backend) -> None:
+    """EVENTS.md §2.7: the header a session was created with (required fields plus the
+    optional ones it set) is stored once, read back by ``load_header`` from another handle,
+    and restored as ``session.header`` by a resume; a resume's own publication leaves it."""
+    h1 = await harness_on(backend.open())
+
+    def setup(scope: Any) -> None:
+        header = scope.agent.session.header
+        header.update(cwd="/work", parent_session="p-1", delegation_depth=2)
+        header["origin"] = {"tool": "spawn_agent", "call_id": "c9"}
+
+    h1.adapter.add(text_response("hi"))
+    handle = await h1.rt.agents.create(session_id="s-1", agent_options=OPTIONS, setup=setup)
+    handle.agent.followup(user_message("u"))
+    await settle(handle.agent)
+    await close(h1)
+
+    stored = await backend.open().load_header("s-1")
+    created = stored.pop("created_at")
+    assert isinstance(created, int) and created > 0
+    assert stored == {
+        "version": 1,
+        "id": "s-1",
+        "is_seeded": False,
+        "cwd": "/work",
+        "parent_session": "p-1",
+        "delegation_depth": 2,
+        "origin": {"tool": "spawn_agent", "call_id": "c9"},
+    }
+    with pytest.raises(SessionPersistenceNotFoundError):
+        await backend.open().load_header("nope")
+
+    h2 = await harness_on(backend.open())
+    resumed = (await h2.rt.agents.resume(resume_session_id="s-1", agent_options=OPTIONS)).agent
+    assert resumed.session.header == {**stored, "created_at": created}
+    await close(h2)
+    assert await backend.open().load_header("s-1") == {**stored, "created_at": created}
+
+
 async def test_restore_or_create_creates_when_absent(backend: Backend) -> None:
     """C7.2-5: only not-found falls back to creating; the created session is stored."""
     h = await harness_on(backend.open())

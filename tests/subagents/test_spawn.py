@@ -176,3 +176,22 @@ async def test_an_aborted_signal_raises_and_a_failed_child_is_an_error_result(
     result = events_of(agent.session, "tool/result")[0].data
     assert result.error is not None and result.error.code == "SUBAGENT_FAILED"
     assert "try later" in result.message.content[0].text
+
+
+async def test_a_resumed_child_keeps_its_depth_and_parent_link(hs: Harness) -> None:
+    """The depth a child was created at is stored in its header and comes back with a
+    resume, even with no live parent: the limit still holds for it."""
+    child_adapter(hs, text_response("child answer"))
+    handle = await hs.rt.agents.create(
+        session_id="p", agent_options=AgentOptions(provider="mock", model="m")
+    )
+    await within(spawn(hs.rt, handle.agent, "a task", session_id="p/kid", agent_options=CHILD))
+    await handle.dispose()
+    assert hs.rt.agents.get("p/kid") is None
+
+    kid = (await hs.rt.agents.resume(resume_session_id="p/kid", agent_options=CHILD)).agent
+    assert kid.parent is None
+    assert kid.session.header["parent_session"] == "p"
+    assert delegation_depth(kid) == 1
+    with pytest.raises(DelegationDepthError, match="at depth 1 and the limit is 1"):
+        await spawn(hs.rt, kid, "deeper", agent_options=CHILD, max_depth=1)

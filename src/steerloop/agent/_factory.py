@@ -227,8 +227,10 @@ class AgentRegistry:
         seed = await store.load(resume_session_id)
         # Whatever the backend, an invalid log publishes nothing (C7.4-20).
         pending = checked_inbox(seed)
+        # The header comes back too: a resumed child keeps its parent link and delegation depth.
+        header = await store.load_header(resume_session_id)
         return await self._build(
-            resume_session_id, agent_options, setup, meta, parent, "resume", seed, pending
+            resume_session_id, agent_options, setup, meta, parent, "resume", seed, pending, header
         )
 
     async def restore_or_create(
@@ -281,6 +283,7 @@ class AgentRegistry:
         source: Literal["startup", "resume"],
         seed: Any,
         pending: Pending | None = None,
+        header: dict[str, Any] | None = None,
     ) -> AgentHandle:
         self._check_open()
         if session_id in self._live.agents or session_id in self._reserved:
@@ -290,7 +293,7 @@ class AgentRegistry:
         self._creations[settled] = asyncio.current_task()
         try:
             return await self._transaction(
-                session_id, options, setup, meta, parent, source, seed, pending
+                session_id, options, setup, meta, parent, source, seed, pending, header
             )
         finally:
             self._reserved.discard(session_id)
@@ -320,6 +323,7 @@ class AgentRegistry:
         source: Literal["startup", "resume"],
         seed: Any,
         pending: Pending | None,
+        header: dict[str, Any] | None,
     ) -> AgentHandle:
         rt = self._rt
         if parent is None:
@@ -328,7 +332,7 @@ class AgentRegistry:
         # rollback path leaves the stored artifact as it was.
         sink = await rt.store.open_writer(session_id) if rt.store is not None else None
         try:
-            session = rt.open_session(session_id, seed, sink)
+            session = rt.open_session(session_id, seed, sink, header)
             agent = Agent(rt, session, options, parent=parent, meta=meta, pending=pending)
         except BaseException:
             if sink is not None:

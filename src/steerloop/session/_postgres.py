@@ -44,7 +44,6 @@ import contextlib
 import json
 import os
 import socket
-import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
@@ -69,7 +68,7 @@ from ._postgres_schema import (
     migrate,
 )
 from ._session import EventSink
-from ._store import BufferedWriter, SessionStore
+from ._store import BufferedWriter, SessionStore, stored_header
 
 __all__ = ["LOG_VERSION", "SCHEMA_VERSION", "LeaseInfo", "PostgresStore"]
 
@@ -635,18 +634,8 @@ class PostgresStore(SessionStore):
 
 
 def _header_json(session_id: str, header: Mapping[str, Any]) -> str:
-    """The stored header (EVENTS.md §2.7): required fields always, optional ones when set."""
-    created = header.get("created_at")
-    stored: dict[str, Any] = {
-        "version": LOG_VERSION,
-        "id": session_id,
-        "created_at": created if isinstance(created, int) else int(time.time() * 1000),
-        "is_seeded": bool(header.get("is_seeded")),
-    }
-    for key in ("cwd", "parent_session", "origin", "delegation_depth"):
-        if header.get(key) is not None:
-            stored[key] = header[key]
-    return json.dumps(stored, separators=(",", ":"), default=str)
+    """The stored header as JSON text (EVENTS.md §2.7)."""
+    return json.dumps(stored_header(session_id, header), separators=(",", ":"), default=str)
 
 
 class _PostgresWriter(BufferedWriter):

@@ -9,6 +9,7 @@ from typing import Any
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 from ..errors import SessionStorageError
+from ._store import LOG_VERSION
 
 __all__ = [
     "LOG_VERSION",
@@ -23,9 +24,6 @@ __all__ = [
 
 SCHEMA_VERSION = 1
 """Version of the table layout (``steerloop_schema_version``)."""
-
-LOG_VERSION = 1
-"""``version`` of the session header: the version of the persisted event JSON form."""
 
 
 def asyncpg_module() -> Any:

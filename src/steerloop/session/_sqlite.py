@@ -54,7 +54,6 @@ import queue
 import re
 import sqlite3
 import threading
-import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -79,7 +78,7 @@ from ._sqlite_schema import (
     migrate,
     translate,
 )
-from ._store import BufferedWriter, SessionStore
+from ._store import BufferedWriter, SessionStore, stored_header
 
 try:
     import fcntl
@@ -694,19 +693,16 @@ class _SqliteWriter(BufferedWriter):
         self._lease.release()
 
     def _header_row(self) -> tuple[Any, ...]:
-        h = self._header
-        created = h.get("created_at")
-        if not isinstance(created, int):
-            created = int(time.time() * 1000)
+        h = stored_header(self.session_id, self._header)
         origin = h.get("origin")
         depth = h.get("delegation_depth")
         return (
-            self.session_id,
-            LOG_VERSION,
-            created,
+            h["id"],
+            h["version"],
+            h["created_at"],
             h.get("cwd"),
             h.get("parent_session"),
-            1 if h.get("is_seeded") else 0,
+            1 if h["is_seeded"] else 0,
             None if origin is None else json.dumps(origin, separators=(",", ":")),
             depth if isinstance(depth, int) else None,
         )

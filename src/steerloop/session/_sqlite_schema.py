@@ -22,6 +22,8 @@ try:
 except ImportError:  # pragma: no cover - Windows
     fcntl = None  # type: ignore[assignment]
 
+from ._store import LOG_VERSION
+
 __all__ = [
     "LOG_VERSION",
     "MIGRATIONS",
@@ -32,8 +34,6 @@ __all__ = [
     "translate",
 ]
 
-LOG_VERSION: Final = 1
-"""``version`` of the session header: the version of the persisted event JSON form."""
 
 Migration = Sequence[str]
 

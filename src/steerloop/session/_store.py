@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import abc
 import json
+import time
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Final
 
 from ..errors import (
     SessionConflictError,
@@ -33,7 +34,36 @@ from ._events import SessionEvent
 from ._json import dumps_event, loads
 from ._session import EventSink
 
-__all__ = ["BufferedWriter", "MemoryStore", "SessionStore", "open_store"]
+__all__ = [
+    "LOG_VERSION",
+    "BufferedWriter",
+    "MemoryStore",
+    "SessionStore",
+    "open_store",
+    "stored_header",
+]
+
+LOG_VERSION: Final = 1
+"""``version`` of the session header: the version of the persisted event JSON form."""
+
+_OPTIONAL_HEADER = ("cwd", "parent_session", "origin", "delegation_depth")
+
+
+def stored_header(session_id: str, header: Mapping[str, Any]) -> dict[str, Any]:
+    """The header a store keeps for a new session (EVENTS.md §2.7): ``version``, ``id``,
+    ``created_at`` (now, unless the session set it) and ``is_seeded`` always; ``cwd``,
+    ``parent_session``, ``origin`` and ``delegation_depth`` when set."""
+    created = header.get("created_at")
+    stored: dict[str, Any] = {
+        "version": LOG_VERSION,
+        "id": session_id,
+        "created_at": created if isinstance(created, int) else int(time.time() * 1000),
+        "is_seeded": bool(header.get("is_seeded")),
+    }
+    for key in _OPTIONAL_HEADER:
+        if header.get(key) is not None:
+            stored[key] = header[key]
+    return stored
 
 
 class SessionStore(abc.ABC):
@@ -62,6 +92,17 @@ class SessionStore(abc.ABC):
         Raises:
             SessionConflictError: another writer holds the session.
         """
+
+    async def load_header(self, session_id: str) -> dict[str, Any]:
+        """The stored session header (EVENTS.md §2.7); resume restores it as
+        ``session.header``. A store that keeps no header returns ``{}``.
+
+        Raises:
+            SessionPersistenceNotFoundError: nothing is stored under the id.
+        """
+        if not await self.exists(session_id):
+            raise SessionPersistenceNotFoundError(f"no session {session_id!r} in {self.url}")
+        return {}
 
     @abc.abstractmethod
     async def list(self) -> tuple[str, ...]:
@@ -171,6 +212,7 @@ class MemoryStore(SessionStore):
     def __init__(self, url: str = "memory://") -> None:
         self.url = url
         self._logs: dict[str, list[str]] = {}
+        self._headers: dict[str, dict[str, Any]] = {}
         self._writers: dict[str, _MemoryWriter] = {}
 
     async def load(self, session_id: str) -> tuple[SessionEvent, ...]:
@@ -200,6 +242,13 @@ class MemoryStore(SessionStore):
         self._writers[session_id] = writer
         return writer
 
+    async def load_header(self, session_id: str) -> dict[str, Any]:
+        if session_id not in self._logs:
+            raise SessionPersistenceNotFoundError(f"no session {session_id!r} in {self.url}")
+        header = self._headers.get(session_id) or stored_header(session_id, {})
+        copy: dict[str, Any] = json.loads(json.dumps(header))  # as a database would return
+        return copy
+
     async def list(self) -> tuple[str, ...]:
         return tuple(sorted(self._logs))
 
@@ -209,6 +258,7 @@ class MemoryStore(SessionStore):
         if session_id in self._writers:
             raise SessionConflictError(f"session {session_id!r} has an open writer")
         del self._logs[session_id]
+        self._headers.pop(session_id, None)
 
     async def exists(self, session_id: str) -> bool:
         return session_id in self._logs
@@ -227,6 +277,7 @@ class MemoryStore(SessionStore):
             line if isinstance(line, str) else json.dumps(line, separators=(",", ":"))
             for line in lines
         ]
+        self._headers.pop(session_id, None)
 
     def _release(self, writer: _MemoryWriter) -> None:
         if self._writers.get(writer.session_id) is writer:
@@ -263,6 +314,7 @@ class _MemoryWriter(BufferedWriter):
             )
         if current is None:
             current = self._store._logs[self.session_id] = []
+            self._store._headers[self.session_id] = stored_header(self.session_id, self._header)
         current.extend(line for _, line in pending)
         self._log = current
 
