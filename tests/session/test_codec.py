@@ -34,7 +34,7 @@ from steerloop.messages import (
     ToolResultMessage,
     UserMessage,
 )
-from steerloop.session import Replace, Session, SessionEvent
+from steerloop.session import Replace, Session, SessionEvent, _codec
 from steerloop.session._codec import (
     KNOWN_TYPES,
     ValidatedLog,
@@ -667,13 +667,20 @@ def test_decode_log_hands_its_inbox_to_resume_and_a_plain_log_is_validated() -> 
         decode_log([e.to_json() for e in bad])
 
 
-def test_bulk_decoding_promotes_what_it_decoded_and_restores_the_collector() -> None:
+def test_bulk_decoding_promotes_what_it_decoded_and_restores_the_collector(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """A large decode leaves the collector enabled, nothing frozen, and its objects in the
-    oldest generation (no walk of them at the next young collections); an application's
-    own frozen objects are left alone."""
+    oldest generation (no walk of them at the next young collections); a small one leaves
+    them young; an application's own frozen objects are left alone."""
     raw = [splice(n, "next-turn", 0, 0, f"m{n}").to_json() for n in range(1, 3001)]
     gc.collect()
     assert gc.isenabled()
+    small = decode_log(raw[:50])
+    assert id(small[0]) not in {id(o) for o in gc.get_objects(generation=2)}
+
+    monkeypatch.setattr(_codec, "_BULK", 5_000)  # 3000 events make ~15k tracked objects
+    gc.collect()
     log = decode_log(raw)
     assert gc.isenabled() and gc.get_freeze_count() == 0
     oldest = {id(o) for o in gc.get_objects(generation=2)}

@@ -629,7 +629,10 @@ def decode_log(raw: Iterable[Json]) -> tuple[SessionEvent, ...]:
         return ValidatedLog(event_from_json(item) for item in raw)
 
 
-_BULK = 10_000  # young objects after a bulk decode worth promoting at once
+# Young objects after a bulk decode worth promoting at once (~20k events). Below it the
+# collector's own walks are cheap, and promotion's side effect (young cyclic garbage then
+# waits for a full collection) is not worth it.
+_BULK = 100_000
 
 
 @contextlib.contextmanager
