@@ -317,17 +317,7 @@ def _encoder_for(cls: type) -> Callable[[Any], Any]:
     if to_json is not None:
         return to_json  # type: ignore[no-any-return]
     if dataclasses.is_dataclass(cls):
-        names = tuple(f.name for f in dataclasses.fields(cls))
-
-        def from_fields(value: Any) -> dict[str, Any]:
-            out = {}
-            for name in names:
-                item = getattr(value, name)
-                if item is not None:
-                    out[name] = encode(item)
-            return out
-
-        return from_fields
+        return _fields_encoder(cls)
     if issubclass(cls, list | tuple):
         return lambda value: [encode(v) for v in value]
     if issubclass(cls, Mapping):
@@ -337,3 +327,30 @@ def _encoder_for(cls: type) -> Callable[[Any], Any]:
         raise ValueError(f"{type(value).__name__} has no JSON form")
 
     return refuse
+
+
+_PLAIN = frozenset((str, int, float, bool))
+
+
+def _fields_encoder(cls: type) -> Callable[[Any], dict[str, Any]]:
+    """An encoder written out for one dataclass: a field holding a plain scalar is copied
+    without a call, ``None`` fields are left out, anything else goes through ``encode``.
+
+    Every event is encoded once on its way to the store; the generic loop over the
+    fields (``getattr`` and an ``encode`` call per field) was half of ``Session.append``.
+    """
+    lines = ["def encode_fields(value):", "    out = {}"]
+    for f in dataclasses.fields(cls):
+        if not f.name.isidentifier():  # pragma: no cover - dataclass fields always are
+            raise TypeError(f"{cls.__name__}.{f.name} is not an identifier")
+        lines += [
+            f"    item = value.{f.name}",
+            "    if item is not None:",
+            f"        out[{f.name!r}] = item if item.__class__ in plain else encode(item)",
+        ]
+    lines.append("    return out")
+    namespace: dict[str, Any] = {"plain": _PLAIN, "encode": encode}
+    exec("\n".join(lines), namespace)
+    function: Callable[[Any], dict[str, Any]] = namespace["encode_fields"]
+    function.__qualname__ = f"encode_fields[{cls.__qualname__}]"
+    return function
