@@ -198,27 +198,13 @@ class PostgresStore(SessionStore):
                     raise SessionPersistenceNotFoundError(
                         f"no session {session_id!r} in {self.url}"
                     )
-        with bulk_decoding():
-            raw: builtins.list[Any] = []
-            for row in rows:
-                seq = row["seq"]
-                try:
-                    item = loads(row["payload"])
-                except json.JSONDecodeError as exc:
-                    raise SessionCorruptError(
-                        f"session {session_id!r}: stored event at seq {seq} is not JSON: {exc}"
-                    ) from None
-                if not isinstance(item, dict) or item.get("seq") != seq:
-                    found = item.get("seq") if isinstance(item, dict) else item
-                    raise SessionCorruptError(
-                        f"session {session_id!r}: the row of seq {seq} holds {found!r:.40} "
-                        "as its seq"
-                    )
-                raw.append(item)
-            try:
-                return decode_log(raw)
-            except SessionCorruptError as exc:
-                raise SessionCorruptError(f"session {session_id!r}: {exc}") from None
+        try:
+            with bulk_decoding():  # each row parsed and decoded in one pass (see _sqlite)
+                return decode_log(_parse_rows(rows))
+        except _BadRow as exc:
+            raise SessionCorruptError(f"session {session_id!r}: {exc}") from None
+        except SessionCorruptError as exc:
+            raise SessionCorruptError(f"session {session_id!r}: {exc}") from None
 
     async def check_absent(self, session_id: str) -> None:
         if await self.exists(session_id):
@@ -631,6 +617,24 @@ class PostgresStore(SessionStore):
             raise errors[0]
         if errors:
             raise ExceptionGroup(f"closing {self.url} failed", errors)
+
+
+class _BadRow(Exception):
+    """Internal: a stored row that is not a decodable event (the message says why)."""
+
+
+def _parse_rows(rows: Iterable[Any]) -> Iterator[Any]:
+    """The parsed JSON of each row, checking it holds the seq of its row."""
+    for row in rows:
+        seq = row["seq"]
+        try:
+            item = loads(row["payload"])
+        except json.JSONDecodeError as exc:
+            raise _BadRow(f"stored event at seq {seq} is not JSON: {exc}") from None
+        if not isinstance(item, dict) or item.get("seq") != seq:
+            found = item.get("seq") if isinstance(item, dict) else item
+            raise _BadRow(f"the row of seq {seq} holds {found!r:.40} as its seq")
+        yield item
 
 
 def _header_json(session_id: str, header: Mapping[str, Any]) -> str:
