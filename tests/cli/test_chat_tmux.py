@@ -254,6 +254,8 @@ async def test_commands_approval_queue_and_fork(
     code, out, err = await run_cli("sessions", "ls", "--store", store, env=env, cwd=workspace)
     assert code == 0, err
     assert "C1-fork1" in out
+    fork_row = next(line for line in out.splitlines() if "C1-fork1" in line)
+    assert "C1 " in fork_row.replace("C1-fork1", "")  # the parent column names the origin
     code, out, err = await run_cli(
         "sessions", "export", "C1", "--store", store, env=env, cwd=workspace
     )

@@ -298,6 +298,30 @@ async def test_header_is_stored_and_comes_back_with_a_resume(backend: Backend) -
     assert await backend.open().load_header("s-1") == {**stored, "created_at": created}
 
 
+async def test_info_reads_count_last_time_and_header_without_the_log(backend: Backend) -> None:
+    """A listing's summary: event count, time of the last event and the header, equal to
+    what a full load gives; an empty stored log has no last time; an unknown id is not
+    found."""
+    h = await harness_on(backend.open())
+    agent = await tool_run(h)
+    await agent.session.flush()
+    events = list(agent.session.events)
+    await close(h)
+    store = backend.open()
+    info = await store.info("s-1")
+    assert (info.session_id, info.events, info.last_time) == ("s-1", len(events), events[-1].time)
+    assert info.header == await store.load_header("s-1")
+    assert info.header["id"] == "s-1"
+
+    writer = await store.open_writer("empty")
+    writer.publish()
+    await writer.close()
+    empty = await store.info("empty")
+    assert (empty.events, empty.last_time, empty.header["id"]) == (0, None, "empty")
+    with pytest.raises(SessionPersistenceNotFoundError):
+        await store.info("nope")
+
+
 async def test_restore_or_create_creates_when_absent(backend: Backend) -> None:
     """C7.2-5: only not-found falls back to creating; the created session is stored."""
     h = await harness_on(backend.open())

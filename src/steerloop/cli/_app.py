@@ -89,21 +89,21 @@ def sessions_ls(store: StoreOption = None) -> None:
     console = Console()
     settings = _settings(store)
 
-    async def job(backend: Any) -> list[tuple[str, int, str]]:
+    async def job(backend: Any) -> list[tuple[str, str, str, str]]:
         rows = []
         for session_id in await backend.list():
-            events = await backend.load(session_id)
-            last = events[-1].time if events else 0
-            rows.append((session_id, len(events), _when(last)))
+            info = await backend.info(session_id)  # the last event only, not the whole log
+            parent = info.header.get("parent_session") or "-"
+            rows.append((session_id, str(info.events), _when(info.last_time or 0), parent))
         return rows
 
     try:
         rows = asyncio.run(_with_store(settings.store, job))
     except SessionPersistenceError as exc:
         raise _fail(console, str(exc)) from None
-    table = Table("session", "events", "last activity")
+    table = Table("session", "events", "last activity", "parent")
     for row in rows:
-        table.add_row(row[0], str(row[1]), row[2])
+        table.add_row(*row)
     console.print(table if rows else "no sessions stored yet — try [bold]steerloop demo[/bold]")
 
 

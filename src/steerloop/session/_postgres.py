@@ -68,7 +68,7 @@ from ._postgres_schema import (
     migrate,
 )
 from ._session import EventSink
-from ._store import BufferedWriter, SessionStore, stored_header
+from ._store import BufferedWriter, SessionInfo, SessionStore, last_time, stored_header
 
 __all__ = ["LOG_VERSION", "SCHEMA_VERSION", "LeaseInfo", "PostgresStore"]
 
@@ -233,12 +233,31 @@ class PostgresStore(SessionStore):
             text = await pool.fetchval(
                 f"SELECT header FROM {self._tables.sessions} WHERE session_id = $1", session_id
             )
+        return self._header(session_id, text)
+
+    def _header(self, session_id: str, text: str | None) -> dict[str, Any]:
         if text is None:
             raise SessionPersistenceNotFoundError(f"no session {session_id!r} in {self.url}")
         header = json.loads(text)
         if not isinstance(header, dict):
             raise SessionCorruptError(f"session {session_id!r}: the stored header is not an object")
         return header
+
+    async def info(self, session_id: str) -> SessionInfo:
+        pool = await self._acquire_pool()
+        t = self._tables
+        with self._errors(f"reading the summary of {session_id!r}"):
+            async with pool.acquire() as conn, conn.transaction(readonly=True):
+                text = await conn.fetchval(
+                    f"SELECT header FROM {t.sessions} WHERE session_id = $1", session_id
+                )
+                row = await conn.fetchrow(
+                    f"SELECT count(*) AS n, (SELECT payload FROM {t.events} WHERE session_id = $1 "
+                    f"ORDER BY seq DESC LIMIT 1) AS last FROM {t.events} WHERE session_id = $1",
+                    session_id,
+                )
+        header = self._header(session_id, text)
+        return SessionInfo(session_id, row["n"], last_time(row["last"]), header)
 
     async def list(self) -> tuple[str, ...]:
         pool = await self._acquire_pool()

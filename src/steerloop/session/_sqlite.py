@@ -79,7 +79,7 @@ from ._sqlite_schema import (
     migrate,
     translate,
 )
-from ._store import BufferedWriter, SessionStore, stored_header
+from ._store import BufferedWriter, SessionInfo, SessionStore, last_time, stored_header
 
 try:
     import fcntl
@@ -547,24 +547,31 @@ class SqliteStore(SessionStore):
             SessionPersistenceNotFoundError: nothing is stored under the id.
         """
         await self._sync()
-        row = await self._read(
-            lambda conn: conn.execute(
-                "SELECT version, id, created_at, cwd, parent_session, is_seeded, origin, "
-                "delegation_depth FROM sessions WHERE id = ?",
-                (session_id,),
-            ).fetchone(),
-            session_id,
-        )
+        row = await self._read(lambda conn: _header_row(conn, session_id), session_id)
         if row is None:
             raise SessionPersistenceNotFoundError(f"no session {session_id!r} in {self.url}")
-        names = ("version", "id", "created_at", "cwd", "parent_session", "is_seeded")
-        header: dict[str, Any] = dict(zip(names, row[:6], strict=True))
-        header["is_seeded"] = bool(header["is_seeded"])
-        if row[6] is not None:
-            header["origin"] = json.loads(row[6])
-        if row[7] is not None:
-            header["delegation_depth"] = row[7]
-        return {key: value for key, value in header.items() if value is not None}
+        return _header_of(row)
+
+    async def info(self, session_id: str) -> SessionInfo:
+        await self._sync()
+
+        def read(conn: sqlite3.Connection) -> tuple[Any, int, str | None]:
+            conn.execute("BEGIN")  # one snapshot
+            try:
+                header = _header_row(conn, session_id)
+                count, last = conn.execute(
+                    "SELECT count(*), (SELECT body FROM events WHERE session_id = ?1 "
+                    "ORDER BY seq DESC LIMIT 1) FROM events WHERE session_id = ?1",
+                    (session_id,),
+                ).fetchone()
+            finally:
+                conn.execute("COMMIT")
+            return header, count, last
+
+        header, count, last = await self._read(read, session_id)
+        if header is None:
+            raise SessionPersistenceNotFoundError(f"no session {session_id!r} in {self.url}")
+        return SessionInfo(session_id, count, last_time(last), _header_of(header))
 
     async def check_absent(self, session_id: str) -> None:
         if await self.exists(session_id):
@@ -823,6 +830,25 @@ def _parse_rows(rows: Iterable[tuple[int, str]]) -> Iterator[Any]:
         if isinstance(item, dict) and item.get("seq") != seq:
             raise _BadRow(f"the event stored at seq {seq} says seq {item.get('seq')!r}")
         yield item
+
+
+def _header_row(conn: sqlite3.Connection, session_id: str) -> Any:
+    return conn.execute(
+        "SELECT version, id, created_at, cwd, parent_session, is_seeded, origin, "
+        "delegation_depth FROM sessions WHERE id = ?",
+        (session_id,),
+    ).fetchone()
+
+
+def _header_of(row: tuple[Any, ...]) -> dict[str, Any]:
+    names = ("version", "id", "created_at", "cwd", "parent_session", "is_seeded")
+    header: dict[str, Any] = dict(zip(names, row[:6], strict=True))
+    header["is_seeded"] = bool(header["is_seeded"])
+    if row[6] is not None:
+        header["origin"] = json.loads(row[6])
+    if row[7] is not None:
+        header["delegation_depth"] = row[7]
+    return {key: value for key, value in header.items() if value is not None}
 
 
 def _peek(conn: sqlite3.Connection, session_id: str) -> tuple[bool, int]:

@@ -20,6 +20,7 @@ import abc
 import json
 import time
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any, Final
 
 from ..errors import (
@@ -38,6 +39,7 @@ __all__ = [
     "LOG_VERSION",
     "BufferedWriter",
     "MemoryStore",
+    "SessionInfo",
     "SessionStore",
     "open_store",
     "stored_header",
@@ -47,6 +49,28 @@ LOG_VERSION: Final = 1
 """``version`` of the session header: the version of the persisted event JSON form."""
 
 _OPTIONAL_HEADER = ("cwd", "parent_session", "origin", "delegation_depth")
+
+
+@dataclass(frozen=True, slots=True)
+class SessionInfo:
+    """What a listing shows of a stored session, read without decoding its log."""
+
+    session_id: str
+    events: int
+    last_time: int | None
+    """Epoch ms of the last event (``None`` for an empty or unreadable last event)."""
+    header: Mapping[str, Any]
+
+
+def last_time(line: str | bytes | None) -> int | None:
+    """The ``time`` of one stored event's JSON text, ``None`` when it has none."""
+    if line is None:
+        return None
+    try:
+        time_ = loads(line).get("time")
+    except (json.JSONDecodeError, AttributeError, TypeError):
+        return None
+    return time_ if type(time_) is int else None
 
 
 def stored_header(session_id: str, header: Mapping[str, Any]) -> dict[str, Any]:
@@ -103,6 +127,22 @@ class SessionStore(abc.ABC):
         if not await self.exists(session_id):
             raise SessionPersistenceNotFoundError(f"no session {session_id!r} in {self.url}")
         return {}
+
+    async def info(self, session_id: str) -> SessionInfo:
+        """Event count, last activity and header of a stored session, without decoding or
+        validating its log (a corrupt log shows up when it is loaded). This default loads
+        the log; the built-in stores read only the last event.
+
+        Raises:
+            SessionPersistenceNotFoundError: nothing is stored under the id.
+        """
+        events = await self.load(session_id)
+        return SessionInfo(
+            session_id,
+            len(events),
+            events[-1].time if events else None,
+            await self.load_header(session_id),
+        )
 
     @abc.abstractmethod
     async def list(self) -> tuple[str, ...]:
@@ -248,6 +288,13 @@ class MemoryStore(SessionStore):
         header = self._headers.get(session_id) or stored_header(session_id, {})
         copy: dict[str, Any] = json.loads(json.dumps(header))  # as a database would return
         return copy
+
+    async def info(self, session_id: str) -> SessionInfo:
+        lines = self._logs.get(session_id)
+        if lines is None:
+            raise SessionPersistenceNotFoundError(f"no session {session_id!r} in {self.url}")
+        last = last_time(lines[-1]) if lines else None
+        return SessionInfo(session_id, len(lines), last, await self.load_header(session_id))
 
     async def list(self) -> tuple[str, ...]:
         return tuple(sorted(self._logs))
