@@ -588,7 +588,8 @@ async def test_inserts_switch_to_one_statement_when_the_writer_starves(tmp_path:
 
 async def test_single_rows_and_nul_ids_skip_the_json_statement(tmp_path: Path) -> None:
     """In single-statement mode a session id holding NUL (which SQLite's JSON functions
-    would cut) still goes through ``executemany``, and a single row is a plain insert."""
+    would cut) or a lone surrogate (which they would mangle) still goes through
+    ``executemany``, and a single row is a plain insert."""
     from steerloop.session._sqlite import _Inserter
 
     spy = _spy(tmp_path)
@@ -600,6 +601,9 @@ async def test_single_rows_and_nul_ids_skip_the_json_statement(tmp_path: Path) -
     inserter.insert(spy, nul)  # type: ignore[arg-type]
     inserter.insert(spy, [("b", 1, "{}")])  # type: ignore[arg-type]
     assert spy.calls[2:] == [("many", 2), ("one", 1)]
+    with pytest.raises(UnicodeEncodeError):  # refused as executemany refuses it, not mangled
+        inserter.insert(spy, [("\ud800", 1, "{}"), ("\ud800", 2, "{}")])  # type: ignore[arg-type]
+    assert spy.calls[4:] == [("many", 2)]
     assert spy.conn.execute(
         "SELECT seq FROM events WHERE session_id = ? ORDER BY seq", ("x\x00y",)
     ).fetchall() == [(1,), (2,)]

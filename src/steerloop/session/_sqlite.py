@@ -458,8 +458,17 @@ class _Inserter:
 
 
 def _json_safe(rows: list[tuple[str, int, str]]) -> bool:
-    """Whether SQLite's JSON functions give every value back exactly (no NUL in an id)."""
-    return not any("\x00" in session_id for session_id in {row[0] for row in rows})
+    """Whether SQLite's JSON functions give every value back exactly: no NUL in a session
+    id, and no id ``executemany`` would refuse (lone surrogates). Bodies are JSON text
+    written by orjson, so always safe."""
+    for session_id in {row[0] for row in rows}:
+        if "\x00" in session_id:
+            return False
+        try:
+            session_id.encode()
+        except UnicodeEncodeError:
+            return False
+    return True
 
 
 # --- the store ---------------------------------------------------------------------------
