@@ -100,7 +100,7 @@ _CLOSE: Final = 3
 _DELETE: Final = 4
 _STOP: Final = 5
 
-# (_EVENT, key, session_id, seq, body)
+# (_EVENT, key, (session_id, seq, body))  -- the row as the INSERT takes it
 # (_PUBLISH, key, session_id, header_row | None, base_len, [(seq, body), ...])
 # (_BARRIER, key | None, waiter)
 # (_CLOSE, key, waiter, lease)
@@ -231,7 +231,8 @@ class _WriterThread:
         for op in group:
             kind = op[0]
             if kind in (_EVENT, _PUBLISH) and op[1] not in self.failed:
-                self.failed[op[1]] = f"session {op[2]!r}: {message}"
+                session_id = op[2][0] if kind == _EVENT else op[2]
+                self.failed[op[1]] = f"session {session_id!r}: {message}"
             elif kind in (_BARRIER, _CLOSE, _STOP):
                 self._resolve(op[2], SessionStorageError(message))
                 if kind == _CLOSE:
@@ -280,8 +281,8 @@ class _WriterThread:
                     continue  # storing it would leave a gap after what failed
                 unit = units.get(key)
                 if unit is None:
-                    unit = units[key] = _Unit(op[2])
-                unit.rows.append((op[2], op[3], op[4]))
+                    unit = units[key] = _Unit(op[2][0])
+                unit.rows.append(op[2])
             elif kind == _PUBLISH:
                 if op[1] not in self.failed:
                     units[op[1]] = _Unit(op[2], publish=op)
@@ -745,14 +746,19 @@ class _SqliteWriter(BufferedWriter):
         self._lease = lease
         self._stored = stored
         self._unflushed = False
+        # Per-event path: bound once (a write is a dict lookup and a queue put).
+        self._failed = store._writer.failed
+        self._enqueue = store._writer.ops.put
 
     def _refuse(self) -> None:
-        failure = self._store._failure(self._key)
+        failure = self._failed.get(self._key)
         if failure is not None:
             raise SessionStorageError(failure)
 
     def _store_line(self, seq: int, line: str) -> None:
-        self._store._put((_EVENT, self._key, self.session_id, seq, line))
+        if self._store._closed:
+            self._store._check_open()
+        self._enqueue((_EVENT, self._key, (self.session_id, seq, line)))
         self._unflushed = True
 
     def _publish(self, pending: list[tuple[int, str]]) -> None:
