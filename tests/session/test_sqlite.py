@@ -520,14 +520,15 @@ async def test_lease_is_held_across_store_objects_and_released_on_close(
 
 
 class _Spy:
-    """A connection proxy that records which insert path each call took; while
-    ``starving`` is set, each ``executemany`` advances the fake clock by 1 ms per row (a
-    writer waiting for the GIL after every row)."""
+    """A connection proxy that records which insert path each call took. A starved
+    ``executemany`` (``slow`` > 0 counts them down; ``starving`` keeps it on) advances the
+    fake clock by 2 ms per row: a writer waiting for the GIL after every row."""
 
     def __init__(self, conn: sqlite3.Connection) -> None:
         self.conn = conn
         self.calls: list[tuple[str, int]] = []
         self.now = 0.0
+        self.slow = 0
         self.starving = False
 
     def clock(self) -> float:
@@ -541,8 +542,9 @@ class _Spy:
     def executemany(self, sql: str, rows: Any) -> Any:
         rows = list(rows)
         self.calls.append(("many", len(rows)))
-        if self.starving:
-            self.now += 1e-3 * len(rows)
+        if self.starving or self.slow:
+            self.slow = max(0, self.slow - 1)
+            self.now += 2e-3 * len(rows)
         return self.conn.executemany(sql, rows)
 
 
@@ -553,30 +555,35 @@ def _spy(tmp_path: Path) -> _Spy:
 
 
 async def test_inserts_switch_to_one_statement_when_the_writer_starves(tmp_path: Path) -> None:
-    """A slice of ``executemany`` that waited for the GIL (slower than SLOW_ROW per row)
-    sends the rest of its group, and every group for HOLD seconds, as one JSON statement;
-    then ``executemany`` is tried again. Every path stores the same rows exactly."""
+    """Two ``executemany`` slices in a row that waited for the GIL (slower than SLOW_ROW
+    per row) send the rest of the group, and every group for HOLD seconds, as one JSON
+    statement; then ``executemany`` is tried again. One slow slice alone (a collector
+    pause) changes nothing. Every path stores the same rows exactly."""
     from steerloop.session._sqlite import _Inserter
 
     spy = _spy(tmp_path)
     inserter = _Inserter(spy.clock)
     tricky = '{"t":"quote \\" backslash \\\\ \\u0000 é 😀"}'
-    rows = [("s-1", n, f'{{"n":{n}}}') for n in range(1, 101)] + [("s-2", 1, tricky)]
+    rows = [("s-1", n, f'{{"n":{n}}}') for n in range(1, 161)] + [("s-2", 1, tricky)]
 
     inserter.insert(spy, rows[:40])  # type: ignore[arg-type]
     assert spy.calls == [("many", 32), ("many", 8)]
 
-    spy.starving = True  # the first slice of the next group waits 1 ms per row
-    inserter.insert(spy, rows[40:])  # type: ignore[arg-type]
-    assert spy.calls[2:] == [("many", 32), ("json", 29)]
+    spy.slow = 1  # one slow slice, then fast again
+    inserter.insert(spy, rows[40:80])  # type: ignore[arg-type]
+    assert spy.calls[2:] == [("many", 32), ("many", 8)]
+
+    spy.starving = True
+    inserter.insert(spy, rows[80:])  # type: ignore[arg-type]
+    assert spy.calls[4:] == [("many", 32), ("many", 32), ("json", 17)]
 
     more = [("s-3", n, f'{{"m":{n}}}') for n in range(1, 51)]
     inserter.insert(spy, more[:10])  # type: ignore[arg-type]
-    assert spy.calls[4:] == [("json", 10)]
+    assert spy.calls[7:] == [("json", 10)]
     spy.starving = False
     spy.now += _Inserter.HOLD
     inserter.insert(spy, more[10:])  # type: ignore[arg-type]
-    assert spy.calls[5:] == [("many", 32), ("many", 8)]
+    assert spy.calls[8:] == [("many", 32), ("many", 8)]
 
     stored = spy.conn.execute(
         "SELECT session_id, seq, body, typeof(seq) FROM events ORDER BY session_id, seq"
@@ -595,17 +602,17 @@ async def test_single_rows_and_nul_ids_skip_the_json_statement(tmp_path: Path) -
     spy = _spy(tmp_path)
     inserter = _Inserter(spy.clock)
     spy.starving = True
-    inserter.insert(spy, [("a", n, "{}") for n in range(1, 41)])  # type: ignore[arg-type]
-    assert spy.calls == [("many", 32), ("json", 8)]
+    inserter.insert(spy, [("a", n, "{}") for n in range(1, 81)])  # type: ignore[arg-type]
+    assert spy.calls == [("many", 32), ("many", 32), ("json", 16)]
     nul = [("x\x00y", 1, "{}"), ("x\x00y", 2, "{}")]
     inserter.insert(spy, nul)  # type: ignore[arg-type]
     inserter.insert(spy, [("b", 1, "{}")])  # type: ignore[arg-type]
-    assert spy.calls[2:] == [("many", 2), ("one", 1)]
+    assert spy.calls[3:] == [("many", 2), ("one", 1)]
     with pytest.raises(UnicodeEncodeError):  # refused as executemany refuses it, not mangled
         inserter.insert(spy, [("\ud800", 1, "{}"), ("\ud800", 2, "{}")])  # type: ignore[arg-type]
-    assert spy.calls[4:] == [("many", 2)]
+    assert spy.calls[5:] == [("many", 2)]
     assert spy.conn.execute(
         "SELECT seq FROM events WHERE session_id = ? ORDER BY seq", ("x\x00y",)
     ).fetchall() == [(1,), (2,)]
-    assert spy.conn.execute("SELECT count(*) FROM events").fetchone() == (43,)
+    assert spy.conn.execute("SELECT count(*) FROM events").fetchone() == (83,)
     spy.conn.close()

@@ -426,17 +426,19 @@ class _Inserter:
     the GIL once, at ~1.5x the cost per row when nobody competes.
 
     So rows go through ``executemany`` in slices of ``SLICE``; a slice that takes longer
-    than ``SLOW_ROW`` per row was waiting for the GIL, and from then on, for ``HOLD``
-    seconds, every group goes in as one statement.
+    than ``SLOW_ROW`` per row waited for the GIL. Two such slices in a row (one alone may
+    be a collector pause of the loop thread) switch the writer to one statement per group
+    for ``HOLD`` seconds.
     """
 
     SLICE = 32
-    SLOW_ROW = 300e-6  # seconds; an uncontended row takes 3-20 us
-    HOLD = 5.0  # seconds in single-statement mode after a starved slice
+    SLOW_ROW = 1e-3  # seconds; an uncontended row takes 3-20 us
+    HOLD = 5.0  # seconds in single-statement mode after starving
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
         self._json_until = float("-inf")
+        self._starved = 0  # slow slices in a row
 
     def insert(self, conn: sqlite3.Connection, rows: list[tuple[str, int, str]]) -> None:
         if len(rows) == 1:
@@ -450,7 +452,12 @@ class _Inserter:
             began = self._clock()
             conn.executemany(_INSERT, chunk)
             now = self._clock()
-            if now - began > self.SLOW_ROW * len(chunk):
+            if now - began <= self.SLOW_ROW * len(chunk):
+                self._starved = 0
+                continue
+            self._starved += 1
+            if self._starved >= 2:
+                self._starved = 0
                 self._json_until = now + self.HOLD
                 rest = rows[start + self.SLICE :]
                 if rest:
