@@ -7,6 +7,8 @@ checks the seq, encodes the event to its JSON text and puts it on the store's qu
 dedicated thread owns the only writing connection; each time it wakes it drains everything
 queued — events of every session, publications, barriers — into one transaction. While a
 commit is in progress the next group accumulates, so the commit rate adapts to the load.
+The waiters a group settles are handed to their event loop in one wake-up, and a busy
+loop cannot starve the inserts of the GIL (``_Inserter``).
 
 *Durability.* The database runs in WAL mode. A commit that acknowledges a barrier
 (``flush``, ``close``, ``delete``, store close) runs with ``synchronous=FULL``; the others
