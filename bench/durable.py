@@ -1,6 +1,7 @@
-"""Durable append throughput of the SQLite store, and resume time of a long session.
+"""Durable append throughput and resume time of a long session: SQLite, and PostgreSQL too.
 
-Run: ``python bench/durable.py [--events 100000] [--sessions 16] [--repeats 3] [--dir DIR]``.
+Run: ``python bench/durable.py [--events 100000] [--sessions 16] [--repeats 3] [--dir DIR]
+[--postgres URL]``.
 
 Measured in one run, on a fresh database file in ``--dir`` (default: a temporary
 directory — put it on the disk you care about):
@@ -15,28 +16,31 @@ directory — put it on the disk you care about):
    each event pays its own ``synchronous=FULL`` commit (the design without grouping).
    The ratio (1)/(3) is printed.
 4. *Resume.* A 100k-event session written by real agent turns (tool calls and answers) is
-   resumed in a fresh runtime from a pristine copy each repeat: ``rt.agents.resume`` =
+   resumed in a fresh runtime and store handle each repeat: ``rt.agents.resume`` =
    load + decode + validate + fold + ``session/end-seed``; ``store.load`` alone is timed
    as well, and one full ``gc.collect()`` after the resume (what the resumed log costs the
    application's next full collection).
 
 Targets: (1) >= 50k events/s; (4) resume of 100k events <= 1 s.
+
+With ``--postgres URL`` the same measurements run on PostgreSQL too, each store in a
+throwaway schema that is dropped at the end.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import gc
 import os
 import platform
-import shutil
 import sqlite3
 import statistics
 import sys
 import tempfile
 import time
+import uuid
+from collections.abc import Callable
 from typing import Any
 
 from steerloop import AgentOptions, Runtime, define_tool, user_message
@@ -49,7 +53,7 @@ OPTIONS = AgentOptions(provider="mock", model="m")
 ARGUMENTS = '{"path": "src/steerloop/session/_sqlite.py", "pattern": "def ", "limit": 50}' * 3
 
 
-async def open_session(store: SqliteStore, session_id: str) -> Session:
+async def open_session(store: Any, session_id: str) -> Session:
     session = Session(session_id, sink=await store.open_writer(session_id))
     session.publish()
     return session
@@ -70,9 +74,11 @@ async def writer_task(session: Session, events: int, every: int) -> None:
     await session.flush()
 
 
-async def throughput(path: str, sessions: int, events: int, every: int) -> tuple[float, float]:
-    """events/s and events per commit for ``sessions`` concurrent writers."""
-    store = SqliteStore(path)
+async def throughput(
+    make: Callable[[], Any], sessions: int, events: int, every: int
+) -> tuple[float, float]:
+    """events/s and events per commit for ``sessions`` concurrent writers on ``make()``."""
+    store = make()
     opened = [await open_session(store, f"s{i}") for i in range(sessions)]
     for session in opened:
         await session.flush()
@@ -89,9 +95,9 @@ async def throughput(path: str, sessions: int, events: int, every: int) -> tuple
     return total / elapsed, total / max(commits, 1)
 
 
-async def write_long_session(path: str, target: int) -> int:
+async def write_long_session(store: Any, target: int) -> int:
     """Real agent turns (two tool calls, then an answer) until ``target`` events."""
-    rt = await Runtime.open(store=f"sqlite:///{path}")
+    rt = await Runtime.open(store=store)
     adapter = ScriptedAdapter()
     rt.llm.register_adapter(["mock"], adapter)
 
@@ -126,13 +132,14 @@ async def write_long_session(path: str, target: int) -> int:
     return count
 
 
-async def resume_time(path: str) -> tuple[float, float, float, int]:
-    """``store.load`` alone, ``rt.agents.resume``, then one full ``gc.collect()``.
+async def resume_time(make: Callable[[], Any]) -> tuple[float, float, float, int]:
+    """``store.load`` alone, ``rt.agents.resume``, then one full ``gc.collect()``; each on
+    a fresh store handle from ``make()``.
 
     The last figure is the collector's debt: a full pass walks every object the resumed log
     is made of, a cost the application pays at its next full collection.
     """
-    store = SqliteStore(path)
+    store = make()
     start = time.perf_counter()
     events = await store.load("long")
     load = time.perf_counter() - start
@@ -140,26 +147,20 @@ async def resume_time(path: str) -> tuple[float, float, float, int]:
     del events  # resume below must not pay for a second copy of the log kept alive
     gc.collect()
     await store.close()
-    rt = await Runtime.open(store=f"sqlite:///{path}")
+    store = make()
+    rt = await Runtime.open(store=store)
     rt.llm.register_adapter(["mock"], ScriptedAdapter())
     start = time.perf_counter()
     handle = await rt.agents.resume(resume_session_id="long", agent_options=OPTIONS)
     resume = time.perf_counter() - start
-    assert len(handle.agent.session.events) == loaded + 1
+    # a first resume appends session/end-seed; a log that already ends with one gets none
+    assert len(handle.agent.session.events) in (loaded, loaded + 1)
     start = time.perf_counter()
     gc.collect()
     collect = time.perf_counter() - start
     await rt.close()
+    await store.close()
     return load, resume, collect, loaded
-
-
-def pristine_copy(path: str, copy: str) -> str:
-    """A fresh copy of the long session's database (a resume appends to its log)."""
-    for suffix in ("", "-wal", "-shm"):
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(copy + suffix)
-    shutil.copyfile(path, copy)
-    return copy
 
 
 def spread(values: list[float], fmt: str) -> str:
@@ -189,6 +190,12 @@ async def main() -> None:
     parser.add_argument("--single", type=int, default=2_000, help="events of the 1-commit run")
     parser.add_argument("--dir", default=None)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--postgres",
+        default=None,
+        metavar="URL",
+        help="also measure on PostgreSQL (throwaway schemas), e.g. postgresql://postgres@127.0.0.1/test",
+    )
     args = parser.parse_args()
     directory = args.dir or tempfile.mkdtemp(prefix="steerloop-bench-")
     print(
@@ -205,7 +212,24 @@ async def main() -> None:
 
     print(f"{args.repeats} repeats; figures are min / median / max")
     print()
+    counter = [0]
+
+    def sqlite_store() -> SqliteStore:
+        counter[0] += 1
+        return SqliteStore(os.path.join(directory, f"t{counter[0]}.db"))
+
+    await measure(args, sqlite_store, lambda: SqliteStore(os.path.join(directory, "long.db")))
+    if args.postgres:
+        await postgres_section(args)
+
+
+async def measure(
+    args: argparse.Namespace, fresh: Callable[[], Any], long: Callable[[], Any]
+) -> None:
+    """Every measurement on one backend: ``fresh()`` is an empty store, ``long()`` a handle
+    on the store that will hold the long session."""
     ratios: list[float] = []
+    group_rates: list[float] = []
     for label, sessions, events, every in (
         (
             f"group commit, {args.sessions} sessions, flush every 10 events",
@@ -223,10 +247,8 @@ async def main() -> None:
         ("one commit per event, 1 session, flush after every event", 1, args.single, 1),
     ):
         rates, per_commit = [], []
-        for n in range(args.repeats):
-            rate, grouped = await throughput(
-                os.path.join(directory, f"t{sessions}-{every}-{n}.db"), sessions, events, every
-            )
+        for _ in range(args.repeats):
+            rate, grouped = await throughput(fresh, sessions, events, every)
             rates.append(rate)
             per_commit.append(grouped)
         if every == 10:
@@ -242,18 +264,19 @@ async def main() -> None:
     )
     print()
 
-    path = os.path.join(directory, "long.db")
+    store = long()
     start = time.perf_counter()
-    count = await write_long_session(path, args.events)
+    count = await write_long_session(store, args.events)
     written = time.perf_counter() - start
+    await store.close()
     print(
         f"long session: {count:,} events from real agent turns, written in "
         f"{written:.1f} s ({count / written:,.0f} events/s through the agent loop)"
     )
     loads, resumes, collects = [], [], []
+    loaded = 0
     for _ in range(args.repeats):
-        copy = pristine_copy(path, os.path.join(directory, "long-resume.db"))
-        load, resume, collect, loaded = await resume_time(copy)
+        load, resume, collect, loaded = await resume_time(long)
         loads.append(load)
         resumes.append(resume)
         collects.append(collect)
@@ -262,6 +285,34 @@ async def main() -> None:
     print(
         f"then one full gc.collect() (the collector's walk of the log): {spread(collects, '.3f')} s"
     )
+
+
+async def postgres_section(args: argparse.Namespace) -> None:
+    """The same measurements on PostgreSQL, each store in a throwaway schema."""
+    import asyncpg
+
+    from steerloop.session._postgres import PostgresStore
+
+    run = uuid.uuid4().hex[:8]
+    schemas: list[str] = []
+
+    def fresh() -> PostgresStore:
+        schemas.append(f"bench_{run}_{len(schemas)}")
+        return PostgresStore(args.postgres, schema=schemas[-1])
+
+    long_schema = f"bench_{run}_long"
+    schemas.append(long_schema)
+    conn = await asyncpg.connect(args.postgres)
+    try:
+        version = await conn.fetchval("SHOW server_version")
+        print()
+        print(f"PostgreSQL {version} at {args.postgres} (one writer task per store, asyncpg)")
+        print()
+        await measure(args, fresh, lambda: PostgresStore(args.postgres, schema=long_schema))
+    finally:
+        for schema in schemas:
+            await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+        await conn.close()
 
 
 if __name__ == "__main__":
