@@ -176,7 +176,8 @@ class ScriptedAdapter:
 
     An entry is a list of chunks, a callable ``(request) -> entry`` (sync or async),
     ``HANG``, ``hang_after(chunks)`` or ``raise_after(chunks, exc)``. ``requests`` records
-    every ``GenerateRequest`` received, in order.
+    every ``GenerateRequest`` received, in order; each holds the whole history it was sent,
+    so a long simulation that does not read them should clear the list now and then.
     """
 
     def __init__(
