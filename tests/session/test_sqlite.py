@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from steerloop import (
     AgentOptions,
@@ -616,3 +618,49 @@ async def test_single_rows_and_nul_ids_skip_the_json_statement(tmp_path: Path) -
     ).fetchall() == [(1,), (2,)]
     assert spy.conn.execute("SELECT count(*) FROM events").fetchone() == (83,)
     spy.conn.close()
+
+
+_json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(), inner, max_size=4),
+    max_leaves=10,
+)
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    ids=st.lists(st.text(min_size=1, max_size=12), min_size=1, max_size=4, unique=True),
+    values=st.lists(_json_values, min_size=2, max_size=20),
+)
+def test_the_json_statement_stores_exactly_what_executemany_would(
+    tmp_path_factory: pytest.TempPathFactory, ids: list[str], values: list[Any]
+) -> None:
+    """Any session ids and any event bodies (JSON text as the stores write it) come out of
+    the single-statement path byte for byte as ``executemany`` stores them."""
+    from steerloop.session._json import dumps
+    from steerloop.session._sqlite import _Inserter
+
+    rows = [(ids[n % len(ids)], n + 1, dumps({"seq": n + 1, "v": v})) for n, v in enumerate(values)]
+    stored = []
+    for forced in (False, True):
+        path = tmp_path_factory.mktemp("ins") / "i.db"
+        conn = sqlite3.connect(path, isolation_level=None)
+        migrate(conn, str(path))
+        inserter = _Inserter()
+        if forced:
+            inserter._json_until = float("inf")
+        try:
+            inserter.insert(conn, rows)
+        except UnicodeEncodeError:  # a lone surrogate in an id: refused on both paths
+            stored.append("refused")
+            conn.close()
+            continue
+        stored.append(
+            conn.execute("SELECT session_id, seq, body FROM events ORDER BY rowid").fetchall()
+        )
+        conn.close()
+    assert stored[0] == stored[1]
+    if stored[0] != "refused":
+        assert sorted(stored[0]) == sorted(rows)
