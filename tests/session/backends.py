@@ -77,7 +77,11 @@ _postgres_probe: list[str] = []  # memoised: "" when reachable, else the reason
 
 
 def require_postgres() -> None:
-    """Fail under ``CI=true`` (skip elsewhere) when the test server cannot be reached."""
+    """Fail when the test server cannot be reached.
+
+    A developer without PostgreSQL may opt out with ``STEERLOOP_SKIP_POSTGRES=1``; the
+    opt-out is refused under ``CI=true`` (``.ci/run`` sets it), so CI never skips them.
+    """
     if not _postgres_probe:
         import asyncpg
 
@@ -95,7 +99,13 @@ def require_postgres() -> None:
         message = f"PostgreSQL at {POSTGRES_URL} is unreachable: {_postgres_probe[0]}"
         if os.environ.get("CI") == "true":
             pytest.fail(f"{message} (CI=true: the PostgreSQL tests must run)", pytrace=False)
-        pytest.skip(message)
+        if os.environ.get("STEERLOOP_SKIP_POSTGRES") != "1":
+            pytest.fail(
+                f"{message}; point STEERLOOP_TEST_POSTGRES_URL at a server, or set "
+                "STEERLOOP_SKIP_POSTGRES=1 to leave these tests out on purpose",
+                pytrace=False,
+            )
+        pytest.skip(f"{message} (STEERLOOP_SKIP_POSTGRES=1)")
 
 
 class PostgresBackend(Backend):

@@ -2,7 +2,8 @@
 
 Every test gets its own schema (dropped afterwards). The server is
 ``STEERLOOP_TEST_POSTGRES_URL`` (default ``postgresql://postgres@127.0.0.1:5432/test``); when
-it is unreachable these tests fail under ``CI=true`` and skip otherwise (``require_postgres``).
+it is unreachable these tests fail, unless a developer opts out with
+``STEERLOOP_SKIP_POSTGRES=1`` outside CI (``require_postgres``).
 """
 
 from __future__ import annotations
