@@ -55,9 +55,7 @@ from ..errors import (
     SessionPersistenceNotFoundError,
     SessionStorageError,
 )
-from ._codec import bulk_decoding, decode_log
 from ._events import SessionEvent
-from ._json import loads
 from ._postgres_schema import (
     LOG_VERSION,
     SCHEMA_VERSION,
@@ -68,7 +66,14 @@ from ._postgres_schema import (
     migrate,
 )
 from ._session import EventSink
-from ._store import BufferedWriter, SessionInfo, SessionStore, last_time, stored_header
+from ._store import (
+    BufferedWriter,
+    SessionInfo,
+    SessionStore,
+    decode_rows,
+    last_time,
+    stored_header,
+)
 
 __all__ = ["LOG_VERSION", "SCHEMA_VERSION", "LeaseInfo", "PostgresStore"]
 
@@ -198,13 +203,7 @@ class PostgresStore(SessionStore):
                     raise SessionPersistenceNotFoundError(
                         f"no session {session_id!r} in {self.url}"
                     )
-        try:
-            with bulk_decoding():  # each row parsed and decoded in one pass (see _sqlite)
-                return decode_log(_parse_rows(rows))
-        except _BadRow as exc:
-            raise SessionCorruptError(f"session {session_id!r}: {exc}") from None
-        except SessionCorruptError as exc:
-            raise SessionCorruptError(f"session {session_id!r}: {exc}") from None
+        return decode_rows(rows, f"session {session_id!r}")
 
     async def check_absent(self, session_id: str) -> None:
         if await self.exists(session_id):
@@ -636,24 +635,6 @@ class PostgresStore(SessionStore):
             raise errors[0]
         if errors:
             raise ExceptionGroup(f"closing {self.url} failed", errors)
-
-
-class _BadRow(Exception):
-    """Internal: a stored row that is not a decodable event (the message says why)."""
-
-
-def _parse_rows(rows: Iterable[Any]) -> Iterator[Any]:
-    """The parsed JSON of each row, checking it holds the seq of its row."""
-    for row in rows:
-        seq = row["seq"]
-        try:
-            item = loads(row["payload"])
-        except json.JSONDecodeError as exc:
-            raise _BadRow(f"stored event at seq {seq} is not JSON: {exc}") from None
-        if not isinstance(item, dict) or item.get("seq") != seq:
-            found = item.get("seq") if isinstance(item, dict) else item
-            raise _BadRow(f"the row of seq {seq} holds {found!r:.40} as its seq")
-        yield item
 
 
 def _header_json(session_id: str, header: Mapping[str, Any]) -> str:

@@ -57,7 +57,7 @@ import re
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -68,9 +68,8 @@ from ..errors import (
     SessionPersistenceNotFoundError,
     SessionStorageError,
 )
-from ._codec import bulk_decoding, decode_log
 from ._events import SessionEvent
-from ._json import dumps, loads
+from ._json import dumps
 from ._session import EventSink
 from ._sqlite_schema import (
     LOG_VERSION,
@@ -81,7 +80,14 @@ from ._sqlite_schema import (
     migrate,
     translate,
 )
-from ._store import BufferedWriter, SessionInfo, SessionStore, last_time, stored_header
+from ._store import (
+    BufferedWriter,
+    SessionInfo,
+    SessionStore,
+    decode_rows,
+    last_time,
+    stored_header,
+)
 
 try:
     import fcntl
@@ -617,37 +623,22 @@ class SqliteStore(SessionStore):
 
     def _load(self, conn: sqlite3.Connection, session_id: str) -> tuple[SessionEvent, ...]:
         where = f"session {session_id!r} in {self.path}"
-        # One pass with the collector paused: each row is parsed and decoded as it is read,
-        # so neither the rows nor their parsed JSON are ever all alive at once.
-        with bulk_decoding():
-            conn.execute("BEGIN")  # one snapshot for the header and the events
-            try:
-                header = conn.execute(
-                    "SELECT 1 FROM sessions WHERE id = ?", (session_id,)
-                ).fetchone()
-                if header is None:
-                    orphan = conn.execute(
-                        "SELECT 1 FROM events WHERE session_id = ? LIMIT 1", (session_id,)
-                    ).fetchone()
-                    if orphan is not None:
-                        raise SessionCorruptError(
-                            f"{where}: events are stored without a session header"
-                        )
-                    raise SessionPersistenceNotFoundError(
-                        f"no session {session_id!r} in {self.url}"
-                    )
+        conn.execute("BEGIN")  # one snapshot for the header and the events
+        try:
+            if conn.execute("SELECT 1 FROM sessions WHERE id = ?", (session_id,)).fetchone():
                 rows = conn.execute(
                     "SELECT seq, body FROM events WHERE session_id = ? ORDER BY seq",
                     (session_id,),
                 )
-                try:
-                    return decode_log(_parse_rows(rows))
-                except _BadRow as exc:
-                    raise SessionCorruptError(f"{where}: {exc}") from None
-                except SessionCorruptError as exc:
-                    raise SessionCorruptError(f"{where}: {exc}") from None
-            finally:
-                conn.execute("COMMIT")
+                return decode_rows(rows, where)  # read while decoded: one pass
+            orphan = conn.execute(
+                "SELECT 1 FROM events WHERE session_id = ? LIMIT 1", (session_id,)
+            ).fetchone()
+        finally:
+            conn.execute("COMMIT")
+        if orphan is not None:
+            raise SessionCorruptError(f"{where}: events are stored without a session header")
+        raise SessionPersistenceNotFoundError(f"no session {session_id!r} in {self.url}")
 
     async def _read(self, fn: Callable[[sqlite3.Connection], Any], session_id: str | None) -> Any:
         self._check_open()
@@ -836,24 +827,6 @@ class _SqliteWriter(BufferedWriter):
         # so a cancelled close can never let a new writer in ahead of queued events.
         self._store._put((_CLOSE, self._key, waiter, self._lease))
         await waiter[1]
-
-
-class _BadRow(Exception):
-    """Internal: a stored row that is not a decodable event (the message says why)."""
-
-
-def _parse_rows(rows: Iterable[tuple[int, str]]) -> Iterator[Any]:
-    """The parsed JSON of each row, checking that seqs run 1, 2, 3 … and match the body."""
-    for expected, (seq, body) in enumerate(rows, start=1):
-        if seq != expected:
-            raise _BadRow(f"seq {expected} is missing (the next stored event is seq {seq})")
-        try:
-            item = loads(body)
-        except (json.JSONDecodeError, TypeError) as exc:
-            raise _BadRow(f"seq {seq} is not JSON: {exc}") from None
-        if isinstance(item, dict) and item.get("seq") != seq:
-            raise _BadRow(f"the event stored at seq {seq} says seq {item.get('seq')!r}")
-        yield item
 
 
 def _header_row(conn: sqlite3.Connection, session_id: str) -> Any:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import abc
 import json
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -41,6 +41,7 @@ __all__ = [
     "MemoryStore",
     "SessionInfo",
     "SessionStore",
+    "decode_rows",
     "open_store",
     "stored_header",
 ]
@@ -71,6 +72,40 @@ def last_time(line: str | bytes | None) -> int | None:
     except (json.JSONDecodeError, AttributeError, TypeError):
         return None
     return time_ if type(time_) is int else None
+
+
+class _BadRow(Exception):
+    """Internal: a stored row that is not a decodable event (the message says why)."""
+
+
+def decode_rows(rows: Iterable[Any], where: str) -> tuple[SessionEvent, ...]:
+    """A database store's stored log, from its ``(seq, JSON text)`` rows in seq order.
+
+    One pass with the collector paused: each row is parsed and decoded as it is read, so
+    neither the rows' text nor their parsed JSON need all be alive at once. Seqs must run
+    1, 2, 3 … and each body must carry its row's seq.
+
+    Raises:
+        SessionCorruptError: ``where: <what is wrong, naming the seq>``.
+    """
+    try:
+        with bulk_decoding():
+            return decode_log(_parsed(rows))
+    except (_BadRow, SessionCorruptError) as exc:
+        raise SessionCorruptError(f"{where}: {exc}") from None
+
+
+def _parsed(rows: Iterable[Any]) -> Iterator[Any]:
+    for expected, (seq, body) in enumerate(rows, start=1):
+        if seq != expected:
+            raise _BadRow(f"seq {expected} is missing (the next stored event is seq {seq})")
+        try:
+            item = loads(body)
+        except (json.JSONDecodeError, TypeError) as exc:
+            raise _BadRow(f"seq {seq} is not JSON: {exc}") from None
+        if isinstance(item, dict) and item.get("seq") != seq:
+            raise _BadRow(f"the event stored at seq {seq} says seq {item.get('seq')!r}")
+        yield item
 
 
 def stored_header(session_id: str, header: Mapping[str, Any]) -> dict[str, Any]:
