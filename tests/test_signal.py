@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 
 import pytest
@@ -228,6 +229,50 @@ async def test_race_on_aborted_signal_raises_at_once() -> None:
     with pytest.raises(AbortedError):
         await ctrl.signal.race(fut)
     assert not fut.cancelled()
+
+
+async def test_race_closes_a_coroutine_it_will_never_run() -> None:
+    """A coroutine handed to an already aborted signal is closed, not left unawaited."""
+    ctrl = AbortController()
+    ctrl.abort("early")
+    started = False
+
+    async def body() -> None:
+        nonlocal started
+        started = True
+
+    coro = body()
+    with pytest.raises(AbortedError):
+        await ctrl.signal.race(coro)
+    assert coro.cr_frame is None  # closed: no "never awaited" warning when collected
+    assert not started
+
+
+async def test_race_consumes_the_failure_of_a_coroutine_that_lost() -> None:
+    """The task ``race`` wrapped around a losing coroutine keeps running; when it fails
+    later its exception is consumed, so the loop never reports it as never retrieved."""
+    ctrl = AbortController()
+    gate = asyncio.Event()
+    reported: list[object] = []
+    loop = asyncio.get_running_loop()
+    loop.set_exception_handler(lambda _loop, context: reported.append(context))
+
+    async def fails_later() -> None:
+        await gate.wait()
+        raise ValueError("late failure")
+
+    racing = asyncio.ensure_future(ctrl.signal.race(fails_later()))
+    await asyncio.sleep(0)
+    ctrl.abort("stop")
+    with pytest.raises(AbortedError):
+        await asyncio.wait_for(racing, 1)
+    gate.set()
+    for _ in range(5):
+        await asyncio.sleep(0)
+    gc.collect()
+    await asyncio.sleep(0)
+    loop.set_exception_handler(None)
+    assert reported == []
 
 
 async def test_race_with_finished_future_returns_its_result() -> None:

@@ -79,9 +79,15 @@ class AbortSignal:
     async def race(self, awaitable: Awaitable[T]) -> T:
         """Await ``awaitable`` unless the signal aborts first, then raise ``AbortedError``.
 
-        The awaitable keeps running if it loses; the caller still owns it.
+        A coroutine passed to an already aborted signal is closed, never started. A loser
+        keeps running; a future the caller passed stays the caller's, and the outcome of
+        one this call wrapped (a coroutine) is consumed when it ends, so its failure is
+        not reported as never retrieved.
         """
-        self.throw_if_aborted()
+        if self._aborted:
+            if asyncio.iscoroutine(awaitable):
+                awaitable.close()
+            raise AbortedError(self._reason)
         fut = asyncio.ensure_future(awaitable)
         if fut.done():
             return fut.result()
@@ -100,6 +106,8 @@ class AbortSignal:
             fut.remove_done_callback(wake)
         if fut.done():
             return fut.result()
+        if fut is not awaitable:
+            fut.add_done_callback(_consume)
         raise AbortedError(self._reason)
 
     def _fire(self, reason: Any) -> None:
@@ -131,6 +139,11 @@ class AbortController:
         """Abort the signal with ``reason``; later calls change nothing."""
         if not self.signal._aborted:
             self.signal._fire(reason)
+
+
+def _consume(fut: asyncio.Future[Any]) -> None:
+    if not fut.cancelled():
+        fut.exception()
 
 
 def _noop() -> None:

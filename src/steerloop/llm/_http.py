@@ -56,10 +56,9 @@ async def open_response(call: Awaitable[T], signal: AbortSignal | None) -> T:
     except AbortedError:
         if not task.done():
             task.cancel()
-            with contextlib.suppress(BaseException):
-                await task
-        elif not task.cancelled() and task.exception() is None:
-            await _close(task.result())
+            await asyncio.wait([task])  # its outcome is ours to drop; our own cancel is not
+        if not task.cancelled() and task.exception() is None:
+            await _close(task.result())  # it answered anyway
         raise
     if signal.aborted:  # the headers and the abort landed in the same turn: the abort wins
         await _close(response)
