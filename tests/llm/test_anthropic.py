@@ -401,6 +401,29 @@ async def test_http_errors_before_the_stream(
     assert len(model.server.requests) == 1
 
 
+async def test_a_key_read_from_the_environment_is_redacted_from_failures(
+    rt: Runtime, server: SSEServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The key the SDK read from ``ANTHROPIC_API_KEY`` (none given to the adapter) never
+    appears in a failure the model's turn records, nor does anything shaped like a key."""
+    secret = "sk-ant-api03-envsecret1234567890"
+    monkeypatch.setenv("ANTHROPIC_API_KEY", secret)
+    adapter = AnthropicAdapter(base_url=server.url)
+    rt.llm.register_adapter(["anthropic"], adapter)
+    server.add(api_error(401, "authentication_error", f"invalid x-api-key: {secret}"))
+    agent = (
+        await rt.agents.create(
+            session_id="s-1", agent_options=AgentOptions(provider="anthropic", model=MODEL)
+        )
+    ).agent
+    await run(agent)
+    failure = turn_end(agent).error
+    assert failure.code == "AUTH"
+    assert "invalid x-api-key: ***" in failure.message
+    assert secret not in failure.message and "envsecret" not in failure.message
+    await adapter.aclose()
+
+
 async def test_connection_reset_mid_stream(model: Model) -> None:
     """The upstream resets the TCP connection after some text: the received chunks are kept
     in the attempt, which ends with a retryable CONNECTION error finish."""

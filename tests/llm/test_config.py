@@ -240,6 +240,31 @@ async def test_adapters_are_imported_lazily(rt: Runtime, monkeypatch: pytest.Mon
     assert rt.llm.adapter_for("anthropic") is not None
 
 
+async def test_an_anthropic_provider_takes_a_models_table(rt: Runtime) -> None:
+    """``[providers.NAME.models]`` works for an Anthropic provider as for an OpenAI one:
+    the configured model's limits and default ``max_tokens`` win over the built-in prefix
+    table, which still serves the other models."""
+    config = ProviderConfig.load(
+        {
+            "corp": {
+                "kind": "anthropic",
+                "base_url": "http://127.0.0.1:9",
+                "api_key_env": "CORP_KEY",
+                "models": {"claude-local": {"context_window": 50_000, "max_output_tokens": 900}},
+            }
+        },
+        environ={"CORP_KEY": "k"},
+    )
+    dispose = register_providers(rt, config)
+    adapter = rt.llm.adapter_for("corp")
+    assert adapter is not None
+    local = await adapter.resolve_model("corp", "claude-local")
+    assert (local.context_window, local.max_output_tokens) == (50_000, 900)
+    built_in = await adapter.resolve_model("corp", "claude-sonnet-4-5")
+    assert (built_in.context_window, built_in.defaults["max_tokens"]) == (200_000, 16_384)
+    dispose()
+
+
 async def test_custom_adapter_by_import_path(rt: Runtime) -> None:
     config = ProviderConfig.load(
         {"fake": {"kind": "tests.llm.test_config:FakeAdapter", "base_url": "mem://"}},

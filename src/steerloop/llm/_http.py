@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import email.utils
+import re
 import time
 from collections.abc import Awaitable, Mapping
 from typing import Any, TypeVar
@@ -13,9 +14,21 @@ from typing import Any, TypeVar
 from .._signal import AbortSignal
 from ..errors import AbortedError
 
-__all__ = ["ResponseGuard", "open_response", "retry_after_ms"]
+__all__ = ["NO_KEY", "ResponseGuard", "open_response", "redact", "retry_after_ms"]
 
 T = TypeVar("T")
+
+NO_KEY = "no-key"
+"""The placeholder key sent to servers that need none (never worth redacting)."""
+
+_SECRETS = re.compile(r"(?:sk|pk|rk)-[A-Za-z0-9_\-*]{6,}|(?<=Bearer )\S+", re.IGNORECASE)
+
+
+def redact(text: str, secret: str | None) -> str:
+    """``text`` without the adapter's own key nor anything shaped like an API key."""
+    if secret and secret != NO_KEY:
+        text = text.replace(secret, "***")
+    return _SECRETS.sub("***", text)
 
 
 def retry_after_ms(headers: Mapping[str, str] | None) -> int | None:

@@ -38,7 +38,7 @@ from ..messages import (
     ToolResultMessage,
     UserMessage,
 )
-from ._http import ResponseGuard, open_response, retry_after_ms
+from ._http import ResponseGuard, open_response, redact, retry_after_ms
 from ._types import GenerateRequest, LlmFailure, ModelInfo, TokenUsage, ToolSchema
 from .chunks import (
     BlockEnd,
@@ -114,6 +114,8 @@ class AnthropicAdapter:
             that ``budget_tokens``; a mapping translates ``reasoning_effort`` into a budget.
             With ``None``, a request's ``reasoning_effort`` is translated through
             ``DEFAULT_THINKING_BUDGETS``, and requests without one do not think.
+        models: ``ModelInfo`` by exact model name, over the built-in prefix table (its
+            ``defaults["max_tokens"]`` is the request's default ``max_tokens``).
     """
 
     def __init__(
@@ -124,8 +126,9 @@ class AnthropicAdapter:
         default_headers: Mapping[str, str] | None = None,
         timeout: float = 600.0,
         thinking_budget: int | Mapping[str, int] | None = None,
+        models: Mapping[str, ModelInfo] | None = None,
     ) -> None:
-        self._api_key = api_key
+        self._models = dict(models or {})
         self._thinking_budget = thinking_budget
         self._client = anthropic.AsyncAnthropic(
             base_url=base_url,
@@ -140,6 +143,12 @@ class AnthropicAdapter:
         await self._client.close()
 
     async def resolve_model(self, provider: str, model: str) -> ModelInfo:
+        return self._info(model)
+
+    def _info(self, model: str) -> ModelInfo:
+        configured = self._models.get(model)
+        if configured is not None:
+            return configured
         entry = _model(model)
         if entry is None:
             return ModelInfo(defaults={"max_tokens": _FALLBACK_MAX_TOKENS})
@@ -153,9 +162,8 @@ class AnthropicAdapter:
 
     def build_params(self, request: GenerateRequest) -> dict[str, Any]:
         """The Messages API body (without ``stream``) for ``request``."""
-        entry = _model(request.model)
-        explicit = request.max_tokens
-        max_tokens = explicit or (entry.default_max_tokens if entry else _FALLBACK_MAX_TOKENS)
+        info = self._info(request.model)
+        max_tokens = request.max_tokens or info.defaults.get("max_tokens") or _FALLBACK_MAX_TOKENS
         system, messages = to_anthropic_messages(request.messages)
         params: dict[str, Any] = {"model": request.model, "messages": messages}
         if system:
@@ -164,9 +172,9 @@ class AnthropicAdapter:
             params["tools"] = [_tool(t) for t in request.tools]
         budget = self._budget(request.reasoning_effort)
         if budget is not None:
-            if explicit is None:
+            if request.max_tokens is None:
                 # The budget counts against max_tokens; leave room for the answer too.
-                ceiling = entry.max_output_tokens if entry else None
+                ceiling = info.max_output_tokens
                 max_tokens = budget + max_tokens
                 if ceiling is not None:
                     max_tokens = min(max_tokens, ceiling)
@@ -249,10 +257,8 @@ class AnthropicAdapter:
 
     def _failure(self, exc: BaseException) -> LlmFailure:
         failure = failure_of(exc)
-        key = self._api_key
-        if key and key in failure.message:
-            failure = _with(failure, message=failure.message.replace(key, "***"))
-        return failure
+        message = redact(failure.message, self._client.api_key)  # the key the SDK resolved
+        return failure if message == failure.message else _with(failure, message=message)
 
 
 # --- request translation ---------------------------------------------------------------

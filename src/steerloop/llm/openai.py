@@ -32,7 +32,7 @@ from ..messages import (
     ToolResultMessage,
     UserMessage,
 )
-from ._http import ResponseGuard, open_response, retry_after_ms
+from ._http import NO_KEY, ResponseGuard, open_response, redact, retry_after_ms
 from ._types import GenerateRequest, LlmFailure, ModelInfo, TokenUsage
 from .chunks import (
     BlockEnd,
@@ -78,8 +78,6 @@ _CONTEXT_OVERFLOW = re.compile(
     r"|reduce the length",
     re.IGNORECASE,
 )
-_SECRETS = re.compile(r"(?:sk|pk|rk)-[A-Za-z0-9_\-*]{6,}|(?<=Bearer )\S+", re.IGNORECASE)
-_NO_KEY = "no-key"
 _FINISH_KINDS: Mapping[str, Literal["stop", "tool-calls", "max-tokens"]] = {
     "stop": "stop",
     "tool_calls": "tool-calls",
@@ -116,7 +114,7 @@ class OpenAIChatAdapter:
         reasoning_replay: ReasoningReplay = "tool-loop",
     ) -> None:
         if api_key is None and base_url is not None:
-            api_key = _NO_KEY
+            api_key = NO_KEY
         self._secret = api_key
         self._client = openai.AsyncOpenAI(
             base_url=base_url or "https://api.openai.com/v1",
@@ -459,12 +457,6 @@ def _message(message: Message, request: GenerateRequest, in_tool_loop: bool) -> 
 # --- failures ---------------------------------------------------------------------------
 
 
-def _redact(text: str, secret: str | None) -> str:
-    if secret and secret != _NO_KEY:
-        text = text.replace(secret, "***")
-    return _SECRETS.sub("***", text)
-
-
 def _error_body(body: Any) -> tuple[str | None, str | None, str | None]:
     """``(message, code, type)`` from an error body (``{"error": {...}}`` or the inner dict)."""
     if isinstance(body, Mapping) and isinstance(body.get("error"), Mapping):
@@ -510,7 +502,7 @@ def failure_from_exception(exc: BaseException, *, secret: str | None = None) -> 
         text = message or exc.message or f"HTTP {exc.status_code}"
         kind, retryable = _status_code(exc.status_code, text, code)
         return LlmFailure(
-            message=_redact(f"HTTP {exc.status_code}: {text}", secret),
+            message=redact(f"HTTP {exc.status_code}: {text}", secret),
             code=kind,
             status=exc.status_code,
             retryable=retryable,
@@ -523,7 +515,7 @@ def failure_from_exception(exc: BaseException, *, secret: str | None = None) -> 
         cause = exc.__cause__
         detail = f": {type(cause).__name__}" if cause is not None else ""
         return LlmFailure(
-            message=_redact(f"connection error{detail}", secret), code="CONNECTION", retryable=True
+            message=redact(f"connection error{detail}", secret), code="CONNECTION", retryable=True
         )
     if isinstance(exc, openai.APIError):
         # An error object sent inside the event stream.
@@ -533,18 +525,18 @@ def failure_from_exception(exc: BaseException, *, secret: str | None = None) -> 
         rate = "rate" in (err_type or "") or "rate" in (code or "")
         name = "CONTEXT_OVERFLOW" if overflow else "RATE_LIMITED" if rate else "SERVER"
         return LlmFailure(
-            message=_redact(f"stream error: {stream_text}", secret),
+            message=redact(f"stream error: {stream_text}", secret),
             code=name,
             retryable=not overflow,
         )
     if isinstance(exc, ValueError):
         return LlmFailure(
-            message=_redact(f"malformed response from the server: {exc}", secret),
+            message=redact(f"malformed response from the server: {exc}", secret),
             code="BAD_RESPONSE",
             retryable=False,
         )
     return LlmFailure(
-        message=_redact(f"{type(exc).__name__}: {exc}", secret), code="UNKNOWN", retryable=False
+        message=redact(f"{type(exc).__name__}: {exc}", secret), code="UNKNOWN", retryable=False
     )
 
 
