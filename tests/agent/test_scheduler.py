@@ -6,7 +6,7 @@ import asyncio
 from typing import Any
 
 import pytest
-from pydantic import BaseModel
+from pydantic import BaseModel, field_validator
 
 from steerloop import CancelCause, PostExecute, ToolDecision, ToolResult, user_message
 from steerloop.messages import AssistantMessage, ToolResultMessage
@@ -92,6 +92,35 @@ async def test_schema_violation_gives_invalid_args(h: Harness) -> None:
     assert tool_log(agent) == ["call(c1)", "result(c1,INVALID_ARGS)", "call(c2)", "result(c2)"]
     assert bench.trace == ["begin:c2", "end:c2"]
     assert bench.args["c2"] == Args(x=2)
+
+
+async def test_a_validator_that_raises_any_error_gives_invalid_args(h: Harness) -> None:
+    """C7.9-2: a validator of the tool's own that raises something other than a validation
+    error still answers INVALID_ARGS (not a failed step), and the turn goes on."""
+
+    class Args(BaseModel):
+        path: str
+
+        @field_validator("path")
+        @classmethod
+        def relative(cls, value: str) -> str:
+            if value.startswith("/"):
+                raise TypeError("absolute paths are not accepted")
+            return value
+
+    bench = Bench()
+    h.rt.tools.register(bench.tool("read", parameters=Args))
+    agent = await h.agent(
+        tool_calls_response([("c1", "read", {"path": "/etc"}), ("c2", "read", {"path": "a"})]),
+        text_response("done"),
+    )
+    agent.followup(user_message("u1"))
+    await settle(agent)
+    assert tool_log(agent) == ["call(c1)", "result(c1,INVALID_ARGS)", "call(c2)", "result(c2)"]
+    result = events_of(agent.session, "tool/result")[0].data
+    assert "absolute paths are not accepted" in label(result.message)
+    assert compact(agent.session)[-1] == "T-1:completed"
+    assert bench.trace == ["begin:c2", "end:c2"]
 
 
 async def test_unknown_tool_does_not_stop_the_other_calls(h: Harness) -> None:

@@ -134,6 +134,8 @@ class ToolScheduler:
         tool = self._tool(index)
         if self.parsed[index][1] is not None or tool is None:
             return False
+        if not callable(tool.concurrency_safe):  # a fixed answer needs no validated args
+            return bool(tool.concurrency_safe)
         try:
             return tool.is_concurrency_safe(self._validated(index, tool))
         except Exception:

@@ -157,6 +157,8 @@ class ToolPipeline:
             return error_result("INVALID_ARGS", f"invalid arguments: {exc}")
         except jsonschema.ValidationError as exc:
             return error_result("INVALID_ARGS", f"invalid arguments: {exc.message}")
+        except Exception as exc:  # a validator of the tool's own may raise anything
+            return error_result("INVALID_ARGS", f"invalid arguments: {_describe(exc)}")
         if exec.signal.aborted:
             return _aborted_before_dispatch()
         if not self._hooks.has("tools/pre-execute"):
