@@ -322,6 +322,42 @@ async def test_info_reads_count_last_time_and_header_without_the_log(backend: Ba
         await store.info("nope")
 
 
+async def test_a_log_that_grew_between_load_and_lease_is_a_conflict(backend: Backend) -> None:
+    """C7.2-6: resume loads, then takes the write lease; if another writer appended in
+    between, the seed is stale: ``SessionConflictError``, nothing of the new lifecycle is
+    stored, and ``restore_or_create`` raises it too instead of creating."""
+    h1 = await harness_on(backend.open())
+    await tool_run(h1)
+    await close(h1)
+    h1 = await harness_on(backend.open())  # now the log ends with session/end-seed, so a
+    await h1.rt.agents.resume(resume_session_id="s-1", agent_options=OPTIONS)  # resume
+    await close(h1)  # writes nothing at once and only the lease check can see the change
+    store = backend.open()
+    before = list(await store.load("s-1"))
+    assert before[-1].type == "session/end-seed"
+    load = store.load
+
+    async def load_then_someone_writes(session_id: str) -> tuple[SessionEvent, ...]:
+        events = await load(session_id)
+        other = backend.open()
+        writer = await other.open_writer(session_id)
+        writer.publish()
+        writer.write(turn(len(events) + 1, 99))
+        await writer.close()
+        return events
+
+    store.load = load_then_someone_writes  # type: ignore[method-assign]
+    h2 = await harness_on(store)
+    with pytest.raises(SessionConflictError, match="changed since it was loaded"):
+        await h2.rt.agents.resume(resume_session_id="s-1", agent_options=OPTIONS)
+    after = list(await load("s-1"))
+    assert after[: len(before)] == before and len(after) == len(before) + 1
+    with pytest.raises(SessionConflictError):
+        await h2.rt.agents.restore_or_create(session_id="s-1", agent_options=OPTIONS)
+    assert h2.rt.agents.get("s-1") is None
+    await close(h2)
+
+
 async def test_restore_or_create_creates_when_absent(backend: Backend) -> None:
     """C7.2-5: only not-found falls back to creating; the created session is stored."""
     h = await harness_on(backend.open())

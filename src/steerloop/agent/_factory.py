@@ -20,9 +20,10 @@ from typing import TYPE_CHECKING, Any, Literal
 from .._cancel import CancelCause
 from .._hooks import Disposer
 from .._signal import AbortController
-from ..errors import AbortedError, SessionPersistenceNotFoundError
+from ..errors import AbortedError, SessionConflictError, SessionPersistenceNotFoundError
 from ..messages import UserMessage
 from ..session._codec import checked_inbox
+from ..session._store import BufferedWriter
 from ..tools._define import Tool
 from ._agent import Agent
 from ._decisions import AgentPayload, SessionStartPayload
@@ -332,6 +333,12 @@ class AgentRegistry:
         # rollback path leaves the stored artifact as it was.
         sink = await rt.store.open_writer(session_id) if rt.store is not None else None
         try:
+            if isinstance(sink, BufferedWriter) and sink.stored_length != len(seed):
+                # Loaded before the lease was ours and someone wrote in between (C7.2-6).
+                raise SessionConflictError(
+                    f"session {session_id!r} changed since it was loaded ({len(seed)} events "
+                    f"then, {sink.stored_length} now); resume it again"
+                )
             session = rt.open_session(session_id, seed, sink, header)
             agent = Agent(rt, session, options, parent=parent, meta=meta, pending=pending)
         except BaseException:

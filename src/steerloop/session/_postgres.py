@@ -680,14 +680,6 @@ class _PostgresWriter(BufferedWriter):
             kind, message = self.error
             raise kind(message)
 
-    def _seq_error(self, seq: int) -> SessionPersistenceError:
-        if self._next == self._base_len + 1 and seq <= self._base_len:
-            return SessionConflictError(
-                f"session {self.session_id!r}: write of seq {seq}, expected "
-                f"{self._next}: the stored log changed since it was loaded"
-            )
-        return super()._seq_error(seq)
-
     def _store_line(self, seq: int, line: str) -> None:
         if self.error is None:  # refused for good; flush/close report it
             self._store._enqueue(self, seq, line)

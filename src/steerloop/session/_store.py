@@ -258,7 +258,17 @@ class BufferedWriter(EventSink, abc.ABC):
     def _refuse(self) -> None:
         """Raise to refuse every write (the store knows this session's writes fail)."""
 
+    @property
+    def stored_length(self) -> int:
+        """How many events the store held for this session when the writer was opened."""
+        return self._base_len
+
     def _seq_error(self, seq: int) -> SessionPersistenceError:
+        if self._next == self._base_len + 1 and seq <= self._base_len:
+            return SessionConflictError(
+                f"session {self.session_id!r}: write of seq {seq}, expected "
+                f"{self._next}: the stored log changed since it was loaded"
+            )
         return SessionStorageError(
             f"session {self.session_id!r}: write of seq {seq}, expected {self._next}"
         )
