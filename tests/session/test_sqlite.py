@@ -518,6 +518,49 @@ async def test_lease_is_held_across_store_objects_and_released_on_close(
     await second.close()
 
 
+async def test_a_writer_closed_while_its_store_closes_releases_its_lease(tmp_path: Path) -> None:
+    """G-2: a writer whose close races the store's close (the store already refuses work)
+    raises, and still gives its lease back: another store can take the session."""
+    path = tmp_path / "s.db"
+    store = SqliteStore(path)
+    writer = await store.open_writer("a")
+    writer.publish()
+    writer.write(turn(1))
+    closing = asyncio.ensure_future(store.close())
+    while not store._closed:  # the store refuses work from here on; its writers are not
+        await asyncio.sleep(0)  # abandoned before its writer thread stops, a turn later
+    with pytest.raises(SessionStorageError, match="closed"):
+        await writer.close()
+    await asyncio.wait_for(closing, SETTLE_TIMEOUT)
+    other = SqliteStore(path)
+    again = await other.open_writer("a")
+    await again.discard()
+    assert [e.seq for e in await other.load("a")] == [1]
+    await other.close()
+
+
+async def test_reads_commit_nothing(tmp_path: Path) -> None:
+    """A read waits for what was queued before it (read-your-writes) but is no write: it
+    takes no transaction and no fsync of its own; a flush still commits with a sync."""
+    store = SqliteStore(tmp_path / "s.db")
+    writer = await store.open_writer("a")
+    writer.publish()
+    writer.write(turn(1))
+    await writer.flush()
+    commits = store.commits
+    for _ in range(3):
+        assert await store.exists("a")
+        assert [e.seq for e in await store.load("a")] == [1]
+        assert (await store.info("a")).events == 1
+    assert await store.list() == ("a",)
+    assert store.commits == commits
+    writer.write(turn(2))
+    assert [e.seq for e in await store.load("a")] == [1, 2]  # queued before the read
+    assert store.commits == commits + 1
+    await writer.close()
+    await store.close()
+
+
 # --- the writer thread's inserts under GIL contention --------------------------------------
 
 

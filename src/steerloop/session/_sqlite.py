@@ -161,6 +161,7 @@ class _WriterThread:
         self.failed: dict[int, str] = {}  # writer key -> why its events are not stored
         self.commits = 0
         self._settled: list[tuple[Waiter, BaseException | None]] = []
+        self._stop_error: str | None = None  # why the final sync failed, for close()
         self._inserter = _Inserter()
         self._pragmas = dict(pragmas)
         self._busy_timeout = busy_timeout
@@ -211,6 +212,8 @@ class _WriterThread:
                 conn.close()
             except sqlite3.Error as exc:
                 close_error = translate(exc, f"closing {self.path}")
+            if close_error is None and self._stop_error is not None:
+                close_error = SessionStorageError(self._stop_error)
             for op in stopping:
                 self._resolve(op[2], close_error)
             self._post()
@@ -299,36 +302,44 @@ class _WriterThread:
                 durable = True
             else:
                 settle.append(op)
-                durable = True
+                # A barrier without a writer only orders a read after what was queued
+                # (read-your-writes); it needs no sync of its own.
+                durable = durable or kind != _BARRIER or op[1] is not None
         sync_error: str | None = None
-        if units:
-            self._commit(units, durable)
-        elif durable:
-            # Nothing new to write, but a barrier means "durable through a FULL sync": the
-            # earlier NORMAL commits reach the disk with the next FULL commit, so make one.
+        committed = self._commit(units, durable) if units else False
+        if durable and not committed:
+            # Nothing (more) was written, but a barrier means "durable through a FULL
+            # sync": the earlier NORMAL commits reach the disk with the next FULL commit.
             sync_error = self._full_sync()
         for op in settle:
             kind, key = op[0], op[1]
             error = self.failed.get(key) if key is not None else None
             error = error or sync_error
+            if kind == _STOP:  # settled once the connection is closed (_main)
+                self._stop_error = error
+                continue
             if kind == _CLOSE:
                 op[3].release()
                 self.failed.pop(key, None)
             self._resolve(op[2], None if error is None else SessionStorageError(error))
 
-    def _commit(self, units: dict[int, _Unit], durable: bool) -> None:
+    def _commit(self, units: dict[int, _Unit], durable: bool) -> bool:
+        """Commit the group; whether any transaction of it committed."""
         try:
             self._transaction(list(units.items()), durable)
-            return
+            return True
         except sqlite3.Error as exc:
             if len(units) == 1:
                 self._fail(units, exc)
-                return
+                return False
+        committed = False
         for key, unit in units.items():  # isolate the failure to the sessions it hits
             try:
                 self._transaction([(key, unit)], durable)
+                committed = True
             except sqlite3.Error as exc:
                 self._fail({key: unit}, exc)
+        return committed
 
     def _fail(self, units: dict[int, _Unit], exc: sqlite3.Error) -> None:
         for key, unit in units.items():
@@ -825,7 +836,11 @@ class _SqliteWriter(BufferedWriter):
         waiter = _waiter()
         # The writer thread releases the lease once everything before this is committed,
         # so a cancelled close can never let a new writer in ahead of queued events.
-        self._store._put((_CLOSE, self._key, waiter, self._lease))
+        try:
+            self._store._put((_CLOSE, self._key, waiter, self._lease))
+        except BaseException:  # the store closed first: nothing more will be committed
+            self._lease.release()
+            raise
         await waiter[1]
 
 
