@@ -266,6 +266,26 @@ async def test_corrupt_rows_name_the_seq(stores: StoreFactory) -> None:
 # --- leases and fencing (G-2) ----------------------------------------------------------------
 
 
+async def test_a_cancelled_close_still_stores_what_was_written(stores: StoreFactory) -> None:
+    """G-2: cancelling a writer's close does not give its lease back ahead of the events
+    it queued (their fence would then fail): they are committed, then the lease goes."""
+    store = stores()
+    writer = await store.open_writer("a")
+    writer.publish()
+    for seq in range(1, 6):
+        writer.write(turn(seq, seq))
+    closing = asyncio.ensure_future(writer.close())
+    await asyncio.sleep(0)
+    closing.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await closing
+    await store.close()
+    other = stores()
+    assert seqs(await other.load("a")) == [1, 2, 3, 4, 5]
+    again = await other.open_writer("a")  # and the lease was released after all
+    await again.discard()
+
+
 async def test_one_writer_per_session_across_hosts(stores: StoreFactory) -> None:
     """G-2: a second writer, in this store or another host's, gets SessionConflictError at
     open time, naming the holder; the holder keeps writing."""

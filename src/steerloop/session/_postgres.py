@@ -637,6 +637,11 @@ class PostgresStore(SessionStore):
             raise ExceptionGroup(f"closing {self.url} failed", errors)
 
 
+def _consume(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()
+
+
 def _header_json(session_id: str, header: Mapping[str, Any]) -> str:
     """The stored header as JSON text (EVENTS.md §2.7)."""
     return json.dumps(stored_header(session_id, header), separators=(",", ":"), default=str)
@@ -705,9 +710,16 @@ class _PostgresWriter(BufferedWriter):
         published = self._state == "published"
         self._state = "closed"
         self._pending = []  # closing an unpublished handle must not invent an artifact
+        # Shielded: a cancelled close must not give the lease back before the writer task
+        # committed this session's queued events (their fence would no longer match).
+        finishing = asyncio.ensure_future(self._finish(published))
+        finishing.add_done_callback(_consume)
+        await asyncio.shield(finishing)
+        self._raise_error()
+
+    async def _finish(self, published: bool) -> None:
         try:
             if published:
                 await self._store._barrier()
         finally:
             await self._store._release(self)
-        self._raise_error()
