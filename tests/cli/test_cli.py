@@ -92,6 +92,21 @@ async def test_demo_then_sessions_on_the_default_store(tmp_path: Path, workspace
     assert "error:" in out and "nope" in out
 
 
+async def test_a_store_url_under_the_home_directory(tmp_path: Path, workspace: Path) -> None:
+    """``--store sqlite:///~/...`` means the user's home, for the CLI (which creates the
+    directory) and for the store alike; the session lists from there."""
+    env = clean_env(tmp_path)
+    store = "sqlite:///~/steerloop-sessions/s.db"
+    code, out, err = await run_cli("demo", "--store", store, env=env, cwd=workspace)
+    assert code == 0, err
+    db = Path(env["HOME"]) / "steerloop-sessions" / "s.db"
+    assert db.is_file()
+    code, out, err = await run_cli("sessions", "ls", "--store", store, env=env, cwd=workspace)
+    assert code == 0, err
+    assert "demo-" in out
+    assert not (workspace / "~").exists()
+
+
 async def test_run_json_streams_the_events_of_a_tool_turn(
     tmp_path: Path, server: SSEServer, workspace: Path
 ) -> None:

@@ -16,6 +16,7 @@ from .._runtime import Runtime
 from ..errors import SessionPersistenceError, SteerloopError
 from ..messages import TextBlock
 from ..session._events import SessionEvent
+from ..session._sqlite import _sqlite_path
 from ._render import EventRenderer
 from ._settings import Settings, load_settings
 
@@ -49,8 +50,13 @@ def _settings(store: str | None) -> Settings:
 
 
 def _ensure_store_dir(url: str) -> None:
-    if url.startswith("sqlite:///"):
-        Path(url.removeprefix("sqlite:///")).expanduser().parent.mkdir(parents=True, exist_ok=True)
+    if not url.startswith("sqlite:"):
+        return
+    try:
+        path = _sqlite_path(url)
+    except ValueError:
+        return  # Runtime.open reports the bad URL
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
 
 
 def _fail(console: Console, message: str, code: int = 1) -> typer.Exit:

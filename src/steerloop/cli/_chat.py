@@ -313,7 +313,9 @@ class _Chat:
         table = Table("session", "events", "")
         for session_id in await store.list():
             current = session_id == self.agent.id
-            count = len(self.agent.session.events) if current else len(await store.load(session_id))
+            count = (
+                len(self.agent.session.events) if current else (await store.info(session_id)).events
+            )
             table.add_row(session_id, str(count), "← current" if current else "")
         self.screen.print(table)
 

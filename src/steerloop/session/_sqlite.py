@@ -507,7 +507,7 @@ def _sqlite_path(url: str) -> str:
     path = url[len("sqlite:///") :]
     if not path or "?" in path or path.endswith("/"):
         raise ValueError(f"SQLite store URL {url!r} does not name a database file")
-    return path
+    return os.path.expanduser(path)  # sqlite:///~/sessions.db is under the home directory
 
 
 def _create_private(path: str) -> None:
