@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from steerloop._hooks import HOOK_MODES, Disposer, HookBus, HookScope
+from steerloop._hooks import HOOK_MODES, Disposer, HookBus
 
 
 def _agent_payload(agent_id: str, **fields: Any) -> SimpleNamespace:
@@ -336,9 +336,7 @@ def test_hook_scope_filters_by_owner() -> None:
     listeners receive everything."""
     bus = HookBus()
     calls: list[tuple[str, str]] = []
-    disposers: list[Disposer] = []
-    scope = HookScope(bus, "a1", disposers)
-    scope.on("agent/status", lambda p: calls.append(("scoped", p.agent.id)))
+    bus.on("agent/status", lambda p: calls.append(("scoped", p.agent.id)), owner="a1")
     bus.on("agent/status", lambda p: calls.append(("global", p.agent.id)))
     bus.emit("agent/status", _agent_payload("a1"))
     bus.emit("agent/status", _agent_payload("a2"))
@@ -349,9 +347,8 @@ def test_hook_scope_owner_from_session_and_exec_payloads() -> None:
     """A scope matches ``session/event`` payloads by session id and ``tools/*`` by exec.agent."""
     bus = HookBus()
     calls: list[str] = []
-    scope = HookScope(bus, "a1", [])
-    scope.on("session/event", lambda p: calls.append(f"session:{p.session.id}"))
-    scope.on("tools/result", lambda p: calls.append(f"tool:{p.exec.agent.id}"))
+    bus.on("session/event", lambda p: calls.append(f"session:{p.session.id}"), owner="a1")
+    bus.on("tools/result", lambda p: calls.append(f"tool:{p.exec.agent.id}"), owner="a1")
     for sid in ("a1", "a2"):
         bus.emit("session/event", SimpleNamespace(session=SimpleNamespace(id=sid), event=None))
         bus.emit(
@@ -365,11 +362,10 @@ def test_hook_scope_disposers_unwind_together() -> None:
     """The scope records a disposer per registration; running them all unregisters them."""
     bus = HookBus()
     calls: list[str] = []
-    disposers: list[Disposer] = []
-    scope = HookScope(bus, "a1", disposers)
-    scope.on("agent/status", lambda p: calls.append("x"))
-    scope.on("agent/error", lambda p: calls.append("y"))
-    assert len(disposers) == 2
+    disposers: list[Disposer] = [
+        bus.on("agent/status", lambda p: calls.append("x"), owner="a1"),
+        bus.on("agent/error", lambda p: calls.append("y"), owner="a1"),
+    ]
     for dispose in disposers:
         dispose()
     bus.emit("agent/status", _agent_payload("a1"))
@@ -381,7 +377,7 @@ def test_hook_scope_disposers_unwind_together() -> None:
 async def test_scoped_waterfall_skips_other_agents_listeners() -> None:
     """A scoped waterfall listener is not part of another agent's chain."""
     bus = HookBus()
-    HookScope(bus, "a1", []).on("agent/request", lambda p, next_: "a1-only")
+    bus.on("agent/request", lambda p, next_: "a1-only", owner="a1")
 
     async def default() -> str:
         return "d"

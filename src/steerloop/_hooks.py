@@ -6,8 +6,8 @@
 * **waterfall** — the last-registered listener runs first and receives ``next``; the
   runtime's default ends the chain.
 
-Registrations return a ``Disposer``. A ``HookScope`` filters listeners to one agent's
-payloads and undoes all its registrations at once.
+Registrations return a ``Disposer``. A listener registered with ``owner`` only receives
+that agent's payloads (an agent's scope registers its listeners that way).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal, TypeVar
 
-__all__ = ["Disposer", "HookBus", "HookMode", "HookScope"]
+__all__ = ["Disposer", "HookBus", "HookMode"]
 
 T = TypeVar("T")
 HookMode = Literal["emit", "serial", "waterfall"]
@@ -192,18 +192,3 @@ class HookBus:
         """Wait for awaitables returned by emit listeners."""
         while self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
-
-
-class HookScope:
-    """Registrations on a bus that only see one owner's payloads and unwind together."""
-
-    def __init__(self, bus: HookBus, owner: str, disposers: list[Disposer]) -> None:
-        self._bus = bus
-        self._owner = owner
-        self._disposers = disposers
-
-    def on(self, name: str, listener: Callable[..., Any]) -> Disposer:
-        """Register a listener that only receives this agent's payloads."""
-        disposer = self._bus.on(name, listener, owner=self._owner)
-        self._disposers.append(disposer)
-        return disposer

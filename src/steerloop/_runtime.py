@@ -120,7 +120,6 @@ class Runtime:
         self.sessions = SessionRegistry(store, clock=clock)
         self._owns_store = False
         self.agents = AgentRegistry(self)
-        self._closed = False
         self._closing: asyncio.Future[None] | None = None
         self._restore_ids: Any = None
 
@@ -187,7 +186,6 @@ class Runtime:
         the same outcome (C7.2-27).
         """
         if self._closing is None:
-            self._closed = True
             self._closing = asyncio.ensure_future(self._close())
         await asyncio.shield(self._closing)
 

@@ -126,7 +126,7 @@ async def test_load_of_unparsable_text_is_corrupt() -> None:
     """Stored text that is not JSON is a corrupt log."""
     store = MemoryStore()
     store.put_raw("a", [json.dumps(turn(1, 1).to_json()), "{not json"])
-    with pytest.raises(SessionCorruptError, match="stored event #2 is not JSON"):
+    with pytest.raises(SessionCorruptError, match="session 'a': seq 2 is not JSON"):
         await store.load("a")
 
 

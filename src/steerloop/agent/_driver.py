@@ -9,7 +9,7 @@ closed by exactly one ``turn/end``; failures are contained here and reported thr
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 from .._cancel import CancelCause
 from .._signal import AbortController, AbortSignal
@@ -114,7 +114,6 @@ def _cause(signal: AbortSignal) -> CancelCause:
 async def _turn_body(agent: Agent, state: TurnState) -> TurnEndReason:
     rt = agent.runtime
     signal = state.signal
-    target: Literal["next-turn", "next-step"] = "next-turn"
     owes_request = False
     claimed = state.claimed
     first = True
@@ -122,7 +121,7 @@ async def _turn_body(agent: Agent, state: TurnState) -> TurnEndReason:
         # Checked before a later claim too, so an abort never takes kept input (C7.8-4).
         signal.throw_if_aborted()
         if not first:
-            claimed = agent.inbox.claim(target, state.turn)
+            claimed = agent.inbox.claim("next-step", state.turn)  # the turn's own came first
         first = False
         prompt = await rt.system_prompt.assemble(agent)
         signal.throw_if_aborted()
@@ -168,10 +167,8 @@ async def _turn_body(agent: Agent, state: TurnState) -> TurnEndReason:
             state.max_tokens = True
         if outcome is None:
             owes_request = True
-            target = "next-step"
             continue
         owes_request = False
-        target = "next-step"
         signal.throw_if_aborted()
         if agent.inbox.next_step:
             continue

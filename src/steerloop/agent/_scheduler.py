@@ -64,16 +64,13 @@ class _Slot:
 class ToolScheduler:
     """Runs the tool calls of one assistant message."""
 
-    def __init__(
-        self, agent: Agent, turn: int, step: int, signal: AbortSignal, message_seq: int
-    ) -> None:
+    def __init__(self, agent: Agent, turn: int, step: int, signal: AbortSignal) -> None:
         self.agent = agent
         self.rt = agent.runtime
         self.session = agent.session
         self.turn = turn
         self.step = step
         self.signal = signal
-        self.message_seq = message_seq
         self.concluded = False
 
     async def run(self, calls: tuple[ToolCallBlock, ...]) -> bool:

@@ -385,7 +385,7 @@ class StepRunner:
         if kind == "max-tokens":
             blocks = tuple(b for b in blocks if not isinstance(b, ToolCallBlock))
         message = self._assistant(blocks, assembler, prepared)
-        event = self._settle(
+        self._settle(
             live,
             "assistant/message",
             AssistantMessageEvent(
@@ -402,7 +402,7 @@ class StepRunner:
         calls = message.tool_calls
         if not calls:
             return "completed"
-        scheduler = ToolScheduler(self.agent, self.turn, self.step, self.signal, event.seq)
+        scheduler = ToolScheduler(self.agent, self.turn, self.step, self.signal)
         concluded = await scheduler.run(calls)
         return "completed" if concluded else None
 

@@ -205,12 +205,6 @@ class PostgresStore(SessionStore):
                     )
         return decode_rows(rows, f"session {session_id!r}")
 
-    async def check_absent(self, session_id: str) -> None:
-        if await self.exists(session_id):
-            raise SessionConflictError(
-                f"session {session_id!r} is already stored in {self.url}; resume it instead"
-            )
-
     async def exists(self, session_id: str) -> bool:
         pool = await self._acquire_pool()
         with self._errors(f"looking up session {session_id!r}"):

@@ -62,7 +62,6 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from ..errors import (
-    SessionConflictError,
     SessionCorruptError,
     SessionPersistenceError,
     SessionPersistenceNotFoundError,
@@ -608,12 +607,6 @@ class SqliteStore(SessionStore):
         if header is None:
             raise SessionPersistenceNotFoundError(f"no session {session_id!r} in {self.url}")
         return SessionInfo(session_id, count, last_time(last), _header_of(header))
-
-    async def check_absent(self, session_id: str) -> None:
-        if await self.exists(session_id):
-            raise SessionConflictError(
-                f"session {session_id!r} is already stored in {self.url}; resume it instead"
-            )
 
     async def list(self) -> tuple[str, ...]:
         await self._sync()

@@ -140,9 +140,12 @@ class SessionStore(abc.ABC):
             SessionStorageError: the backend failed.
         """
 
-    @abc.abstractmethod
     async def check_absent(self, session_id: str) -> None:
         """Raise ``SessionConflictError`` if ``session_id`` is already stored."""
+        if await self.exists(session_id):
+            raise SessionConflictError(
+                f"session {session_id!r} is already stored in {self.url}; resume it instead"
+            )
 
     @abc.abstractmethod
     async def open_writer(self, session_id: str) -> EventSink:
@@ -304,21 +307,7 @@ class MemoryStore(SessionStore):
         lines = self._logs.get(session_id)
         if lines is None:
             raise SessionPersistenceNotFoundError(f"no session {session_id!r} in {self.url}")
-        try:
-            with bulk_decoding():
-                raw = [loads(line) for line in lines]
-        except json.JSONDecodeError as exc:
-            index = _bad_line(lines)
-            raise SessionCorruptError(
-                f"session {session_id!r}: stored event #{index + 1} is not JSON: {exc}"
-            ) from None
-        return decode_log(raw)
-
-    async def check_absent(self, session_id: str) -> None:
-        if session_id in self._logs:
-            raise SessionConflictError(
-                f"session {session_id!r} is already stored in {self.url}; resume it instead"
-            )
+        return decode_rows(enumerate(lines, start=1), f"session {session_id!r}")
 
     async def open_writer(self, session_id: str) -> EventSink:
         if session_id in self._writers:
@@ -374,15 +363,6 @@ class MemoryStore(SessionStore):
     def _release(self, writer: _MemoryWriter) -> None:
         if self._writers.get(writer.session_id) is writer:
             del self._writers[writer.session_id]
-
-
-def _bad_line(lines: list[str]) -> int:
-    for index, line in enumerate(lines):
-        try:
-            json.loads(line)
-        except json.JSONDecodeError:
-            return index
-    return len(lines)
 
 
 class _MemoryWriter(BufferedWriter):
