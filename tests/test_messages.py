@@ -260,3 +260,24 @@ def test_counting_ids_are_reproducible_and_restorable() -> None:
         restore()
     assert new_id("msg") != "msg_4"
     assert new_id("msg").startswith("msg_")
+
+
+async def test_runtimes_closed_out_of_order_leave_the_latest_live_factory() -> None:
+    """Each ``Runtime.open(ids=...)`` installs its factory; closing one (in any order) never
+    leaves a closed runtime's factory in force nor removes a live one's."""
+    from steerloop import Runtime
+    from steerloop._ids import counting_ids, new_id
+
+    def prefixed(tag: str) -> Any:
+        counter = counting_ids()
+        return lambda prefix: f"{tag}-{counter(prefix)}"
+
+    r1 = await Runtime.open(ids=prefixed("r1"))
+    assert new_id("msg") == "r1-msg_1"
+    r2 = await Runtime.open(ids=prefixed("r2"))
+    assert new_id("msg") == "r2-msg_1"
+    await r1.close()
+    assert new_id("msg") == "r2-msg_2"  # r2 still live: its factory stays
+    await r2.close()
+    assert not new_id("msg").startswith(("r1-", "r2-"))  # nothing of a closed runtime
+    await r2.close()  # closing twice uninstalls nothing more

@@ -36,20 +36,31 @@ def counting_ids() -> IdFactory:
     return lambda prefix: f"{prefix}_{next(counter)}"
 
 
-_current: list[IdFactory] = [default_ids]
+_installed: list[IdFactory] = []  # the last installed is current; none: default_ids
 
 
 def new_id(prefix: str) -> str:
     """Make an id with the process-wide factory."""
-    return _current[0](prefix)
+    return (_installed[-1] if _installed else default_ids)(prefix)
 
 
 def set_id_factory(factory: IdFactory) -> Callable[[], None]:
-    """Install ``factory`` process-wide; returns a function restoring the previous one."""
-    previous = _current[0]
-    _current[0] = factory
+    """Install ``factory`` process-wide; returns a function that uninstalls it.
+
+    Installations stack: uninstalling one (in any order) leaves the latest of the others
+    current, so runtimes that close out of order never leave a closed one's factory behind.
+    """
+    _installed.append(factory)
+    done = False
 
     def restore() -> None:
-        _current[0] = previous
+        nonlocal done
+        if done:
+            return
+        done = True
+        for i in range(len(_installed) - 1, -1, -1):
+            if _installed[i] is factory:
+                del _installed[i]
+                return
 
     return restore
