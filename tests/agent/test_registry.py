@@ -285,10 +285,28 @@ async def test_without_initiator_block_in_tool_body(h: Harness) -> None:
     }
 
 
-async def test_without_initiator_restores_at_top_level(rt: Runtime) -> None:
-    """C7.1-5: leaving the block restores the previous value (None at top level)."""
-    with rt.agents.without_initiator():
-        assert rt.agents.current_initiator() is None
+async def test_without_initiator_restores_when_the_block_raises(h: Harness) -> None:
+    """C7.1-5: leaving the block by an exception restores the previous value too (the
+    agent, inside a tool body), and blocks nest."""
+    rt = h.rt
+    seen: list[Any] = []
+
+    async def body(args: Any, exec: ToolExec) -> str:
+        with pytest.raises(ValueError), rt.agents.without_initiator():
+            with rt.agents.without_initiator():
+                seen.append(rt.agents.current_initiator())
+            seen.append(rt.agents.current_initiator())
+            raise ValueError("leave early")
+        seen.append(rt.agents.current_initiator())
+        return "ok"
+
+    rt.tools.register(
+        define_tool(name="probe", description="", parameters=EMPTY_ARGS, execute=body)
+    )
+    agent = await h.agent(tool_call_response("c1", "probe", {}), text_response("done"))
+    agent.followup(user_message("u1"))
+    await settle(agent)
+    assert seen == [None, None, agent]
     assert rt.agents.current_initiator() is None
 
 
