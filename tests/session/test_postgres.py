@@ -286,6 +286,37 @@ async def test_a_cancelled_close_still_stores_what_was_written(stores: StoreFact
     await again.discard()
 
 
+async def test_an_unexpected_commit_error_fails_the_batch_not_the_store(
+    stores: StoreFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bug-shaped error inside a batch transaction fails that batch's writers with a
+    SessionStorageError naming it; the writer task lives on and other sessions commit."""
+    store = stores()
+    broken = await store.open_writer("a")
+    commit_in = store._commit_in
+    calls = [0]
+
+    async def fails_once(*args: Any) -> Any:
+        calls[0] += 1
+        if calls[0] == 1:
+            raise TypeError("a bug in the batch")
+        return await commit_in(*args)
+
+    monkeypatch.setattr(store, "_commit_in", fails_once)
+    broken.publish()
+    broken.write(turn(1, 1))
+    with pytest.raises(SessionStorageError, match="a bug in the batch"):
+        await broken.flush()
+    healthy = await store.open_writer("b")
+    healthy.publish()
+    healthy.write(turn(1, 1))
+    await healthy.flush()
+    await healthy.close()
+    assert seqs(await stores().load("b")) == [1]
+    with pytest.raises(SessionStorageError, match="a bug in the batch"):
+        await broken.close()
+
+
 async def test_one_writer_per_session_across_hosts(stores: StoreFactory) -> None:
     """G-2: a second writer, in this store or another host's, gets SessionConflictError at
     open time, naming the holder; the holder keeps writing."""

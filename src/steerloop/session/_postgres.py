@@ -528,6 +528,9 @@ class PostgresStore(SessionStore):
             for w in candidates:
                 if w not in lost:
                     w.fail(type(exc), str(exc))
+        except Exception as exc:  # a bug must fail this batch, not end the writer task
+            for w in candidates:
+                w.fail(SessionStorageError, f"committing to {self.url} failed: {exc!r}")
         for w in lost:
             w.lose()
 
@@ -583,7 +586,7 @@ class PostgresStore(SessionStore):
             pool = await self._acquire_pool()
             with self._errors("renewing leases"):
                 rows = await pool.fetch(self._tables.fence, *self._fence_args(held))
-        except SessionPersistenceError:
+        except Exception:
             return  # transient: a lease that really expires is caught by the next fence
         renewed = {row[0] for row in rows}
         for w in held:
