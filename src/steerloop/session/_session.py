@@ -10,6 +10,7 @@ from .._hooks import HookBus
 from .._ids import Clock, default_clock
 from .._records import fast_init
 from ..messages import Message, check_json
+from ._codec import KNOWN_TYPES
 from ._events import (
     SURFACE_TYPES,
     Replace,
@@ -309,22 +310,5 @@ def _needs_seed_marker(last: SessionEvent, inherited: bool) -> bool:
     return inherited and not (isinstance(last.data, SessionEndSeed) and last.data.inherited)
 
 
-_TYPED = frozenset(
-    {
-        "turn/start",
-        "turn/end",
-        "step/start",
-        "step/end",
-        "user/message",
-        "system/message",
-        "assistant/message",
-        "assistant/attempt",
-        "tool/call",
-        "tool/result",
-        "agent/inbox/spliced",
-        "request/header",
-        "request/context",
-        "session/end-seed",
-    }
-)
+_TYPED = KNOWN_TYPES  # the types with a typed payload record (one list: the codec's)
 _TYPED_LOG_ONLY = _TYPED - SURFACE_TYPES
