@@ -32,7 +32,7 @@ from ..errors import AbortedError
 from ..messages import MessageSource, ToolCallBlock, ToolResultMessage, UserMessage
 from ..session._events import ToolCallEvent, ToolErrorInfo, ToolResultEvent
 from ..tools._define import Tool, ToolExec, ToolResult
-from ..tools._runtime import UNVALIDATED, error_result, result_blocks
+from ..tools._runtime import UNVALIDATED, aborted_before_dispatch, result_blocks
 
 if TYPE_CHECKING:
     from ._agent import Agent
@@ -261,9 +261,7 @@ class ToolScheduler:
         self._append_result(
             call,
             seq,
-            error_result(
-                "ABORTED_BEFORE_DISPATCH", "the call was cancelled before it started", "AbortError"
-            ),
+            aborted_before_dispatch(),
         )
 
 

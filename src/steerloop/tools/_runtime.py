@@ -160,7 +160,7 @@ class ToolPipeline:
         except Exception as exc:  # a validator of the tool's own may raise anything
             return error_result("INVALID_ARGS", f"invalid arguments: {_describe(exc)}")
         if exec.signal.aborted:
-            return _aborted_before_dispatch()
+            return aborted_before_dispatch()
         if not self._hooks.has("tools/pre-execute"):
             return None  # no policy: nothing to ask, no payload to build
         try:
@@ -170,7 +170,7 @@ class ToolPipeline:
                 "TOOL_FAILED", f"pre-execute policy failed: {_describe(exc)}", type(exc).__name__
             )
         if exec.signal.aborted:
-            return _aborted_before_dispatch()
+            return aborted_before_dispatch()
         if isinstance(decision, ToolDecision) and decision.kind == "deny":
             return error_result("DENIED", decision.reason or "denied by policy")
         return None
@@ -184,7 +184,7 @@ class ToolPipeline:
         """
         parent = exec.signal
         if parent.aborted:
-            return _aborted_before_dispatch()
+            return aborted_before_dispatch()
         timer: asyncio.TimerHandle | None = None
         timed_out = False
         dispose_relay = None
@@ -268,7 +268,8 @@ class ToolPipeline:
         return result, contexts
 
 
-def _aborted_before_dispatch() -> ToolResult:
+def aborted_before_dispatch() -> ToolResult:
+    """The answer of a call cancelled before its body started."""
     return error_result(
         "ABORTED_BEFORE_DISPATCH", "the call was cancelled before it started", "AbortError"
     )

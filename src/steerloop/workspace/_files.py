@@ -19,7 +19,8 @@ from typing import TypeVar
 from pydantic import BaseModel, ConfigDict, Field
 
 from .._signal import AbortSignal
-from ..tools import Tool, ToolError, ToolExec, ToolResult, define_tool
+from ..tools import Tool, ToolExec, ToolResult, define_tool
+from ..tools._runtime import error_result
 from ._paths import (
     AMBIGUOUS_MATCH,
     BINARY_FILE,
@@ -95,7 +96,7 @@ class GrepArgs(_Args):
 
 
 def _failure(exc: WorkspaceError) -> ToolResult:
-    return ToolResult(content=str(exc), is_error=True, error=ToolError(exc.code))
+    return error_result(exc.code, str(exc))
 
 
 def _tool(
