@@ -317,6 +317,23 @@ async def test_an_unexpected_commit_error_fails_the_batch_not_the_store(
         await broken.close()
 
 
+async def test_a_publication_clash_gives_the_lease_back_at_close(stores: StoreFactory) -> None:
+    """G-2: a fresh session that someone else stored meanwhile clashes at publication
+    (SessionConflictError); the lease was still ours, so closing releases it at once
+    instead of leaving it to expire."""
+    first, second = stores(), stores()
+    writer = await first.open_writer("x")
+    await second.put_raw("x", [turn(1, 1).to_json()])  # stored behind the lease's back
+    writer.publish()
+    writer.write(turn(1, 1))
+    with pytest.raises(SessionConflictError, match="by someone else"):
+        await writer.flush()
+    with pytest.raises(SessionConflictError):
+        await writer.close()
+    again = await second.open_writer("x")  # no wait for lease_ttl
+    await again.discard()
+
+
 async def test_one_writer_per_session_across_hosts(stores: StoreFactory) -> None:
     """G-2: a second writer, in this store or another host's, gets SessionConflictError at
     open time, naming the holder; the holder keeps writing."""

@@ -596,7 +596,7 @@ class PostgresStore(SessionStore):
     async def _release(self, writer: _PostgresWriter) -> None:
         if self._writers.get(writer.session_id) is writer:
             del self._writers[writer.session_id]
-        if writer.error is not None and writer.error[0] is SessionConflictError:
+        if writer.lost:
             return  # not ours any more
         # Best effort: a lease that cannot be released expires after ``lease_ttl``.
         with contextlib.suppress(SessionPersistenceError):
@@ -665,12 +665,14 @@ class _PostgresWriter(BufferedWriter):
         # Sticky failure (type, message): raised by flush/close/publish once known; writes
         # made after it are dropped so the stored log never gets a gap.
         self.error: tuple[type[SessionPersistenceError], str] | None = None
+        self.lost = False  # the lease was taken over: releasing it is not ours to do
 
     def fail(self, kind: type[SessionPersistenceError], message: str) -> None:
         if self.error is None:
             self.error = (kind, message)
 
     def lose(self) -> None:
+        self.lost = True
         self.fail(
             SessionConflictError,
             f"session {self.session_id!r}: the write lease (token {self.token}) was taken over; "
