@@ -298,6 +298,27 @@ async def test_header_is_stored_and_comes_back_with_a_resume(backend: Backend) -
     assert await backend.open().load_header("s-1") == {**stored, "created_at": created}
 
 
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("origin", {"tool": {1, 2}}), ("delegation_depth", "2"), ("delegation_depth", -1), ("cwd", 7)],
+)
+async def test_a_header_field_of_the_wrong_kind_stores_nothing(
+    backend: Backend, key: str, value: Any
+) -> None:
+    """EVENTS.md §2.7: every store refuses a header field of the wrong kind alike, at
+    publication: the creation fails with ValueError and nothing is stored."""
+    h = await harness_on(backend.open())
+
+    def setup(scope: Any) -> None:
+        scope.agent.session.header[key] = value
+
+    with pytest.raises(ValueError, match=f"header {key}"):
+        await h.rt.agents.create(session_id="s-1", agent_options=OPTIONS, setup=setup)
+    assert not await backend.open().exists("s-1")
+    assert h.rt.agents.get("s-1") is None
+    await close(h)
+
+
 async def test_info_reads_count_last_time_and_header_without_the_log(backend: Backend) -> None:
     """A listing's summary: event count, time of the last event and the header, equal to
     what a full load gives; an empty stored log has no last time; an unknown id is not

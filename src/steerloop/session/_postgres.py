@@ -641,7 +641,7 @@ def _consume(task: asyncio.Future[Any]) -> None:
 
 def _header_json(session_id: str, header: Mapping[str, Any]) -> str:
     """The stored header as JSON text (EVENTS.md §2.7)."""
-    return json.dumps(stored_header(session_id, header), separators=(",", ":"), default=str)
+    return json.dumps(stored_header(session_id, header), separators=(",", ":"))
 
 
 class _PostgresWriter(BufferedWriter):

@@ -30,6 +30,7 @@ from ..errors import (
     SessionPersistenceNotFoundError,
     SessionStorageError,
 )
+from ..messages import check_json
 from ._codec import bulk_decoding, decode_log
 from ._events import SessionEvent
 from ._json import dumps_event, loads
@@ -111,7 +112,12 @@ def _parsed(rows: Iterable[Any]) -> Iterator[Any]:
 def stored_header(session_id: str, header: Mapping[str, Any]) -> dict[str, Any]:
     """The header a store keeps for a new session (EVENTS.md §2.7): ``version``, ``id``,
     ``created_at`` (now, unless the session set it) and ``is_seeded`` always; ``cwd``,
-    ``parent_session``, ``origin`` and ``delegation_depth`` when set."""
+    ``parent_session``, ``origin`` and ``delegation_depth`` when set.
+
+    Raises:
+        ValueError: an optional field of the wrong kind (every store refuses it alike, at
+            publication, so nothing is stored).
+    """
     created = header.get("created_at")
     stored: dict[str, Any] = {
         "version": LOG_VERSION,
@@ -120,8 +126,20 @@ def stored_header(session_id: str, header: Mapping[str, Any]) -> dict[str, Any]:
         "is_seeded": bool(header.get("is_seeded")),
     }
     for key in _OPTIONAL_HEADER:
-        if header.get(key) is not None:
-            stored[key] = header[key]
+        value = header.get(key)
+        if value is None:
+            continue
+        if key == "origin":
+            check_json(value, f"session {session_id!r}: header origin")
+        elif key == "delegation_depth":
+            if type(value) is not int or value < 0:
+                raise ValueError(
+                    f"session {session_id!r}: header delegation_depth must be an integer "
+                    f">= 0, not {value!r}"
+                )
+        elif not isinstance(value, str):
+            raise ValueError(f"session {session_id!r}: header {key} must be a string")
+        stored[key] = value
     return stored
 
 
@@ -385,8 +403,9 @@ class _MemoryWriter(BufferedWriter):
                 f"session {self.session_id!r} changed in {self._store.url} since it was opened"
             )
         if current is None:
+            header = stored_header(self.session_id, self._header)  # may refuse: store nothing
             current = self._store._logs[self.session_id] = []
-            self._store._headers[self.session_id] = stored_header(self.session_id, self._header)
+            self._store._headers[self.session_id] = header
         current.extend(line for _, line in pending)
         self._log = current
 
