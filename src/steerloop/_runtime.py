@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
 from ._hooks import HookBus
 from ._ids import Clock, IdFactory, default_clock, set_id_factory
+from .agent._config import start_configured_agents, validate_agent_entries
 from .agent._factory import AgentRegistry
 from .llm._runtime import LlmService
 from .prompt import SystemPromptService
@@ -132,6 +134,7 @@ class Runtime:
         persona: str = "",
         clock: Clock | None = None,
         ids: IdFactory | None = None,
+        agents: Sequence[Mapping[str, Any]] | None = None,
     ) -> Runtime:
         """Open a runtime.
 
@@ -143,11 +146,18 @@ class Runtime:
             persona: the first part of every system prompt.
             clock: epoch-ms clock for event times (inject for reproducible logs).
             ids: id factory ``prefix -> id`` installed process-wide (e.g. ``counting_ids()``).
+            agents: agents to start with the runtime, in order: mappings with exactly one of
+                ``session_id`` (create) or ``resume_session_id`` (resume), ``agent_options``
+                and optionally ``setup`` and ``meta``. All are validated before anything
+                is opened (C7.2-4); if one fails to start, the runtime closes again.
 
         Raises:
-            ValueError: an invalid option, or a store URL this build cannot open.
+            ValueError: an invalid option or agent entry, or a store URL this build cannot
+                open.
         """
         _check_parallel(max_parallel_tool_calls)
+        if agents is not None:
+            validate_agent_entries(agents)
         backend = open_store(store) if store is not None else None
         rt = cls(
             max_parallel_tool_calls=max_parallel_tool_calls,
@@ -158,6 +168,12 @@ class Runtime:
         rt._owns_store = isinstance(store, str)
         if ids is not None:
             rt._restore_ids = set_id_factory(ids)
+        if agents:
+            try:
+                await start_configured_agents(rt, agents)
+            except BaseException:
+                await rt.close()
+                raise
         return rt
 
     @property

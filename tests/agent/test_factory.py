@@ -399,6 +399,40 @@ async def test_configured_agents_roll_back_when_one_fails_to_start(h: Harness) -
     assert h.rt.sessions.list() == ()
 
 
+async def test_runtime_open_starts_its_configured_agents(tmp_path: Any) -> None:
+    """C7.2-4: ``Runtime.open(agents=...)`` validates every entry before opening anything
+    (a bad entry creates no database file and no session), then starts them in order; a
+    resume that cannot start closes the runtime again, disposing what it had started."""
+    path = tmp_path / "s.db"
+    bad = [
+        {"session_id": "a", "agent_options": OPTIONS},
+        {"session_id": "a", "agent_options": OPTIONS},
+    ]
+    with pytest.raises(ValueError, match="twice"):
+        await Runtime.open(store=f"sqlite:///{path}", agents=bad)
+    assert not path.exists()
+
+    good = [
+        {"session_id": "a", "agent_options": OPTIONS},
+        {"session_id": "b", "agent_options": OPTIONS},
+    ]
+    rt = await Runtime.open(store=f"sqlite:///{path}", agents=good)
+    assert [a.id for a in rt.agents.list()] == ["a", "b"]
+    await rt.close()
+
+    failing = [
+        {"session_id": "c", "agent_options": OPTIONS},
+        {"resume_session_id": "nope", "agent_options": OPTIONS},
+    ]
+    with pytest.raises(SessionPersistenceNotFoundError):
+        await Runtime.open(store=f"sqlite:///{path}", agents=failing)
+    check = await Runtime.open(store=f"sqlite:///{path}")
+    # c had started (and stored its creation) before the failing entry; it was disposed
+    assert await check.sessions.persistence.list() == ("a", "b", "c")
+    assert check.agents.list() == ()
+    await check.close()
+
+
 # --- C7.2-13 … C7.2-18: creation transaction -----------------------------------------------
 
 
