@@ -10,7 +10,11 @@ import pytest
 
 import steerloop
 
-API_MD = Path(__file__).resolve().parents[1].parent / "shared" / "API.md"
+# The public names are fixed by the team's ``shared/API.md``. The repository carries a
+# pinned copy, so the checks below run wherever the repository is cloned; beside the shared
+# spec (the team's layout: ``<work>/shared`` next to ``<work>/main``) the copy must match it.
+API_MD = Path(__file__).resolve().parent / "data" / "API.md"
+SHARED_API_MD = Path(__file__).resolve().parents[1].parent / "shared" / "API.md"
 
 EXPECTED_ALL = [
     "AbortController",
@@ -123,6 +127,17 @@ def test_subpackage_all_is_sorted_and_resolves(module: str) -> None:
     assert list(mod.__all__) == sorted(mod.__all__)
     for name in mod.__all__:
         assert hasattr(mod, name), f"{module}.{name}"
+
+
+def test_the_pinned_api_md_is_the_shared_one() -> None:
+    """The pinned copy is the team's current API.md whenever that file is beside the
+    checkout; either way the copy names the checked modules."""
+    pinned = API_MD.read_text(encoding="utf-8")
+    if SHARED_API_MD.is_file():
+        assert pinned == SHARED_API_MD.read_text(encoding="utf-8"), (
+            "tests/data/API.md is stale: copy ../shared/API.md over it"
+        )
+    assert set(CHECKED_MODULES) <= set(_api_md_imports())
 
 
 def test_api_md_code_block_imports_resolve() -> None:
