@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -24,6 +23,7 @@ from ..llm.chunks import BlockStart, StreamChunk, TextDelta
 from ..messages import user_message
 from ..testing import ScriptedAdapter, hang_after, text_response, tool_calls_response
 from ..tools._define import ToolExec, define_tool
+from ._naming import new_session_id
 from ._render import EventRenderer
 
 __all__ = ["run_demo"]
@@ -74,7 +74,7 @@ def _script(console: Console) -> list[Any]:
 
 async def run_demo(store: str, console: Console) -> str:
     """Run the scenario on ``store``; returns the demo's session id."""
-    session_id = f"demo-{time.strftime('%Y%m%d-%H%M%S')}"
+    session_id = new_session_id("demo")
     adapter = ScriptedAdapter(_script(console))
     options = AgentOptions(provider="scripted", model="demo")
     renderer = EventRenderer(console)

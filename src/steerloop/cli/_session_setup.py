@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
@@ -16,6 +15,7 @@ from ..llm.config import ProviderConfig, ProviderConfigError, register_providers
 from ..llm.retry import install_retry
 from ..tools._define import ToolExec
 from ..workspace import install_approval, workspace_tools
+from ._naming import new_session_id
 from ._settings import Settings
 
 __all__ = ["Live", "open_live"]
@@ -72,6 +72,6 @@ async def open_live(
         rt.tools.register(tool)
     install_approval(rt, approve, ask)  # type: ignore[arg-type]
     options = AgentOptions(provider=provider, model=name)
-    sid = session_id or f"chat-{time.strftime('%Y%m%d-%H%M%S')}"
+    sid = session_id or new_session_id("chat")
     handle = await rt.agents.restore_or_create(session_id=sid, agent_options=options, setup=setup)
     return Live(rt, handle, provider, name)
