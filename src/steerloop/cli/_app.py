@@ -18,25 +18,64 @@ from ..messages import TextBlock
 from ..session._events import SessionEvent
 from ..session._sqlite import _sqlite_path
 from ._render import EventRenderer
-from ._settings import Settings, load_settings
+from ._session_setup import LiveOptions
+from ._settings import Settings, load_settings, store_url
 
 __all__ = ["app", "main"]
 
+# Plain (click) help: typer's rich help labels every flag ``<bool>``.
 app = typer.Typer(
     name="steerloop",
     help="A durable, steerable agent loop: talk to an agent while it runs.",
     no_args_is_help=True,
     add_completion=False,
+    rich_markup_mode=None,
 )
-sessions_app = typer.Typer(help="Browse stored sessions.", no_args_is_help=True)
+sessions_app = typer.Typer(
+    help="Browse stored sessions.", no_args_is_help=True, rich_markup_mode=None
+)
 app.add_typer(sessions_app, name="sessions")
 
 StoreOption = Annotated[
-    str | None, typer.Option("--store", help="Store URL (default: the embedded SQLite store).")
+    str | None,
+    typer.Option(
+        "--store",
+        metavar="URL",
+        help="Store URL, or a file path for SQLite (default: the embedded SQLite store).",
+    ),
 ]
 
 
-def _settings(store: str | None) -> Settings:
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"steerloop {_package_version()}")
+        raise typer.Exit()
+
+
+def _package_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("steerloop")
+    except PackageNotFoundError:  # a source tree on PYTHONPATH, not installed
+        return "(not installed)"
+
+
+@app.callback()
+def _main(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
+) -> None:
+    """A durable, steerable agent loop: talk to an agent while it runs."""
+
+
+def _settings(store: str | None, *, create: bool = True) -> Settings:
+    """The settings with ``--store`` applied. ``create``: make the SQLite file's directory
+    (the commands that write); the ``sessions`` commands read, and refuse a missing file."""
     try:
         settings = load_settings()
     except ValueError as exc:
@@ -44,19 +83,31 @@ def _settings(store: str | None) -> Settings:
     if store is not None:
         from dataclasses import replace
 
-        settings = replace(settings, store=store)
-    _ensure_store_dir(settings.store)
+        settings = replace(settings, store=store_url(store))
+    path = _sqlite_file(settings.store)
+    if path is not None:
+        if create:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        elif not path.exists():
+            raise _Missing(path)
     return settings
 
 
-def _ensure_store_dir(url: str) -> None:
+class _Missing(Exception):
+    """The SQLite database a read-only command names does not exist."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(f"no session store at {path}")
+        self.path = path
+
+
+def _sqlite_file(url: str) -> Path | None:
     if not url.startswith("sqlite:"):
-        return
+        return None
     try:
-        path = _sqlite_path(url)
+        return Path(_sqlite_path(url))
     except ValueError:
-        return  # Runtime.open reports the bad URL
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
+        return None  # Runtime.open reports the bad URL
 
 
 def _fail(console: Console, message: str, code: int = 1) -> typer.Exit:
@@ -73,12 +124,17 @@ def demo(store: StoreOption = None) -> None:
     settings = _settings(store)
     try:
         session_id = asyncio.run(run_demo(settings.store, console))
-    except SteerloopError as exc:
+    except (ValueError, SteerloopError) as exc:
         raise _fail(console, str(exc)) from None
+    if settings.store.startswith("memory:"):
+        # Nothing outlives this process: a hint to list the store would find nothing.
+        console.print(f"\nsession [bold]{session_id}[/bold] lived in memory and is gone")
+        return
     console.print(f"\nsession [bold]{session_id}[/bold] is stored in {settings.store}")
+    hint = "" if store is None else f" --store {store}"
     console.print(
-        "try: [bold]steerloop sessions ls[/bold]  ·  "
-        f"[bold]steerloop sessions show {session_id}[/bold]"
+        f"try: [bold]steerloop sessions ls{hint}[/bold]  ·  "
+        f"[bold]steerloop sessions show {session_id}{hint}[/bold]"
     )
 
 
@@ -93,7 +149,11 @@ async def _with_store(url: str, job: Any) -> Any:
 def sessions_ls(store: StoreOption = None) -> None:
     """List stored sessions."""
     console = Console()
-    settings = _settings(store)
+    try:
+        settings = _settings(store, create=False)
+    except _Missing as exc:
+        console.print(f"no sessions stored yet ({exc}) — try [bold]steerloop demo[/bold]")
+        return
 
     async def job(backend: Any) -> list[tuple[str, str, str, str]]:
         rows = []
@@ -105,7 +165,7 @@ def sessions_ls(store: StoreOption = None) -> None:
 
     try:
         rows = asyncio.run(_with_store(settings.store, job))
-    except SessionPersistenceError as exc:
+    except (ValueError, SessionPersistenceError) as exc:
         raise _fail(console, str(exc)) from None
     table = Table("session", "events", "last activity", "parent")
     for row in rows:
@@ -119,14 +179,19 @@ def _when(ms: int) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(ms / 1000)) if ms else "-"
 
 
-def _load(settings: Settings, session_id: str, console: Console) -> tuple[SessionEvent, ...]:
+def _load(store: str | None, session_id: str, console: Console) -> tuple[SessionEvent, ...]:
+    try:
+        settings = _settings(store, create=False)
+    except _Missing as exc:
+        raise _fail(console, str(exc)) from None
+
     async def job(backend: Any) -> tuple[SessionEvent, ...]:
         events: tuple[SessionEvent, ...] = await backend.load(session_id)
         return events
 
     try:
         return asyncio.run(_with_store(settings.store, job))
-    except SessionPersistenceError as exc:
+    except (ValueError, SessionPersistenceError) as exc:
         raise _fail(console, str(exc)) from None
 
 
@@ -134,20 +199,22 @@ def _load(settings: Settings, session_id: str, console: Console) -> tuple[Sessio
 def sessions_show(session_id: str, store: StoreOption = None) -> None:
     """Show a session as the chat renders it."""
     console = Console()
-    EventRenderer(console).render_all(_load(_settings(store), session_id, console))
+    EventRenderer(console).render_all(_load(store, session_id, console))
 
 
 @sessions_app.command("export")
 def sessions_export(
     session_id: str,
-    format: Annotated[str, typer.Option("--format", help="jsonl or markdown")] = "jsonl",
+    format: Annotated[
+        str, typer.Option("--format", metavar="FORMAT", help="jsonl or markdown")
+    ] = "jsonl",
     store: StoreOption = None,
 ) -> None:
     """Export a session's log (jsonl: every event; markdown: the conversation)."""
     console = Console()
     if format not in ("jsonl", "markdown"):
         raise typer.BadParameter("--format must be jsonl or markdown")
-    events = _load(_settings(store), session_id, console)
+    events = _load(store, session_id, console)
     if format == "jsonl":
         for event in events:
             sys.stdout.write(json.dumps(event.to_json(), ensure_ascii=False) + "\n")
@@ -171,7 +238,9 @@ def _markdown(session_id: str, events: tuple[SessionEvent, ...]) -> str:
 @sessions_app.command("replay")
 def sessions_replay(
     session_id: str,
-    speed: Annotated[float, typer.Option(help="Playback speed factor.")] = 4.0,
+    speed: Annotated[
+        float, typer.Option("--speed", metavar="FACTOR", help="Playback speed factor.")
+    ] = 4.0,
     store: StoreOption = None,
 ) -> None:
     """Replay a session with its original timing (sped up)."""
@@ -180,7 +249,7 @@ def sessions_replay(
     console = Console()
     if speed <= 0:
         raise typer.BadParameter("--speed must be positive")
-    events = _load(_settings(store), session_id, console)
+    events = _load(store, session_id, console)
     renderer = EventRenderer(console)
     previous = events[0].time if events else 0
     for event in events:
@@ -192,14 +261,37 @@ def sessions_replay(
 _EXIT_CODES = {"completed": 0, "error": 1, "max-tokens": 3, "blocked": 4, "aborted": 130}
 
 ModelOption = Annotated[
-    str | None, typer.Option("--model", "-m", help="PROVIDER/MODEL, e.g. deepseek/deepseek-chat.")
+    str | None,
+    typer.Option(
+        "--model", "-m", metavar="P/M", help="PROVIDER/MODEL, e.g. deepseek/deepseek-chat."
+    ),
 ]
 SessionOption = Annotated[
-    str | None, typer.Option("--session", "-s", help="Session id to continue (or create).")
+    str | None,
+    typer.Option("--session", "-s", metavar="ID", help="Session id to continue (or create)."),
 ]
 ApproveOption = Annotated[
     str | None,
-    typer.Option("--approve", help="Tool approval: ask, auto or read-only (default from config)."),
+    typer.Option(
+        "--approve",
+        metavar="MODE",
+        help="Tool approval: ask, auto or read-only (default from config).",
+    ),
+]
+MaxTokensOption = Annotated[
+    int | None,
+    typer.Option(
+        "--max-tokens",
+        metavar="N",
+        help="Cap on output tokens per request (default: max_tokens of the config file).",
+    ),
+]
+NoToolsOption = Annotated[
+    bool, typer.Option("--no-tools", help="Register no workspace tools (a shorter prompt).")
+]
+NoRetryOption = Annotated[
+    bool,
+    typer.Option("--no-retry", help="Do not retry a failed model request (retry is on)."),
 ]
 
 
@@ -210,20 +302,44 @@ def _approve_mode(settings: Settings, approve: str | None) -> str:
     return mode
 
 
+def _live_options(
+    approve: str, max_tokens: int | None, no_tools: bool, no_retry: bool
+) -> LiveOptions:
+    if max_tokens is not None and not 0 < max_tokens < 2**53:
+        raise typer.BadParameter("--max-tokens must be a positive integer")
+    return LiveOptions(
+        approve=approve, max_tokens=max_tokens, tools=not no_tools, retry=not no_retry
+    )
+
+
 @app.command()
 def run(
-    prompt: Annotated[str | None, typer.Argument(help="The prompt (optional with --goal).")] = None,
+    prompt: Annotated[str | None, typer.Argument(metavar="PROMPT", help="The prompt (optional with --goal).")] = None,
     model: ModelOption = None,
     session: SessionOption = None,
     json_lines: Annotated[
-        bool, typer.Option("--json", help="Stream the session events as JSON lines.")
+        bool,
+        typer.Option(
+            "--json", help="Write the session events and live stream frames as JSON lines."
+        ),
+    ] = False,
+    full: Annotated[
+        bool,
+        typer.Option("--full", help="With --json: keep each message's raw stream records (large)."),
     ] = False,
     approve: ApproveOption = None,
     store: StoreOption = None,
     goal: Annotated[
         str | None,
-        typer.Option("--goal", help="Pursue this goal round by round (after the prompt, if any)."),
+        typer.Option(
+            "--goal",
+            metavar="TEXT",
+            help="Pursue this goal round by round (after the prompt, if any).",
+        ),
     ] = None,
+    max_tokens: MaxTokensOption = None,
+    no_tools: NoToolsOption = False,
+    no_retry: NoRetryOption = False,
 ) -> None:
     """Run one turn (or a goal); the exit status follows the turn's end reason.
 
@@ -239,6 +355,7 @@ def run(
     mode = _approve_mode(settings, approve)
     if mode == "ask" and not sys.stdin.isatty():
         mode = "read-only"
+    options = _live_options(mode, max_tokens, no_tools, no_retry)
     try:
         kind = asyncio.run(
             run_once(
@@ -246,10 +363,11 @@ def run(
                 prompt or "",
                 model=model,
                 session_id=session,
-                approve=mode,
+                options=options,
                 json_lines=json_lines,
                 console=console,
                 goal=goal,
+                full=full,
             )
         )
     except (ValueError, SteerloopError) as exc:
@@ -263,16 +381,19 @@ def chat(
     session: SessionOption = None,
     approve: ApproveOption = None,
     store: StoreOption = None,
+    max_tokens: MaxTokensOption = None,
+    no_tools: NoToolsOption = False,
+    no_retry: NoRetryOption = False,
 ) -> None:
     """Chat with an agent; type while it runs to steer it (Enter), /help for commands."""
     from ._chat import run_chat
 
     console = Console()
     settings = _settings(store)
-    mode = _approve_mode(settings, approve)
+    options = _live_options(_approve_mode(settings, approve), max_tokens, no_tools, no_retry)
     try:
         asyncio.run(
-            run_chat(settings, model=model, session_id=session, approve=mode, console=console)
+            run_chat(settings, model=model, session_id=session, options=options, console=console)
         )
     except (ValueError, SteerloopError) as exc:
         raise _fail(console, str(exc), 2) from None

@@ -36,7 +36,7 @@ from ..messages import user_message
 from ..tools._define import ToolExec
 from ._chat_view import ChatView, Fragments, Screen, help_table, tools_table
 from ._render import EventRenderer, format_args, summarise
-from ._session_setup import open_live, resolve_route
+from ._session_setup import LiveOptions, open_live, output_cap, resolve_route
 from ._settings import Settings
 
 __all__ = ["run_chat"]
@@ -54,7 +54,7 @@ async def run_chat(
     *,
     model: str | None,
     session_id: str | None,
-    approve: str,
+    options: LiveOptions,
     console: Console,
 ) -> None:
     """Run the interactive chat until the user quits.
@@ -62,7 +62,7 @@ async def run_chat(
     Raises:
         ProviderConfigError: no usable provider/model (a ``ValueError`` naming what to set).
     """
-    chat = _Chat(settings, console, approve)
+    chat = _Chat(settings, console, options)
     async with AsyncExitStack() as stack:
         await chat.open(stack, model=model, session_id=session_id)
         with patch_stdout(raw=True):
@@ -76,10 +76,11 @@ async def run_chat(
 class _Chat:
     """One chat: a runtime, the current agent, the prompt and its view."""
 
-    def __init__(self, settings: Settings, console: Console, approve: str) -> None:
+    def __init__(self, settings: Settings, console: Console, options: LiveOptions) -> None:
         self.settings = settings
         self.console = console
-        self.approve = approve
+        self.options = options
+        self.approve = options.approve
         self.screen = Screen(console)
         self.view = ChatView(self.screen, self._invalidate)
         self.prompt: PromptSession[str] = PromptSession(
@@ -120,12 +121,13 @@ class _Chat:
             self.settings,
             model=model,
             session_id=session_id,
-            approve=self.approve,
+            options=self.options,
             ask=self._ask,
             workspace=Path.cwd(),
             setup=self._setup,
         )
         self.rt, self.handle, self.route = live.rt, live.handle, (live.provider, live.model)
+        self.config = live.config
         self.rt.hooks.on("agent/request", self._on_request)
         self.goals = install_goals(self.rt)
         events = self.agent.session.events
@@ -151,12 +153,17 @@ class _Chat:
         if payload.event.type == "turn/end":
             self._deny_asks()
 
+    def _cap(self) -> int | None:
+        provider, model = self.route
+        return output_cap(self.settings, self.config, provider, model, self.options.max_tokens)
+
     async def _on_request(self, payload: Any, next_: Callable[[], Awaitable[CallConfig]]) -> Any:
         config = await next_()
         provider, model = self.route
         if config.provider == provider and config.model == model:
             return config
-        return config.replace(provider=provider, model=model)
+        # /model switched the route: the output cap follows the new model's.
+        return config.replace(provider=provider, model=model, max_tokens=self._cap())
 
     async def _switch(self, session_id: str, note: str) -> None:
         """Dispose the current agent and continue ``session_id`` (stored) instead."""
@@ -176,7 +183,7 @@ class _Chat:
         provider, model = self.route
         return await self.rt.agents.resume(
             resume_session_id=session_id,
-            agent_options=AgentOptions(provider=provider, model=model),
+            agent_options=AgentOptions(provider=provider, model=model, max_tokens=self._cap()),
             setup=self._setup,
         )
 

@@ -13,13 +13,45 @@ from typing import Any
 from rich.console import Console
 
 from .._cancel import CancelCause
+from ..llm.chunks import chunk_to_json
 from ..messages import user_message
 from ..tools._define import ToolExec
 from ._render import EventRenderer
-from ._session_setup import open_live
+from ._session_setup import LiveOptions, open_live
 from ._settings import Settings
 
-__all__ = ["run_once"]
+__all__ = ["event_line", "frame_line", "run_once"]
+
+_SETTLING = ("assistant/message", "assistant/attempt")
+
+
+def event_line(event: Any, *, full: bool) -> dict[str, Any]:
+    """A session event as a JSON line. Unless ``full``, a settling event's ``stream`` (every
+    raw chunk of the attempt, already sent live as frames) becomes its count."""
+    out: dict[str, Any] = event.to_json()
+    if not full and out.get("type") in _SETTLING:
+        data = dict(out["data"])
+        data["stream_records"] = len(data.pop("stream", ()))
+        out["data"] = data
+    return out
+
+
+def frame_line(frame: Any) -> dict[str, Any]:
+    """A live ``agent/assistant-stream`` frame as a JSON line (no ``seq``: not stored)."""
+    body: dict[str, Any] = {"kind": frame.kind, "attempt_id": frame.attempt_id}
+    body["revision"] = frame.revision
+    for name in ("turn", "step", "index", "time", "outcome"):
+        value = getattr(frame, name)
+        if value is not None:
+            body[name] = value
+    if frame.chunk is not None:
+        body["chunk"] = chunk_to_json(frame.chunk)
+    return {"type": "agent/assistant-stream", "frame": body}
+
+
+def _write(line: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(line, ensure_ascii=False) + "\n")
+    sys.stdout.flush()
 
 
 async def _ask_on_terminal(exec: ToolExec) -> bool:
@@ -34,23 +66,29 @@ async def run_once(
     *,
     model: str | None,
     session_id: str | None,
-    approve: str,
+    options: LiveOptions,
     json_lines: bool,
     console: Console,
     goal: str | None = None,
+    full: bool = False,
 ) -> str:
-    """Run ``prompt`` as one turn, then pursue ``goal`` if given; returns the outcome kind."""
+    """Run ``prompt`` as one turn, then pursue ``goal`` if given; returns the outcome kind.
+
+    With ``json_lines``, every session event and every live stream frame is written to
+    stdout as one JSON line the moment it happens.
+    """
     renderer = EventRenderer(console)
 
     def show(payload: Any) -> None:
         if json_lines:
-            sys.stdout.write(json.dumps(payload.event.to_json(), ensure_ascii=False) + "\n")
-            sys.stdout.flush()
+            _write(event_line(payload.event, full=full))
         else:
             renderer.render(payload.event)
 
     def setup(scope: Any) -> None:
         scope.hooks.on("session/event", show)
+        if json_lines:
+            scope.hooks.on("agent/assistant-stream", lambda p: _write(frame_line(p.frame)))
 
     async with AsyncExitStack() as stack:
         live = await open_live(
@@ -58,7 +96,7 @@ async def run_once(
             settings,
             model=model,
             session_id=session_id,
-            approve=approve,
+            options=options,
             ask=_ask_on_terminal,
             workspace=Path.cwd(),
             setup=setup,

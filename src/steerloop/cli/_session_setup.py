@@ -11,16 +11,26 @@ from typing import Any
 from .._runtime import Runtime
 from ..agent._factory import AgentHandle
 from ..agent._options import AgentOptions
-from ..llm.config import ProviderConfig, ProviderConfigError, register_providers
+from ..llm.config import ProviderConfig, register_providers
 from ..llm.retry import install_retry
 from ..tools._define import ToolExec
 from ..workspace import install_approval, workspace_tools
 from ._naming import new_session_id
 from ._settings import Settings
 
-__all__ = ["Live", "open_live"]
+__all__ = ["Live", "LiveOptions", "open_live", "output_cap"]
 
 Ask = Callable[[ToolExec], Awaitable[bool]]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LiveOptions:
+    """The command-line switches ``run`` and ``chat`` share."""
+
+    approve: str = "ask"
+    max_tokens: int | None = None  # --max-tokens; None: the config's
+    tools: bool = True  # False: --no-tools (no workspace tools)
+    retry: bool = True  # False: --no-retry (no retry policy)
 
 
 @dataclass(slots=True)
@@ -31,6 +41,7 @@ class Live:
     handle: AgentHandle
     provider: str
     model: str
+    config: ProviderConfig
 
     @property
     def agent(self) -> Any:
@@ -44,22 +55,41 @@ def resolve_route(settings: Settings, model: str | None) -> tuple[ProviderConfig
     return config, provider, name
 
 
+def output_cap(
+    settings: Settings, config: ProviderConfig, provider: str, model: str, flag: int | None
+) -> int | None:
+    """The ``max_tokens`` of each request to ``provider/model``.
+
+    ``--max-tokens`` (else ``max_tokens`` of the config file) caps the output; a model's
+    ``max_output_tokens`` (``[providers.P.models."M"]``) is the most it may produce, so the
+    smaller of the two is sent, and the model's own figure when no cap is given.
+    """
+    cap = flag if flag is not None else settings.max_tokens
+    spec = config.providers.get(provider)
+    info = spec.models.get(model) if spec is not None else None
+    ceiling = info.max_output_tokens if info is not None else None
+    if cap is None or ceiling is None:
+        return cap if ceiling is None else ceiling
+    return min(cap, ceiling)
+
+
 async def open_live(
     stack: AsyncExitStack,
     settings: Settings,
     *,
     model: str | None,
     session_id: str | None,
-    approve: str,
+    options: LiveOptions,
     ask: Ask | None,
     workspace: Path,
     setup: Callable[[Any], None] | None = None,
 ) -> Live:
-    """Open everything ``run``/``chat`` need; ``stack`` closes it in reverse order."""
-    try:
-        config, provider, name = resolve_route(settings, model)
-    except ProviderConfigError:
-        raise
+    """Open everything ``run``/``chat`` need; ``stack`` closes it in reverse order.
+
+    Raises:
+        ProviderConfigError: no usable provider/model (a ``ValueError`` naming what to set).
+    """
+    config, provider, name = resolve_route(settings, model)
     rt = await Runtime.open(
         store=settings.store,
         max_parallel_tool_calls=settings.max_parallel_tool_calls,
@@ -67,11 +97,20 @@ async def open_live(
     )
     stack.push_async_callback(rt.close)
     register_providers(rt, config)
-    install_retry(rt)
-    for tool in workspace_tools(workspace):
-        rt.tools.register(tool)
-    install_approval(rt, approve, ask)  # type: ignore[arg-type]
-    options = AgentOptions(provider=provider, model=name)
+    if options.retry:
+        # Each retry is its own request, settled in the log as an ``assistant/attempt``.
+        install_retry(rt)
+    if options.tools:
+        for tool in workspace_tools(workspace):
+            rt.tools.register(tool)
+    install_approval(rt, options.approve, ask)  # type: ignore[arg-type]
+    agent_options = AgentOptions(
+        provider=provider,
+        model=name,
+        max_tokens=output_cap(settings, config, provider, name, options.max_tokens),
+    )
     sid = session_id or new_session_id("chat")
-    handle = await rt.agents.restore_or_create(session_id=sid, agent_options=options, setup=setup)
-    return Live(rt, handle, provider, name)
+    handle = await rt.agents.restore_or_create(
+        session_id=sid, agent_options=agent_options, setup=setup
+    )
+    return Live(rt, handle, provider, name, config)

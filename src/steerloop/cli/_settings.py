@@ -1,14 +1,20 @@
-"""CLI settings: ``steerloop.toml`` in the project, else ``~/.config/steerloop/config.toml``."""
+"""CLI settings: ``steerloop.toml`` in the project, else ``~/.config/steerloop/config.toml``.
+
+Each top-level key has one reader in ``_READERS`` (raw TOML value → field value, raising
+``ValueError`` with what is wrong); a new setting is one entry there and one field.
+"""
 
 from __future__ import annotations
 
 import os
+import re
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Settings", "default_store_url", "load_settings"]
+__all__ = ["Settings", "default_store_url", "load_settings", "store_url"]
 
 
 def _data_home() -> Path:
@@ -26,6 +32,20 @@ def default_store_url() -> str:
     return f"sqlite:///{_data_home() / 'steerloop' / 'sessions.db'}"
 
 
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*:")
+
+
+def store_url(value: str, base: Path | None = None) -> str:
+    """A store URL; a bare file path (no ``scheme:``) means an SQLite database there
+    (a relative one is taken from ``base``, else from the working directory)."""
+    if _SCHEME.match(value):
+        return value
+    path = Path(value).expanduser()
+    if base is not None and not path.is_absolute():
+        path = base / path
+    return f"sqlite:///{path.resolve()}"
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Settings:
     """What the command line runs with; every field has a default."""
@@ -34,12 +54,54 @@ class Settings:
     model: str | None = None
     persona: str = "You are a helpful, concise assistant working in the user's project."
     max_parallel_tool_calls: int = 10
+    max_tokens: int | None = None  # cap on output tokens per request
     approve: str = "ask"
     providers: dict[str, Any] = field(default_factory=dict)
     source: Path | None = None
 
 
-_KEYS = {"store", "model", "persona", "max_parallel_tool_calls", "approve", "providers"}
+def _positive_int(name: str) -> Callable[[Any], int]:
+    def read(value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 2**53:
+            raise ValueError(f"{name} must be a positive integer")
+        return value
+
+    return read
+
+
+def _string(name: str) -> Callable[[Any], str]:
+    def read(value: Any) -> str:
+        if not isinstance(value, str) or not value:
+            raise ValueError(f"{name} must be a non-empty string")
+        return value
+
+    return read
+
+
+def _approve(value: Any) -> str:
+    if value not in ("ask", "auto", "read-only"):
+        raise ValueError("approve must be ask, auto or read-only")
+    return str(value)
+
+
+def _table(name: str) -> Callable[[Any], dict[str, Any]]:
+    def read(value: Any) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            raise ValueError(f"{name} must be a table")
+        return dict(value)
+
+    return read
+
+
+_READERS: dict[str, Callable[[Any], Any]] = {
+    "store": _string("store"),
+    "model": _string("model"),
+    "persona": _string("persona"),
+    "max_parallel_tool_calls": _positive_int("max_parallel_tool_calls"),
+    "max_tokens": _positive_int("max_tokens"),
+    "approve": _approve,
+    "providers": _table("providers"),
+}
 
 
 def load_settings(cwd: Path | None = None) -> Settings:
@@ -51,22 +113,16 @@ def load_settings(cwd: Path | None = None) -> Settings:
                 data = tomllib.loads(path.read_text(encoding="utf-8"))
             except tomllib.TOMLDecodeError as exc:
                 raise ValueError(f"{path}: {exc}") from None
-            unknown = set(data) - _KEYS
+            unknown = set(data) - set(_READERS)
             if unknown:
                 raise ValueError(f"{path}: unknown setting(s) {', '.join(sorted(unknown))}")
-            parallel = data.get("max_parallel_tool_calls", 10)
-            if isinstance(parallel, bool) or not isinstance(parallel, int) or parallel < 1:
-                raise ValueError(f"{path}: max_parallel_tool_calls must be a positive integer")
-            if data.get("approve", "ask") not in ("ask", "auto", "read-only"):
-                raise ValueError(f"{path}: approve must be ask, auto or read-only")
-            store = data.get("store", default_store_url())
-            return Settings(
-                store=str(store),
-                model=data.get("model"),
-                persona=str(data.get("persona", Settings().persona)),
-                max_parallel_tool_calls=parallel,
-                approve=data.get("approve", "ask"),
-                providers=dict(data.get("providers", {})),
-                source=path,
-            )
+            values: dict[str, Any] = {}
+            for key, raw in data.items():
+                try:
+                    values[key] = _READERS[key](raw)
+                except ValueError as exc:
+                    raise ValueError(f"{path}: {exc}") from None
+            if "store" in values:  # a relative path is relative to the file that names it
+                values["store"] = store_url(values["store"], path.parent)
+            return Settings(**values, source=path)
     return Settings()
