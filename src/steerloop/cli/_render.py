@@ -42,7 +42,8 @@ class EventRenderer:
         self.console = console
         self.markdown = markdown
         self._names: dict[str, str] = {}
-        self._usage = [0, 0]
+        # This turn's tokens: input (uncached), cached input, output, reasoning output.
+        self._usage = [0, 0, 0, 0]
 
     def render_all(self, events: Iterable[SessionEvent]) -> None:
         for event in events:
@@ -59,8 +60,7 @@ class EventRenderer:
             out.print(Text.assemble((f"{label.get(source, source)} ❯ ", "bold cyan"), text))
         elif kind == "assistant/message":
             if d.usage is not None:
-                self._usage[0] += d.usage.input_tokens
-                self._usage[1] += d.usage.output_tokens
+                self._count(d.usage)
             for block in d.message.content:
                 if isinstance(block, ReasoningBlock) and block.text:
                     out.print(Text(summarise(block.text, 200), style="dim italic"))
@@ -112,9 +112,27 @@ class EventRenderer:
                 detail += f" ({reason.reason.kind})"
             if reason.kind == "error" and reason.error is not None:
                 detail += f": {summarise(reason.error.message, 80)}"
-            usage = (
-                f" · tokens in {self._usage[0]} / out {self._usage[1]}" if any(self._usage) else ""
-            )
+            usage = self._footer()
             style = {"completed": "green", "aborted": "yellow", "error": "red"}.get(reason.kind, "")
             out.print(Text(f"── turn {d.turn} {detail}{usage}", style=f"dim {style}".strip()))
-            self._usage = [0, 0]
+            self._usage = [0, 0, 0, 0]
+
+    def _count(self, usage: Any) -> None:
+        # TokenUsage counts are disjoint: cached input is not in input_tokens, reasoning
+        # is not in output_tokens; the footer shows the totals and names the parts.
+        self._usage[0] += usage.input_tokens + (usage.cache_write_tokens or 0)
+        self._usage[1] += usage.cache_read_tokens or 0
+        self._usage[2] += usage.output_tokens
+        self._usage[3] += usage.reasoning_tokens or 0
+
+    def _footer(self) -> str:
+        if not any(self._usage):
+            return ""
+        fresh, cached, output, reasoning = self._usage
+        text = f" · tokens in {fresh + cached}"
+        if cached:
+            text += f" ({cached} cached)"
+        text += f" / out {output + reasoning}"
+        if reasoning:
+            text += f" ({reasoning} reasoning)"
+        return text
