@@ -314,7 +314,10 @@ def _live_options(
 
 @app.command()
 def run(
-    prompt: Annotated[str | None, typer.Argument(metavar="PROMPT", help="The prompt (optional with --goal).")] = None,
+    prompt: Annotated[
+        str | None,
+        typer.Argument(metavar="PROMPT", help="The prompt (optional with --goal)."),
+    ] = None,
     model: ModelOption = None,
     session: SessionOption = None,
     json_lines: Annotated[
