@@ -12,10 +12,22 @@ from typing import Any
 
 import pytest
 from rich.console import Console
+from typer.testing import CliRunner
 
+from steerloop.cli import app
 from steerloop.cli._demo import run_demo
-from tests.cli.helpers import clean_env, run_cli, text_reply
-from tests.llm.sse_server import SSEServer, json_reply
+from tests.cli.helpers import (
+    CLI,
+    DONE,
+    chunk,
+    clean_env,
+    run_cli,
+    text_events,
+    text_reply,
+    usage,
+    wait_for,
+)
+from tests.llm.sse_server import SSEServer, json_reply, sse_reply
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -143,3 +155,190 @@ async def test_retry_is_on_by_default_and_no_retry_turns_it_off(
     end = _events(out)[-1]
     assert end["type"] == "turn/end" and end["data"]["reason"]["kind"] == "error"
     assert len(server.requests) == 3
+
+
+async def test_run_json_is_live_and_leaves_stream_records_out_unless_full(
+    tmp_path: Path, server: SSEServer
+) -> None:
+    """``run --json`` writes each live frame as it arrives (before: nothing until the
+    message settled) and an ``assistant/message`` line without its raw stream records,
+    which ``--full`` keeps."""
+    env = clean_env(tmp_path, server)
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    release = asyncio.Event()
+    finish = [chunk({}, "stop"), usage(11, 7), DONE]
+    server.add(
+        sse_reply([*text_events("partial ", "answer"), *finish], gates={2: release}),
+        text_reply("full ", "answer"),
+    )
+    proc = await asyncio.create_subprocess_exec(
+        *CLI, "run", "hi", "--json", "--store", "memory://",
+        env=env, cwd=ws, stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    lines: list[dict[str, Any]] = []
+
+    async def read() -> None:
+        assert proc.stdout is not None
+        async for raw in proc.stdout:
+            lines.append(json.loads(raw))
+
+    reader = asyncio.create_task(read())
+    try:
+        # While the server holds the rest of the answer back, the first text is out already.
+        await wait_for(
+            lambda: any(line.get("frame", {}).get("chunk", {}).get("text") for line in lines),
+            "a live text frame",
+            timeout=120,
+        )
+        assert not release.is_set()
+        assert "assistant/message" not in [line["type"] for line in lines]
+        (text,) = [
+            line["frame"]["chunk"]["text"]
+            for line in lines
+            if line["type"] == "agent/assistant-stream" and "chunk" in line["frame"]
+            if line["frame"]["chunk"]["kind"] == "text-delta"
+        ]
+        assert text == "partial "
+        release.set()
+        await asyncio.wait_for(reader, 120)
+        assert await asyncio.wait_for(proc.wait(), 120) == 0
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    frames = [line["frame"] for line in lines if line["type"] == "agent/assistant-stream"]
+    assert frames[0]["kind"] == "start" and frames[-1]["kind"] == "end"
+    (message,) = [line for line in lines if line["type"] == "assistant/message"]
+    assert "stream" not in message["data"]
+    assert message["data"]["stream_records"] == sum(f["kind"] == "chunk" for f in frames)
+    assert frames[-1]["outcome"] == {
+        "kind": "committed", "event_type": "assistant/message", "seq": message["seq"]
+    }  # fmt: skip
+
+    code, out, err = await run_cli(
+        "run", "again", "--json", "--full", "--store", "memory://", env=env, cwd=ws, timeout=120
+    )
+    assert code == 0, err
+    (message,) = [e for e in _events(out) if e["type"] == "assistant/message"]
+    kinds = [record["chunk"]["kind"] for record in message["data"]["stream"]]
+    assert "text-delta" in kinds and "stream_records" not in message["data"]
+
+
+async def test_a_bare_store_path_is_sqlite_and_reading_commands_never_create_it(
+    tmp_path: Path,
+) -> None:
+    """``--store x.db`` (no scheme) is an SQLite file (before: a traceback from ``demo`` and
+    ``sessions``); ``sessions ls/show`` on a missing file say so and create nothing (before:
+    ``ls`` created the database)."""
+    env = clean_env(tmp_path)
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    missing = tmp_path / "nowhere" / "none.db"
+    code, out, err = await run_cli("sessions", "ls", "--store", str(missing), env=env, cwd=ws)
+    assert code == 0, err
+    assert f"no session store at {missing}" in " ".join(out.split())
+    code, out, err = await run_cli(
+        "sessions", "show", "x", "--store", str(missing), env=env, cwd=ws
+    )
+    assert code == 1 and "error: no session store at" in out
+    assert not missing.parent.exists()
+    code, out, err = await run_cli(
+        "sessions", "ls", "--store", f"sqlite:///{missing}", env=env, cwd=ws
+    )
+    assert code == 0 and not missing.parent.exists()
+
+    code, out, err = await run_cli("demo", "--store", "rel.db", env=env, cwd=ws, timeout=120)
+    assert code == 0, err
+    assert (ws / "rel.db").is_file()
+    assert "steerloop sessions ls --store rel.db" in " ".join(out.split())
+    code, out, err = await run_cli("sessions", "ls", "--store", "rel.db", env=env, cwd=ws)
+    assert code == 0, err
+    assert "demo-" in out
+
+    code, out, err = await run_cli("sessions", "ls", "--store", "nosuch://x", env=env, cwd=ws)
+    assert code == 1 and "error: cannot open store 'nosuch://x'" in " ".join(out.split())
+    assert "Traceback" not in out + err
+
+
+async def test_demo_on_memory_does_not_suggest_listing_sessions(tmp_path: Path) -> None:
+    """A ``memory://`` demo leaves nothing to list: no ``sessions ls`` hint (before: one)."""
+    env = clean_env(tmp_path)
+    code, out, err = await run_cli(
+        "demo", "--store", "memory://", env=env, cwd=tmp_path, timeout=120
+    )
+    assert code == 0, err
+    assert "lived in memory and is gone" in out
+    assert "sessions ls" not in out and "sessions show" not in out
+
+
+def test_version_and_help_without_type_placeholders() -> None:
+    """``steerloop --version`` prints the version; no help shows ``<bool>`` (before: no
+    ``--version``, and every flag was labelled ``<bool>``)."""
+    result = CliRunner().invoke(app, ["--version"])
+    assert result.exit_code == 0
+    assert result.output.startswith("steerloop ")
+    commands = [[], ["demo"], ["run"], ["chat"], ["sessions"]]
+    commands += [["sessions", name] for name in ("ls", "show", "export", "replay")]
+    for command in commands:
+        result = CliRunner().invoke(app, [*command, "--help"])
+        assert result.exit_code == 0, result.output
+        assert "<bool>" not in result.output, command
+    help_run = CliRunner().invoke(app, ["run", "--help"]).output
+    for option in ("--max-tokens N", "--no-tools", "--no-retry", "--full"):
+        assert option in help_run
+
+
+async def test_sessions_replay_renders_the_log_in_order(tmp_path: Path) -> None:
+    """``sessions replay`` prints what ``sessions show`` prints (sped up); an unknown session
+    or a non-positive speed is an error."""
+    env = clean_env(tmp_path)
+    store = f"sqlite:///{tmp_path / 's.db'}"
+    code, out, err = await run_cli("demo", "--store", store, env=env, cwd=tmp_path, timeout=120)
+    assert code == 0, err
+    (session_id,) = {w for w in out.split() if w.startswith("demo-")}
+    code, shown, err = await run_cli(
+        "sessions", "show", session_id, "--store", store, env=env, cwd=tmp_path
+    )
+    assert code == 0, err
+    code, replayed, err = await run_cli(
+        "sessions", "replay", session_id, "--speed", "1000", "--store", store,
+        env=env, cwd=tmp_path, timeout=120,
+    )  # fmt: skip
+    assert code == 0, err
+    assert replayed == shown
+    assert "you ❯ What's the weather in Paris, Oslo and Lima?" in replayed
+    assert "turn 3 completed" in replayed
+    code, out, _err = await run_cli(
+        "sessions", "replay", "nope", "--store", store, env=env, cwd=tmp_path
+    )
+    assert code == 1 and "nope" in out
+    code, _out, err = await run_cli(
+        "sessions", "replay", session_id, "--speed", "0", "--store", store, env=env, cwd=tmp_path
+    )
+    assert code == 2 and "--speed must be positive" in " ".join(err.split())
+
+
+def test_the_turn_footer_counts_cached_input_and_reasoning_output() -> None:
+    """The footer's totals include cached input and reasoning output, named apart (before:
+    both were left out, as ``TokenUsage`` counts them apart)."""
+    from steerloop.cli._render import EventRenderer
+    from steerloop.llm._types import TokenUsage
+    from steerloop.messages import AssistantMessage, TextBlock
+    from steerloop.session._events import (
+        AssistantMessageEvent,
+        SessionEvent,
+        TurnEnd,
+        TurnEndReason,
+    )
+
+    out = io.StringIO()
+    renderer = EventRenderer(Console(file=out, width=200), markdown=False)
+    usage = TokenUsage(input_tokens=10, output_tokens=4, cache_read_tokens=90, reasoning_tokens=6)
+    message = AssistantMessage(id="m1", content=(TextBlock(text="hi"),))
+    data = AssistantMessageEvent(turn=1, step=1, message=message, usage=usage, stream=())
+    renderer.render(SessionEvent(seq=3, time=0, type="assistant/message", data=data))
+    end = TurnEnd(turn=1, reason=TurnEndReason(kind="completed"))
+    renderer.render(SessionEvent(seq=4, time=0, type="turn/end", data=end))
+    assert "turn 1 completed · tokens in 100 (90 cached) / out 10 (6 reasoning)" in out.getvalue()
