@@ -295,3 +295,59 @@ async def test_goal_commands_run_rounds_until_the_model_completes(
     await tmux.send("C-d")
     await wait_for_async(tmux.pane_dead, "the chat to exit")
     assert not server.errors
+
+
+async def test_ctrl_c_keeps_a_queued_steer_and_says_so(
+    tmp_path: Path, server: SSEServer, tmux: Tmux, workspace: Path
+) -> None:
+    """A steer typed while the model streams, then Ctrl-C: the turn ends aborted, the chat
+    says it kept the steer, and nothing runs until asked — ``/send`` sends it now; after
+    another Ctrl-C, the next message carries the kept steer along (before: ``cancel()``
+    dropped it without a word). C7.8-4."""
+    store = f"sqlite:///{tmp_path / 's.db'}"
+    env = clean_env(tmp_path, server)
+    server.add(
+        sse_reply([*text_events("Thinking about it")], hang_after=2),
+        text_reply("Bananas considered."),
+        sse_reply([*text_events("Pondering")], hang_after=2),
+        text_reply("Both handled."),
+    )
+    await tmux.start([*CLI, "chat", "--session", "K1", "--store", store, "--approve", "auto"],
+                     env=env, cwd=workspace)  # fmt: skip
+    await tmux.wait_screen("session K1 (new)")
+
+    await tmux.type("first question")
+    await tmux.wait_screen("Thinking about it")
+    await tmux.type("also consider bananas")
+    await tmux.wait_screen("steering: also consider bananas")
+    await tmux.send("C-c")
+    await tmux.wait_screen(
+        "kept 1 queued message: they go with your next message, or /send sends them now",
+        "turn 1 aborted (user)",
+    )
+    assert len(server.requests) == 1  # parked: no turn starts on its own (C7.8-4)
+    await tmux.type("/send")
+    await tmux.wait_screen("sending 1 queued message", "Bananas considered.", "turn 2 completed")
+    assert "also consider bananas" in server.requests[1].json()["messages"][-1]["content"]
+
+    await tmux.type("second question")
+    await tmux.wait_screen("Pondering")
+    await tmux.type("and mention cherries")
+    await tmux.wait_screen("steering: and mention cherries")
+    await tmux.send("C-c")
+    await tmux.wait_screen("turn 3 aborted (user)")
+    await tmux.type("what about now?")
+    await tmux.wait_screen("Both handled.", "turn 4 completed")
+    last = request_text(server, 3)
+    assert "and mention cherries" in last and "what about now?" in last
+
+    await tmux.send("C-d")
+    await wait_for_async(tmux.pane_dead, "the chat to exit")
+    code, out, err = await run_cli(
+        "sessions", "export", "K1", "--store", store, env=env, cwd=workspace
+    )
+    assert code == 0, err
+    events = [json.loads(line) for line in out.splitlines()]
+    ends = [e["data"]["reason"]["kind"] for e in events if e["type"] == "turn/end"]
+    assert ends == ["aborted", "completed", "aborted", "completed"]
+    assert not server.errors

@@ -3,6 +3,10 @@
 The prompt stays live while a turn runs. Enter on an idle agent starts a turn (``followup``);
 Enter while it runs steers it (``steer``: the next step sees the message). Ctrl-C cancels the
 running turn; Ctrl-C when idle, twice within ``_QUIT_WINDOW`` seconds, or Ctrl-D quits.
+
+Ctrl-C keeps what is still queued (``cancel(keep_inbox=True)``): a steer typed a moment before
+is something the user asked for, and dropping it silently loses their words. The chat says how
+many messages it kept; they go with the next message, or ``/send`` sends them at once.
 """
 
 from __future__ import annotations
@@ -97,6 +101,7 @@ class _Chat:
         self.quitting = False
         self._commands: dict[str, Callable[[str], Awaitable[None]]] = {
             "/queue": self._queue,
+            "/send": self._send,
             "/inject": self._inject,
             "/sessions": self._sessions,
             "/resume": self._resume,
@@ -152,6 +157,9 @@ class _Chat:
         self.view.on_event(payload)
         if payload.event.type == "turn/end":
             self._deny_asks()
+            # "Ctrl-C again to quit" is about the turn being cancelled: once it has ended,
+            # a Ctrl-C in the next turn cancels that one instead of quitting.
+            self.last_interrupt = -_QUIT_WINDOW
 
     def _cap(self) -> int | None:
         provider, model = self.route
@@ -231,9 +239,20 @@ class _Chat:
             return True
         self.last_interrupt = now
         self._deny_asks()
-        self.agent.cancel(CancelCause.user())
-        self.screen.print(Text("cancelling… (Ctrl-C again to quit)", style="dim yellow"))
+        self.agent.cancel(CancelCause.user(), keep_inbox=True)
+        kept = self._pending()
+        note = "cancelling…"
+        if kept:
+            note += (
+                f" kept {kept} queued message{'s' if kept > 1 else ''}: "
+                "they go with your next message, or /send sends them now"
+            )
+        self.screen.print(Text(f"{note} (Ctrl-C again to quit)", style="dim yellow"))
         return False
+
+    def _pending(self) -> int:
+        inbox = self.agent.inbox
+        return len(inbox.next_turn) + len(inbox.next_step)
 
     async def _handle(self, line: str) -> None:
         if not line:
@@ -304,6 +323,19 @@ class _Chat:
         self.agent.followup(user_message(text))
         if running:
             self._note(f"queued for after this turn: {summarise(text, 100)}")
+
+    async def _send(self, _arg: str) -> None:
+        """Send the queued messages a cancel kept (parked until a waking send) now."""
+        if self.agent.status == "running" or not self._pending():
+            self._note("nothing is waiting to be sent")
+            return
+        inbox = self.agent.inbox
+        # Each queue in order, next-turn first (it was queued before the steers' step came).
+        parked = [*inbox.splice("next-turn", 0, len(inbox.next_turn))]
+        parked += inbox.splice("next-step", 0, len(inbox.next_step))
+        for message in parked:
+            self.agent.followup(message)
+        self._note(f"sending {len(parked)} queued message{'s' if len(parked) > 1 else ''}")
 
     async def _inject(self, text: str) -> None:
         if not text:

@@ -40,6 +40,7 @@ _DIM = "fg:ansibrightblack"
 _HELP = (
     ("Enter", "send; while the agent works, steer it (the next step sees the message)"),
     ("/queue TEXT", "send TEXT as a follow-up for after this turn"),
+    ("/send", "send the messages a Ctrl-C kept queued, now"),
     ("/inject TEXT", "add TEXT to the next step without waking the agent"),
     ("/sessions", "list stored sessions"),
     ("/resume ID", "switch to a stored session and show its history"),
@@ -50,7 +51,7 @@ _HELP = (
     ("/goal", "show the goal; /goal pause | resume | clear change it"),
     ("/help", "this help"),
     ("/quit", "leave (also Ctrl-D, or Ctrl-C when idle / twice)"),
-    ("Ctrl-C", "cancel the running turn; the history stays consistent"),
+    ("Ctrl-C", "cancel the running turn (queued messages are kept); the history stays consistent"),
 )
 
 
