@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -342,3 +343,49 @@ def test_the_turn_footer_counts_cached_input_and_reasoning_output() -> None:
     end = TurnEnd(turn=1, reason=TurnEndReason(kind="completed"))
     renderer.render(SessionEvent(seq=4, time=0, type="turn/end", data=end))
     assert "turn 1 completed · tokens in 100 (90 cached) / out 10 (6 reasoning)" in out.getvalue()
+
+
+_REPO = Path(__file__).resolve().parents[2]
+_SHARED_SPEC = _REPO.parent / "shared" / "spec" / "CONTRACTS.md"
+
+
+def test_the_pinned_contracts_md_is_the_shared_one() -> None:
+    """``tests/data/CONTRACTS.md`` is the team's spec whenever that is beside the checkout."""
+    pinned = (_REPO / "tests" / "data" / "CONTRACTS.md").read_text(encoding="utf-8")
+    if _SHARED_SPEC.is_file():
+        assert pinned == _SHARED_SPEC.read_text(encoding="utf-8"), (
+            "tests/data/CONTRACTS.md is stale: copy ../shared/spec/CONTRACTS.md over it"
+        )
+    assert "**C7.8-4**" in pinned
+
+
+async def test_contract_coverage_runs_in_a_clone(tmp_path: Path) -> None:
+    """In a clone without ``../shared`` the script reads the pinned spec (before: a
+    ``FileNotFoundError`` traceback); with no spec at all it says what to pass."""
+    clone = tmp_path / "clone"
+    (clone / "scripts").mkdir(parents=True)
+    (clone / "tests" / "data").mkdir(parents=True)
+    script = clone / "scripts" / "contract_coverage.py"
+    script.write_text((_REPO / "scripts" / "contract_coverage.py").read_text())
+    (clone / "tests" / "test_one.py").write_text('def test_x():\n    """C7.8-4"""\n')
+    (clone / "tests" / "data" / "CONTRACTS.md").write_text(
+        "**C7.8-4** keep.\n\n**C7.8-5** claimed.\n"
+    )
+
+    async def coverage() -> tuple[int, str]:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, str(script), cwd=clone,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        )  # fmt: skip
+        out, _ = await asyncio.wait_for(proc.communicate(), 60)
+        assert proc.returncode is not None
+        return proc.returncode, out.decode()
+
+    code, out = await coverage()
+    assert code == 0, out
+    assert f"spec: {clone / 'tests' / 'data' / 'CONTRACTS.md'}" in out
+    assert "1/2 contract ids are named by a test docstring" in out
+    assert "no test names: C7.8-5" in out
+    (clone / "tests" / "data" / "CONTRACTS.md").unlink()
+    code, out = await coverage()
+    assert code == 2 and "pass --spec PATH" in out and "Traceback" not in out
