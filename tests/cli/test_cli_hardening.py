@@ -143,18 +143,21 @@ async def test_retry_is_on_by_default_and_no_retry_turns_it_off(
     server.add(json_reply(503, overloaded), text_reply("second time lucky"))
     code, out, err = await run_cli("run", "hi", "--json", "--store", "memory://", env=env, cwd=ws)
     assert code == 0, err
-    types = [e["type"] for e in _events(out)]
+    events = _events(out)
+    types = [e["type"] for e in events]
     assert types.count("assistant/attempt") == 1
     assert types.index("assistant/attempt") < types.index("assistant/message")
+    (attempt,) = [e for e in events if e["type"] == "assistant/attempt"]
+    assert attempt["data"]["finish"]["reason"]["failure"]["code"] == "SERVER"
     assert len(server.requests) == 2
 
     server.add(json_reply(503, overloaded))
     code, out, err = await run_cli(
-        "run", "hi", "--json", "--no-retry", "--store", "memory://", env=env, cwd=ws
+        "run", "hi", "--no-retry", "--store", "memory://", env=env, cwd=ws
     )
     assert code == 1, err
-    end = _events(out)[-1]
-    assert end["type"] == "turn/end" and end["data"]["reason"]["kind"] == "error"
+    assert "⚠ request failed SERVER: HTTP 503: server busy" in out
+    assert "turn 1 error" in out
     assert len(server.requests) == 3
 
 

@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.markdown import Markdown
 from rich.text import Text
 
+from ..llm.chunks import Finish
 from ..messages import ReasoningBlock, TextBlock, ToolCallBlock
 from ..session._events import SessionEvent
 
@@ -33,6 +34,15 @@ def format_args(raw: str, limit: int = 60) -> str:
     else:
         text = json.dumps(value, ensure_ascii=False)
     return summarise(text, limit)
+
+
+def _failure_of(stream: Iterable[Any]) -> Any:
+    """The failure of an attempt's ``error`` finish record, if it has one."""
+    for record in stream:
+        chunk = record.chunk
+        if isinstance(chunk, Finish) and chunk.reason.kind == "error":
+            return chunk.reason.failure
+    return None
 
 
 class EventRenderer:
@@ -73,6 +83,16 @@ class EventRenderer:
                     self._names[block.id] = block.name
             if d.interrupted:
                 out.print(Text("  ⏹ interrupted", style="yellow"))
+        elif kind == "assistant/attempt":
+            failure = _failure_of(d.stream)
+            if failure is not None:  # a failed request (the retry policy may send another)
+                out.print(
+                    Text.assemble(
+                        ("  ⚠ request failed ", "yellow"),
+                        (failure.code, "yellow"),
+                        f": {summarise(failure.message, 80)}",
+                    )
+                )
         elif kind == "tool/call":
             self._names[d.call_id] = d.name
             out.print(

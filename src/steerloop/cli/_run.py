@@ -27,11 +27,16 @@ _SETTLING = ("assistant/message", "assistant/attempt")
 
 def event_line(event: Any, *, full: bool) -> dict[str, Any]:
     """A session event as a JSON line. Unless ``full``, a settling event's ``stream`` (every
-    raw chunk of the attempt, already sent live as frames) becomes its count."""
+    raw chunk of the attempt, already sent live as frames) becomes its count and its
+    ``finish`` record."""
     out: dict[str, Any] = event.to_json()
     if not full and out.get("type") in _SETTLING:
         data = dict(out["data"])
-        data["stream_records"] = len(data.pop("stream", ()))
+        stream = data.pop("stream", [])
+        data["stream_records"] = len(stream)
+        # The finish record says why the attempt ended (the failure of a retried request).
+        if stream and stream[-1].get("chunk", {}).get("kind") == "finish":
+            data["finish"] = stream[-1]["chunk"]
         out["data"] = data
     return out
 
