@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import re
 import sys
 import time
 from collections.abc import AsyncIterator
@@ -158,6 +159,7 @@ async def test_retry_is_on_by_default_and_no_retry_turns_it_off(
     assert code == 1, err
     assert "⚠ request failed SERVER: HTTP 503: server busy" in out
     assert "turn 1 error" in out
+    assert re.search(r"session run-\d{8}-\d{6}-[0-9a-f]{6} ", out), out  # generated id
     assert len(server.requests) == 3
 
 

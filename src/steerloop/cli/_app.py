@@ -303,12 +303,16 @@ def _approve_mode(settings: Settings, approve: str | None) -> str:
 
 
 def _live_options(
-    approve: str, max_tokens: int | None, no_tools: bool, no_retry: bool
+    command: str, approve: str, max_tokens: int | None, no_tools: bool, no_retry: bool
 ) -> LiveOptions:
     if max_tokens is not None and not 0 < max_tokens < 2**53:
         raise typer.BadParameter("--max-tokens must be a positive integer")
     return LiveOptions(
-        approve=approve, max_tokens=max_tokens, tools=not no_tools, retry=not no_retry
+        approve=approve,
+        max_tokens=max_tokens,
+        tools=not no_tools,
+        retry=not no_retry,
+        prefix=command,
     )
 
 
@@ -358,7 +362,7 @@ def run(
     mode = _approve_mode(settings, approve)
     if mode == "ask" and not sys.stdin.isatty():
         mode = "read-only"
-    options = _live_options(mode, max_tokens, no_tools, no_retry)
+    options = _live_options("run", mode, max_tokens, no_tools, no_retry)
     try:
         kind = asyncio.run(
             run_once(
@@ -393,7 +397,8 @@ def chat(
 
     console = Console()
     settings = _settings(store)
-    options = _live_options(_approve_mode(settings, approve), max_tokens, no_tools, no_retry)
+    mode = _approve_mode(settings, approve)
+    options = _live_options("chat", mode, max_tokens, no_tools, no_retry)
     try:
         asyncio.run(
             run_chat(settings, model=model, session_id=session, options=options, console=console)

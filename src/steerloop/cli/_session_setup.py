@@ -31,6 +31,7 @@ class LiveOptions:
     max_tokens: int | None = None  # --max-tokens; None: the config's
     tools: bool = True  # False: --no-tools (no workspace tools)
     retry: bool = True  # False: --no-retry (no retry policy)
+    prefix: str = "chat"  # of a generated session id
 
 
 @dataclass(slots=True)
@@ -109,7 +110,7 @@ async def open_live(
         model=name,
         max_tokens=output_cap(settings, config, provider, name, options.max_tokens),
     )
-    sid = session_id or new_session_id("chat")
+    sid = session_id or new_session_id(options.prefix)
     handle = await rt.agents.restore_or_create(
         session_id=sid, agent_options=agent_options, setup=setup
     )
