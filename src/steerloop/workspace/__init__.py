@@ -15,20 +15,29 @@ Refusals use the tool's own codes (``NOT_FOUND``, ``NOT_A_FILE``, ``NOT_A_DIRECT
 ``FILE_TOO_LARGE``, ``HARD_LINKED``). A regular file with more than one hard link is neither
 read nor written (its other names may lie outside the root). Regexes and globs are matched by
 RE2, in linear time, so no pattern can stall the process;
-a shell timeout is ``TOOL_FAILED`` named ``TimeoutError``.
+a shell timeout is ``TOOL_FAILED`` named ``TimeoutError``. Shell commands get a scrubbed
+environment, their output has the host's secret values redacted, and every process a
+command started (also one that left the group with ``setsid``) is ended with the call.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from ..tools import Tool
 from ._approval import WRITER_TOOLS, ApprovalMode, install_approval
 from ._files import file_tools
 from ._paths import Workspace
-from ._shell import shell_tool
+from ._shell import DEFAULT_ENV_ALLOW, shell_tool
 
-__all__ = ["WRITER_TOOLS", "ApprovalMode", "install_approval", "workspace_tools"]
+__all__ = [
+    "DEFAULT_ENV_ALLOW",
+    "WRITER_TOOLS",
+    "ApprovalMode",
+    "install_approval",
+    "workspace_tools",
+]
 
 
 def workspace_tools(
@@ -39,6 +48,8 @@ def workspace_tools(
     kill_grace: float = 2.0,
     max_file_bytes: int = 10 * 1024 * 1024,
     max_line_chars: int = 2_000,
+    shell_env: Mapping[str, str] | None = None,
+    shell_env_allow: Iterable[str] = (),
 ) -> list[Tool]:
     """The built-in tools over the directory ``root``.
 
@@ -54,6 +65,10 @@ def workspace_tools(
             refused with ``FILE_TOO_LARGE``; ``grep`` skips them and says how many).
         max_line_chars: the longest line ``read_file`` returns and ``grep`` searches; the
             rest of a longer line is read in bounded chunks and dropped, with a note.
+        shell_env: variables set for every shell command (on top of the allow-list).
+        shell_env_allow: names of host variables passed through to commands besides
+            ``DEFAULT_ENV_ALLOW`` and ``LC_*``; nothing else of the host's environment (API
+            keys, database passwords) reaches a command.
 
     Raises:
         ValueError: ``root`` is not an existing directory, or a limit is not positive.
@@ -77,5 +92,12 @@ def workspace_tools(
     ws = Workspace(root)
     return [
         *file_tools(ws, output_cap, max_file_bytes, max_line_chars),
-        shell_tool(ws, timeout=shell_timeout, output_cap=output_cap, kill_grace=kill_grace),
+        shell_tool(
+            ws,
+            timeout=shell_timeout,
+            output_cap=output_cap,
+            kill_grace=kill_grace,
+            env=shell_env,
+            env_allow=shell_env_allow,
+        ),
     ]
