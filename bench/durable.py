@@ -54,7 +54,7 @@ ARGUMENTS = '{"path": "src/steerloop/session/_sqlite.py", "pattern": "def ", "li
 
 
 async def open_session(store: Any, session_id: str) -> Session:
-    session = Session(session_id, sink=await store.open_writer(session_id))
+    session = Session._create(session_id, sink=await store.open_writer(session_id))
     session.publish()
     return session
 

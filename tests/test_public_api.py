@@ -61,6 +61,7 @@ EXPECTED_ALL = [
     "TurnEndReason",
     "UserMessage",
     "define_tool",
+    "tool",
     "user_message",
 ]
 

@@ -49,7 +49,16 @@ from .messages import (
     user_message,
 )
 from .session import Session, SessionEvent, TurnEndReason
-from .tools import PostExecute, Tool, ToolDecision, ToolError, ToolExec, ToolResult, define_tool
+from .tools import (
+    PostExecute,
+    Tool,
+    ToolDecision,
+    ToolError,
+    ToolExec,
+    ToolResult,
+    define_tool,
+    tool,
+)
 
 __all__ = [
     "AbortController",
@@ -96,5 +105,56 @@ __all__ = [
     "TurnEndReason",
     "UserMessage",
     "define_tool",
+    "tool",
     "user_message",
 ]
+
+
+def _rehome(names: list[str]) -> None:
+    """Give every exported class and function the public ``__module__`` ``steerloop``, so
+    reprs and tracebacks name ``steerloop.Tool``, not a private module path.
+
+    String annotations (``from __future__ import annotations``) are resolved against an
+    object's ``__module__``; they are resolved first, in their own module, so
+    ``typing.get_type_hints`` and pydantic keep working after the move (a name imported
+    only for type checking stays a string).
+    """
+    import inspect
+    import sys
+
+    for name in names:
+        obj = globals()[name]
+        if not (inspect.isclass(obj) or inspect.isfunction(obj)):
+            continue  # type aliases (``Message``, ``Block``) have no module of their own
+        home = vars(sys.modules[obj.__module__])
+        owners = (
+            [obj]
+            if inspect.isfunction(obj)
+            else [klass for klass in obj.__mro__ if klass.__module__ == obj.__module__]
+        )
+        for owner in owners:
+            own = inspect.get_annotations(owner)
+            if own:
+                local = dict(vars(owner)) if inspect.isclass(owner) else None
+                resolved = {key: _resolve(value, home, local) for key, value in own.items()}
+                if inspect.isclass(owner):
+                    type.__setattr__(owner, "__annotations__", resolved)
+                    # pydantic reads a dataclass field's own copy of the annotation.
+                    for field in owner.__dict__.get("__dataclass_fields__", {}).values():
+                        if isinstance(field.type, str):
+                            field.type = resolved.get(field.name, field.type)
+                else:
+                    owner.__annotations__ = resolved
+        obj.__module__ = __name__
+
+
+def _resolve(value: object, home: dict[str, object], local: dict[str, object] | None) -> object:
+    if not isinstance(value, str):
+        return value
+    try:
+        return eval(value, home, local)
+    except NameError:
+        return value
+
+
+_rehome(__all__)

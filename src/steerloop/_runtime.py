@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Coroutine, Generator, Mapping, Sequence
 from types import TracebackType
 from typing import Any
 
@@ -71,7 +71,7 @@ class SessionRegistry:
         try:
             for event in prefix:
                 writer.write(event)
-            child = Session(
+            child = Session._create(
                 new_session_id,
                 clock=self._clock,
                 seed=prefix,
@@ -126,7 +126,7 @@ class Runtime:
         self._restore_ids: Any = None
 
     @classmethod
-    async def open(
+    def open(
         cls,
         *,
         store: str | SessionStore | None = None,
@@ -135,8 +135,9 @@ class Runtime:
         clock: Clock | None = None,
         ids: IdFactory | None = None,
         agents: Sequence[Mapping[str, Any]] | None = None,
-    ) -> Runtime:
-        """Open a runtime.
+    ) -> _Opening:
+        """Open a runtime: ``rt = await Runtime.open(...)``, or ``async with Runtime.open(...)
+        as rt`` (closed on exit).
 
         Args:
             store: ``None`` for in-memory sessions (no persistence); ``"memory://"`` for a
@@ -155,6 +156,28 @@ class Runtime:
             ValueError: an invalid option or agent entry, or a store URL this build cannot
                 open.
         """
+        return _Opening(
+            lambda: cls._open(
+                store=store,
+                max_parallel_tool_calls=max_parallel_tool_calls,
+                persona=persona,
+                clock=clock,
+                ids=ids,
+                agents=agents,
+            )
+        )
+
+    @classmethod
+    async def _open(
+        cls,
+        *,
+        store: str | SessionStore | None,
+        max_parallel_tool_calls: int,
+        persona: str,
+        clock: Clock | None,
+        ids: IdFactory | None,
+        agents: Sequence[Mapping[str, Any]] | None,
+    ) -> Runtime:
         _check_parallel(max_parallel_tool_calls)
         if agents is not None:
             validate_agent_entries(agents)
@@ -191,7 +214,7 @@ class Runtime:
         sink: EventSink | None = None,
         header: dict[str, Any] | None = None,
     ) -> Session:
-        return Session(
+        return Session._create(
             session_id, hooks=self.hooks, clock=self.clock, seed=seed, sink=sink, header=header
         )
 
@@ -225,3 +248,31 @@ class Runtime:
         tb: TracebackType | None,
     ) -> None:
         await self.close()
+
+
+class _Opening:
+    """What ``Runtime.open()`` returns: awaitable once for the runtime, or an async context
+    manager that opens it on entry and closes it on exit. Nothing starts until one of the two
+    is used, so an unused value leaves no coroutine behind."""
+
+    __slots__ = ("_rt", "_start")
+
+    def __init__(self, start: Callable[[], Coroutine[Any, Any, Runtime]]) -> None:
+        self._start = start
+        self._rt: Runtime | None = None
+
+    def __await__(self) -> Generator[Any, None, Runtime]:
+        return self._start().__await__()
+
+    async def __aenter__(self) -> Runtime:
+        self._rt = await self._start()
+        return self._rt
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._rt is not None:
+            await self._rt.close()

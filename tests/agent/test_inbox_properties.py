@@ -45,8 +45,8 @@ def reference(n: int, start: float, delete_count: float) -> tuple[int, int]:
 
 def new_inbox() -> tuple[Session, Inbox]:
     rt = Runtime()
-    session = Session("prop", hooks=rt.hooks)
-    return session, Inbox(session, rt.hooks, None)
+    session = Session._create("prop", hooks=rt.hooks)
+    return session, Inbox._create(session, rt.hooks, None)
 
 
 def labelled(prefix: str, count: int) -> list[UserMessage]:
@@ -131,8 +131,8 @@ OPS = (
 def test_fold_equals_live_inbox(data: st.DataObject, count: int) -> None:
     """C7.4-20: fold_inbox(session.events) equals the live inbox after any operations."""
     rt = Runtime()
-    session = Session("prop", hooks=rt.hooks)
-    agent = Agent(rt, session, AgentOptions(provider="mock", model="m"))
+    session = Session._create("prop", hooks=rt.hooks)
+    agent = Agent._create(rt, session, AgentOptions(provider="mock", model="m"))
     inbox = agent.inbox
     turn = 0
     serial = 0

@@ -28,7 +28,7 @@ OPTIONS = AgentOptions(provider="mock", model="m")
 
 
 def session() -> Session:
-    return Session("g-1")
+    return Session._create("g-1")
 
 
 def changes(s: Session) -> list[tuple[int, str, dict[str, Any]]]:

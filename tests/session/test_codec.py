@@ -132,7 +132,7 @@ async def test_every_event_of_a_real_run_round_trips() -> None:
             assert again.to_json() == event.to_json()
         events = reload(live.events)
         assert events == tuple(live.events)
-        seeded = Session("copy", seed=events, repair=False)
+        seeded = Session._create("copy", seed=events, repair=False)
         assert seeded.derive_messages() == live.derive_messages()
         assert seeded.surface_seqs() == live.surface_seqs()
         # The store's own load decodes the stored JSON text to the same log.
@@ -348,7 +348,7 @@ def test_decode_inverts_encode(event: SessionEvent) -> None:
 def logs(draw: st.DrawFn) -> Session:
     """A valid log built through ``Session.append``: surface appends and replaces, inbox
     splices that stay in range, boundaries, and ignorable plugin events."""
-    session = Session("gen", clock=lambda: 7)
+    session = Session._create("gen", clock=lambda: 7)
     queues: dict[str, list[str]] = {"next-turn": [], "next-step": []}
     counter = 0
     for _ in range(draw(st.integers(min_value=0, max_value=25))):
@@ -404,7 +404,7 @@ def test_reloaded_log_equals_live_log(live: Session) -> None:
     seeded with the reloaded log derives exactly the live messages and surface."""
     events = reload(live.events)
     assert events == tuple(live.events)
-    seeded = Session("reloaded", seed=events, repair=False)
+    seeded = Session._create("reloaded", seed=events, repair=False)
     assert seeded.derive_messages() == live.derive_messages()
     assert seeded.surface_seqs() == live.surface_seqs()
 
@@ -446,7 +446,7 @@ def test_unknown_ignorable_type_is_kept_as_raw_json() -> None:
     assert events[1].data == {"n": [1, 2], "ok": True}
     assert events[1].ignorable
     assert [e.to_json() for e in events] == raw
-    session = Session("s", seed=events, repair=False)
+    session = Session._create("s", seed=events, repair=False)
     assert [m.id for m in session.derive_messages()] == ["a"]
     assert [e.type for e in session.events][2:] == ["turn/start", "session/end-seed"]
     end = session.append("turn/end", TurnEnd(turn=1, reason=TurnEndReason(kind="completed")))

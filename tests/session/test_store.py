@@ -163,7 +163,7 @@ async def test_created_session_is_stored_and_reloads_equal(hs: Harness) -> None:
     store = store_of(hs.rt)
     loaded = await store.load("s-1")
     assert loaded == tuple(agent.session.events)
-    assert Session("copy", seed=loaded, repair=False).derive_messages() == (
+    assert Session._create("copy", seed=loaded, repair=False).derive_messages() == (
         agent.session.derive_messages()
     )
 

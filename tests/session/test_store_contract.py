@@ -84,7 +84,7 @@ async def test_append_load_round_trip(backend: Backend) -> None:
     await close(h)
     loaded = await backend.open().load("s-1")
     assert list(loaded) == live
-    replay = Session("s-1", seed=loaded, repair=False)
+    replay = Session._create("s-1", seed=loaded, repair=False)
     assert replay.derive_messages() == live_messages
     assert_well_formed(replay)
 

@@ -175,3 +175,50 @@ async def test_sync_body_runs_and_its_value_is_the_result(h: Harness) -> None:
     (result,) = events_of(agent.session, "tool/result")
     assert result.data.error is None
     assert label(result.data.message) == "sync c1"
+
+
+@pytest.mark.parametrize("depth", [300, 1_025, 200_000])
+async def test_deeply_nested_arguments_are_invalid_args(h: Harness, depth: int) -> None:
+    """Issue 11 item 6: arguments nested past the bound (>1,024 deep raised RecursionError
+    out of the scheduler before) answer INVALID_ARGS; the body never runs, the turn goes on."""
+    ran: list[Any] = []
+
+    async def take(args: dict[str, Any], exec: ToolExec) -> str:
+        ran.append(args)
+        return "ran"
+
+    schema = {"type": "object"}
+    h.rt.tools.register(define_tool(name="take", description="d", parameters=schema, execute=take))
+    raw = '{"a": ' + "[" * depth + "]" * depth + "}"
+    agent = await h.agent(tool_call_response("c1", "take", raw), text_response("done"))
+    agent.followup(user_message("u1"))
+    await settle(agent)
+    assert ran == []
+    assert compact(agent.session, only=("result(", "T-")) == [
+        "result(c1,INVALID_ARGS)",
+        "T-1:completed",
+    ]
+    bad = events_of(agent.session, "tool/result")[0].data.message
+    assert "nested deeper than" in label(bad)
+
+
+async def test_arguments_nested_within_the_bound_still_run(h: Harness) -> None:
+    """Nesting at the bound (``MAX_ARGUMENT_DEPTH``) is accepted."""
+    from steerloop.tools._runtime import MAX_ARGUMENT_DEPTH
+
+    ran: list[Any] = []
+
+    async def take(args: dict[str, Any], exec: ToolExec) -> str:
+        ran.append(args)
+        return "ran"
+
+    h.rt.tools.register(
+        define_tool(name="take", description="d", parameters={"type": "object"}, execute=take)
+    )
+    inner = MAX_ARGUMENT_DEPTH - 1
+    raw = '{"a": ' + "[" * inner + "]" * inner + "}"
+    agent = await h.agent(tool_call_response("c1", "take", raw), text_response("done"))
+    agent.followup(user_message("u1"))
+    await settle(agent)
+    assert len(ran) == 1
+    assert compact(agent.session, only=("result(",)) == ["result(c1)"]

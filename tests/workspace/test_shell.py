@@ -171,3 +171,108 @@ async def test_shell_result_reaches_the_model(h: Harness, root: Path) -> None:
 
 def text_of(message: ToolResultMessage) -> str:
     return "".join(block.text for block in message.content if isinstance(block, TextBlock))
+
+
+# --- issue 11 item 11: secrets and escapees --------------------------------------------------
+
+KEY = "sk-test-0123456789abcdef"
+PG = "pg-password-value"
+
+
+async def test_secrets_of_the_host_do_not_reach_the_command(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``env`` shows the allow-list and the configured variables, never the host's keys."""
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    monkeypatch.setenv("PGPASSWORD", PG)
+    monkeypatch.setenv("UNRELATED_SETTING", "visible-to-nobody")
+    monkeypatch.setenv("LC_TIME", "C")
+    monkeypatch.setenv("PASSED_THROUGH", "yes")
+    tool = next(
+        t
+        for t in workspace_tools(
+            root, shell_env={"CONFIGURED": "1"}, shell_env_allow=["PASSED_THROUGH"]
+        )
+        if t.name == "shell"
+    )
+    out = text(await run(tool, command="env"))
+    names = {line.split("=", 1)[0] for line in out.splitlines()[:-1] if "=" in line}
+    assert {"PATH", "HOME", "LC_TIME", "CONFIGURED", "PASSED_THROUGH"} <= names
+    assert not names & {"OPENAI_API_KEY", "PGPASSWORD", "UNRELATED_SETTING"}
+    assert KEY not in out
+    assert PG not in out
+
+
+async def test_secret_values_are_redacted_from_output(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A key value that reaches the output another way (a file) is replaced by ``***``; a
+    short "secret" is left alone so words are not mangled."""
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    monkeypatch.setenv("PGPASSWORD", PG)
+    monkeypatch.setenv("X_TOKEN", "e")
+    (root / "leak.txt").write_text(f"key={KEY} pg={PG}\nthe disk-usage report\n")
+    out = text(await run(shell(root), command="cat leak.txt"))
+    assert out == "key=*** pg=***\nthe disk-usage report\n[exit code 0]"
+
+
+async def test_the_redacted_output_is_what_the_log_holds(
+    h: Harness, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
+    (root / "leak.txt").write_text(KEY)
+    for tool in workspace_tools(root):
+        h.rt.tools.register(tool)
+    agent = await h.agent(
+        tool_call_response("c1", "shell", {"command": "cat leak.txt; env"}),
+        text_response("done"),
+    )
+    agent.followup(user_message("u1"))
+    await settle(agent)
+    logged = repr([event.data for event in agent.session.events])
+    assert KEY not in logged
+    assert "***" in logged
+
+
+SETSID = "setsid sleep 30 > /dev/null 2>&1 < /dev/null & echo $! > escapee.pid"
+
+
+async def test_setsid_child_is_ended_when_the_command_exits(root: Path, reaper: list[int]) -> None:
+    """A child that left the process group with setsid does not outlive the call."""
+    result = await run(shell(root), command=f"{SETSID}; echo started")
+    child = await read_pid(root / "escapee.pid")
+    reaper.append(child)
+    assert text(result) == "started\n[exit code 0]"
+    await wait_gone(child)
+
+
+async def test_setsid_child_is_ended_on_timeout(root: Path, reaper: list[int]) -> None:
+    result = await run(shell(root, shell_timeout=1), command=f"{SETSID}; sleep 30")
+    child = await read_pid(root / "escapee.pid")
+    reaper.append(child)
+    assert code(result) == "TOOL_FAILED"
+    await wait_gone(child)
+
+
+async def test_setsid_child_is_ended_on_abort(root: Path, reaper: list[int]) -> None:
+    ctrl = AbortController()
+    task = asyncio.ensure_future(run(shell(root), ctrl.signal, command=f"{SETSID}; sleep 30"))
+    child = await read_pid(root / "escapee.pid")
+    reaper.append(child)
+    ctrl.abort("stop")
+    with pytest.raises(AbortedError):
+        await asyncio.wait_for(task, POLL_TIMEOUT)
+    await wait_gone(child)
+
+
+async def test_setsid_child_is_ended_when_the_call_is_cancelled(
+    root: Path, reaper: list[int]
+) -> None:
+    """The task running the call is cancelled from outside: SIGKILL at once, escapees too."""
+    task = asyncio.ensure_future(run(shell(root), command=f"{SETSID}; sleep 30"))
+    child = await read_pid(root / "escapee.pid")
+    reaper.append(child)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await wait_gone(child)

@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from .._cancel import CancelCause
+from .._owned import RuntimeOwned
 from .._signal import AbortController, AbortSignal
 from ..llm._types import CallConfig
 from ..messages import UserMessage
@@ -37,8 +38,10 @@ class _Activity:
         self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
 
-class Agent:
+class Agent(metaclass=RuntimeOwned):
     """A live agent over one session. Create it with ``rt.agents.create``."""
+
+    owned_hint = "use `await rt.agents.create(...)` (or `resume` / `restore_or_create`)"
 
     def __init__(
         self,
@@ -58,7 +61,9 @@ class Agent:
         self._rt = runtime
         if pending is None:  # a resumed inbox is the fold of its splices
             pending = fold_inbox(session.events)
-        self.inbox = Inbox(session, runtime.hooks, self, pending["next-turn"], pending["next-step"])
+        self.inbox = Inbox._create(
+            session, runtime.hooks, self, pending["next-turn"], pending["next-step"]
+        )
         self._phase: Phase = "idle"
         self._reported: Literal["idle", "running"] = "idle"
         self._activity: _Activity | None = None

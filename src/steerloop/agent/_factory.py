@@ -340,7 +340,7 @@ class AgentRegistry:
                     f"then, {sink.stored_length} now); resume it again"
                 )
             session = rt.open_session(session_id, seed, sink, header)
-            agent = Agent(rt, session, options, parent=parent, meta=meta, pending=pending)
+            agent = Agent._create(rt, session, options, parent=parent, meta=meta, pending=pending)
         except BaseException:
             if sink is not None:
                 await sink.discard()

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from .._hooks import HookBus
+from .._owned import RuntimeOwned
 from ..errors import SessionCorruptError
 from ..messages import UserMessage, check_json, message_to_json
 from ..session._events import InboxSpliced, SessionEvent
@@ -49,8 +50,10 @@ def normalise_splice(n: int, start: Any, delete_count: Any) -> tuple[int, int]:
     return s, min(max(d, 0), n - s)
 
 
-class Inbox:
+class Inbox(metaclass=RuntimeOwned):
     """Pending input of one agent."""
+
+    owned_hint = "every agent has one: `agent.inbox`"
 
     def __init__(
         self,

@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
-import json
 from typing import TYPE_CHECKING, Any
 
 from .._ids import new_id
@@ -32,7 +31,7 @@ from ..errors import AbortedError
 from ..messages import MessageSource, ToolCallBlock, ToolResultMessage, UserMessage
 from ..session._events import ToolCallEvent, ToolErrorInfo, ToolResultEvent
 from ..tools._define import Tool, ToolExec, ToolResult
-from ..tools._runtime import UNVALIDATED, aborted_before_dispatch, result_blocks
+from ..tools._runtime import UNVALIDATED, aborted_before_dispatch, parse_arguments, result_blocks
 
 if TYPE_CHECKING:
     from ._agent import Agent
@@ -40,16 +39,6 @@ if TYPE_CHECKING:
 __all__ = ["ToolScheduler", "parse_arguments"]
 
 _UNSET = object()
-
-
-def parse_arguments(raw: str) -> tuple[Any, str | None]:
-    """``""`` is ``{}``; invalid JSON is reported (the raw text stays in the log)."""
-    if raw.strip() == "":
-        return {}, None
-    try:
-        return json.loads(raw), None
-    except ValueError as exc:
-        return raw, str(exc)
 
 
 class _Slot:

@@ -226,7 +226,7 @@ def _markdown(session_id: str, events: tuple[SessionEvent, ...]) -> str:
     from ..session._session import Session
 
     lines = [f"# Session {session_id}", ""]
-    for message in Session(session_id, seed=events, repair=False).derive_messages():
+    for message in Session._create(session_id, seed=events, repair=False).derive_messages():
         text = "\n".join(b.text for b in message.content if isinstance(b, TextBlock))
         if message.role == "assistant":
             calls = [f"`{b.name}({b.arguments})`" for b in message.content if b.type == "tool-call"]

@@ -48,11 +48,14 @@ class LlmService:
         self._adapters: dict[str, list[LlmAdapter]] = {}
 
     def register_adapter(
-        self, providers: list[str] | tuple[str, ...], adapter: LlmAdapter
+        self, providers: str | list[str] | tuple[str, ...], adapter: LlmAdapter
     ) -> Disposer:
-        """Serve ``providers`` with ``adapter``; the latest registration wins."""
-        if isinstance(providers, str) or not providers:
-            raise ValueError("providers must be a non-empty list of names")
+        """Serve ``providers`` (one name or a list) with ``adapter``; the latest registration
+        wins."""
+        if isinstance(providers, str):
+            providers = (providers,)
+        if not isinstance(providers, list | tuple) or not providers:
+            raise ValueError("providers must be a provider name or a non-empty list of names")
         if not callable(getattr(adapter, "stream", None)):
             raise ValueError("an adapter needs a stream(request) method")
         for name in providers:

@@ -8,6 +8,7 @@ from typing import Any, overload
 
 from .._hooks import HookBus
 from .._ids import Clock, default_clock
+from .._owned import RuntimeOwned
 from .._records import fast_init
 from ..messages import Message, check_json
 from ._codec import KNOWN_TYPES
@@ -87,8 +88,10 @@ class _EventsView(Sequence[SessionEvent]):
 Observer = Callable[[SessionEvent], None]
 
 
-class Session:
+class Session(metaclass=RuntimeOwned):
     """An append-only log of ``SessionEvent``s with an incrementally folded surface."""
+
+    owned_hint = "an agent's is `agent.session`; live ones are in `rt.sessions`"
 
     def __init__(
         self,

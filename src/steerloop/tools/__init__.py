@@ -1,6 +1,7 @@
 """Tools: definitions, the registry and the execute pipeline."""
 
 from ._define import PostExecute, Tool, ToolDecision, ToolError, ToolExec, ToolResult, define_tool
+from ._function import tool
 from ._runtime import ToolHookPayload, ToolPipeline, ToolRegistry
 
 __all__ = [
@@ -14,4 +15,5 @@ __all__ = [
     "ToolRegistry",
     "ToolResult",
     "define_tool",
+    "tool",
 ]

@@ -5,10 +5,11 @@ from __future__ import annotations
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, Literal, cast, overload
 
 import jsonschema
 import pydantic
+from typing_extensions import TypeVar
 
 from ..errors import ToolDefinitionError
 from ..messages import Block, UserMessage
@@ -25,6 +26,10 @@ __all__ = [
     "ToolResult",
     "define_tool",
 ]
+
+#: What a tool's body receives: the validated arguments (a pydantic model instance, or the
+#: parsed JSON for a JSON-schema tool).
+ArgsT = TypeVar("ArgsT", default=Any)
 
 _NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 
@@ -73,7 +78,7 @@ class ToolExec:
 class ToolDecision:
     """A ``tools/pre-execute`` verdict."""
 
-    kind: str
+    kind: Literal["allow", "deny"]
     reason: str | None = None
 
     @classmethod
@@ -89,7 +94,7 @@ class ToolDecision:
 class PostExecute:
     """A ``tools/post-execute`` verdict."""
 
-    kind: str
+    kind: Literal["accept", "block"]
     content: str | Sequence[Block] | None = None
     additional_contexts: tuple[UserMessage, ...] = ()
 
@@ -110,33 +115,61 @@ Execute = Callable[[Any, ToolExec], Awaitable[Any] | Any]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Tool:
-    """A tool the model can call. Build one with ``define_tool``."""
+class Tool(Generic[ArgsT]):
+    """A tool the model can call. Build one with ``define_tool`` or ``@tool``; ``ArgsT`` is
+    what the body receives."""
 
     name: str
     description: str
     parameters: Mapping[str, Any]
-    execute: Execute
+    execute: Callable[[ArgsT, ToolExec], Awaitable[Any] | Any]
     concurrency_safe: bool | Callable[[Any], bool] = False
     model: type[pydantic.BaseModel] | None = None
     timeout: float | None = None
     validator: Any = field(default=None, repr=False, compare=False)
 
-    def validate(self, args: Any) -> Any:
+    def validate(self, args: Any) -> ArgsT:
         """Check parsed arguments against the schema; returns what the body receives."""
         if self.model is not None:
-            return self.model.model_validate(args)
+            return cast("ArgsT", self.model.model_validate(args))
         if self.validator is not None:
             error = jsonschema.exceptions.best_match(self.validator.iter_errors(args))
             if error is not None:
                 raise error
         else:
             jsonschema.validate(args, dict(self.parameters))
-        return args
+        return cast("ArgsT", args)
 
     def is_concurrency_safe(self, args: Any) -> bool:
         flag = self.concurrency_safe
         return bool(flag(args)) if callable(flag) else bool(flag)
+
+
+M = TypeVar("M", bound=pydantic.BaseModel)
+
+
+@overload
+def define_tool(
+    *,
+    name: str,
+    description: str,
+    parameters: type[M],
+    execute: Callable[[M, ToolExec], Awaitable[Any] | Any],
+    concurrency_safe: bool | Callable[[M], bool] = False,
+    timeout: float | None = None,
+) -> Tool[M]: ...
+
+
+@overload
+def define_tool(
+    *,
+    name: str,
+    description: str,
+    parameters: Mapping[str, Any],
+    execute: Execute,
+    concurrency_safe: bool | Callable[[Any], bool] = False,
+    timeout: float | None = None,
+) -> Tool[Any]: ...
 
 
 def define_tool(
@@ -147,7 +180,7 @@ def define_tool(
     execute: Execute,
     concurrency_safe: bool | Callable[[Any], bool] = False,
     timeout: float | None = None,
-) -> Tool:
+) -> Tool[Any]:
     """Define a tool from a pydantic model or a JSON-schema dict.
 
     Raises:

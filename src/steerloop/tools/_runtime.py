@@ -21,13 +21,56 @@ from ..messages import Block, TextBlock, UserMessage, check_json
 from ._define import PostExecute, Tool, ToolDecision, ToolError, ToolExec, ToolResult
 
 __all__ = [
+    "MAX_ARGUMENT_DEPTH",
     "UNVALIDATED",
     "ToolHookPayload",
     "ToolPipeline",
     "ToolRegistry",
     "error_result",
+    "parse_arguments",
     "result_blocks",
 ]
+
+#: Deepest nesting of containers accepted in tool arguments (the top-level object is 1).
+#: Real arguments nest a handful of levels; the bound keeps every later recursive walk
+#: (validation, hooks, the codec) far from the interpreter's recursion limit.
+MAX_ARGUMENT_DEPTH = 256
+
+
+def parse_arguments(raw: str) -> tuple[Any, str | None]:
+    """The model's argument text parsed: ``(value, None)``, or ``(raw, why)`` when refused.
+
+    ``""`` is ``{}``; invalid JSON and nesting past ``MAX_ARGUMENT_DEPTH`` are reported (the
+    raw text stays in the log) and become ``INVALID_ARGS``.
+    """
+    if raw.strip() == "":
+        return {}, None
+    try:
+        value = json.loads(raw)
+    except RecursionError:
+        return raw, f"nested deeper than {MAX_ARGUMENT_DEPTH} levels"
+    except ValueError as exc:
+        return raw, str(exc)
+    if _depth_exceeds(value, MAX_ARGUMENT_DEPTH):
+        return raw, f"nested deeper than {MAX_ARGUMENT_DEPTH} levels"
+    return value, None
+
+
+def _depth_exceeds(value: Any, bound: int) -> bool:
+    """Whether containers nest deeper than ``bound`` (iterative: no recursion to exhaust)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Any = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        if depth > bound:
+            return True
+        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+    return False
 
 
 @fast_init

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import io
-import re
-from collections.abc import Callable, Generator, Iterable
-from contextlib import closing
+import os
+import stat
+from collections.abc import Callable, Generator, Iterable, Iterator
 from pathlib import Path
 from typing import TypeVar
 
@@ -24,6 +24,8 @@ from ..tools._runtime import error_result
 from ._paths import (
     AMBIGUOUS_MATCH,
     BINARY_FILE,
+    FILE_TOO_LARGE,
+    HARD_LINKED,
     INVALID_PATTERN,
     NO_MATCH,
     NOT_A_DIRECTORY,
@@ -31,16 +33,18 @@ from ._paths import (
     NOT_FOUND,
     Workspace,
     WorkspaceError,
-    glob_regex,
     split_pattern,
 )
+from ._regex import Matcher, compile_glob, compile_regex
 
 __all__ = ["file_tools"]
 
 A = TypeVar("A", bound=BaseModel)
 
 _SNIFF = 8192
-_MAX_LINE = 500
+_CHUNK = 65_536
+_MAX_LINE = 500  # characters of a matching line grep shows
+_NO_SIZE_LIMIT = 1 << 62
 _PATH = "File path, relative to the workspace root (or absolute inside it)."
 
 
@@ -85,7 +89,11 @@ class GlobArgs(_Args):
 
 
 class GrepArgs(_Args):
-    pattern: str = Field(min_length=1, description="Regular expression (Python syntax).")
+    pattern: str = Field(
+        min_length=1,
+        description="Regular expression (RE2 syntax, like Python's without lookaround or "
+        "backreferences).",
+    )
     path: str = Field(default=".", description="File or directory to search.")
     glob: str | None = Field(
         default=None,
@@ -130,12 +138,103 @@ def _cap_note(cap: int, what: str) -> str:
     return f"[output capped at {cap} characters: {what}]"
 
 
+class _Refused(Exception):
+    """A file ``grep`` skips instead of failing the whole search (``code`` says why)."""
+
+    def __init__(self, error: WorkspaceError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def _open_regular(path: Path, shown: str, flags: int, max_bytes: int) -> tuple[int, int]:
+    """Open ``path`` (already resolved inside the root) and check what was opened.
+
+    Returns ``(fd, size)``. The checks are made on the open descriptor, so the file cannot
+    be swapped between check and use: it must be a regular file (``O_NONBLOCK`` keeps a FIFO
+    from blocking the open), not a symlink (``O_NOFOLLOW``), have a single link, and be no
+    larger than ``max_bytes``.
+
+    Why a second hard link is refused for reads too: a hard link's other names cannot be
+    found without searching every filesystem, so one of them may be outside the root (a
+    secret linked in); the confinement promise is that a tool only ever reaches content
+    below the root, and a multiply-linked file is content it cannot place. Writes through
+    such a file would change the outside name as well.
+    """
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise WorkspaceError(NOT_FOUND, f"file {shown!r} does not exist") from None
+    except OSError as exc:
+        raise WorkspaceError(NOT_A_FILE, f"{shown!r} is not a regular file: {exc}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise WorkspaceError(NOT_A_FILE, f"{shown!r} is not a regular file")
+        if st.st_nlink > 1:
+            raise WorkspaceError(
+                HARD_LINKED,
+                f"{shown!r} has {st.st_nlink} hard links; its other names may be outside the "
+                "workspace, so the file tools do not read or write it",
+            )
+        if st.st_size > max_bytes:
+            raise WorkspaceError(
+                FILE_TOO_LARGE,
+                f"{shown!r} is {st.st_size} bytes, over the {max_bytes}-byte limit of the file "
+                "tools",
+            )
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, st.st_size
+
+
+def _decode_line(data: bytes, cut: bool) -> str:
+    """``data`` as strict UTF-8; a ``cut`` line may end inside a character."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        if cut and exc.reason == "unexpected end of data" and exc.start >= len(data) - 3:
+            return data[: exc.start].decode("utf-8")
+        raise
+
+
+def _lines(stream: io.BufferedReader[io.FileIO], max_bytes: int) -> Iterator[tuple[bytes, int]]:
+    """``(head, cut)`` per line, the ``\n`` and a trailing ``\r`` removed: at most
+    ``max_bytes`` of the line are kept, ``cut`` counts the bytes dropped after them.
+
+    Memory stays bounded by ``max_bytes`` plus one chunk whatever the line length.
+    """
+    while True:
+        head = stream.readline(max_bytes + 1)
+        if not head:
+            return
+        cut = 0
+        if not head.endswith(b"\n") and len(head) > max_bytes:
+            cut = len(head) - max_bytes
+            head = head[:max_bytes]
+            while True:  # skip the rest of an overlong line, chunk by chunk
+                rest = stream.readline(_CHUNK)
+                if not rest:
+                    break
+                if rest.endswith(b"\n"):
+                    cut += len(rest) - 1
+                    break
+                cut += len(rest)
+        elif head.endswith(b"\n"):
+            head = head[:-1]
+        if head.endswith(b"\r"):
+            head = head[:-1]
+        yield head, cut
+
+
 class _Files:
     """The tool bodies over one workspace."""
 
-    def __init__(self, ws: Workspace, output_cap: int) -> None:
+    def __init__(self, ws: Workspace, output_cap: int, max_file_bytes: int, max_line: int) -> None:
         self.ws = ws
         self.cap = output_cap
+        self.max_file_bytes = max_file_bytes
+        self.max_line = max_line
 
     def _existing_file(self, path: str) -> Path:
         resolved = self.ws.resolve(path)
@@ -147,31 +246,29 @@ class _Files:
             raise WorkspaceError(NOT_A_FILE, f"{path!r} is not a regular file")
         return resolved
 
-    def _read_text(self, path: str, resolved: Path) -> str:
-        data = resolved.read_bytes()
-        if _is_binary(data[:_SNIFF]):
-            raise WorkspaceError(BINARY_FILE, f"{path!r} is a binary file, not UTF-8 text")
-        try:
-            return data.decode("utf-8")
-        except UnicodeDecodeError:
-            raise WorkspaceError(BINARY_FILE, f"{path!r} is not valid UTF-8 text") from None
-
     def read_file(self, args: ReadFileArgs, signal: AbortSignal) -> str:
         resolved = self._existing_file(args.path)
+        fd, _ = _open_regular(resolved, args.path, os.O_RDONLY, self.max_file_bytes)
         shown: list[str] = []
         size = 0
         total = 0
         capped = False
         end = None if args.limit is None else args.offset + args.limit
-        raw = resolved.open("rb")
-        with io.TextIOWrapper(raw, encoding="utf-8", errors="strict", newline="") as text:
+        # A line is cut at max_line characters; UTF-8 needs at most 4 bytes a character.
+        with io.BufferedReader(io.FileIO(fd, "r"), _CHUNK) as raw:
             if _is_binary(raw.peek(_SNIFF)[:_SNIFF]):
                 raise WorkspaceError(BINARY_FILE, f"{args.path!r} is a binary file, not UTF-8 text")
             try:
-                for total, line in enumerate(text, start=1):
+                for total, (head, cut) in enumerate(_lines(raw, 4 * self.max_line), start=1):
+                    if total % 4096 == 0:
+                        signal.throw_if_aborted()
                     if total < args.offset or capped or (end is not None and total >= end):
                         continue
-                    entry = f"{total:>6}\t{line.rstrip(chr(13) + chr(10))}"
+                    line = _decode_line(head, cut > 0)
+                    if cut or len(line) > self.max_line:
+                        more = cut + len(line[self.max_line :].encode("utf-8"))
+                        line = f"{line[: self.max_line]}… [line cut: {more} more bytes]"
+                    entry = f"{total:>6}\t{line}"
                     if size + len(entry) + 1 > self.cap and shown:
                         capped = True
                         continue
@@ -204,23 +301,39 @@ class _Files:
             raise WorkspaceError(NOT_A_FILE, f"{args.path!r} is not a regular file")
         resolved.parent.mkdir(parents=True, exist_ok=True)
         data = args.content.encode("utf-8")
-        resolved.write_bytes(data)
+        # No O_TRUNC: the descriptor is checked (regular, one link) before anything changes.
+        fd, _ = _open_regular(resolved, args.path, os.O_WRONLY | os.O_CREAT, _NO_SIZE_LIMIT)
+        with open(fd, "wb") as out:
+            out.truncate(0)
+            out.write(data)
         verb = "overwrote" if existed else "created"
         return f"{verb} {self.ws.display(resolved)} ({len(data)} bytes)"
 
     def edit(self, args: EditArgs, signal: AbortSignal) -> str:
         resolved = self._existing_file(args.path)
-        text = self._read_text(args.path, resolved)
-        count = text.count(args.old_string)
-        if count == 0:
-            raise WorkspaceError(NO_MATCH, f"old_string was not found in {args.path!r}")
-        if count > 1 and not args.replace_all:
-            raise WorkspaceError(
-                AMBIGUOUS_MATCH,
-                f"old_string occurs {count} times in {args.path!r}; include more context to "
-                "make it unique, or set replace_all",
-            )
-        resolved.write_bytes(text.replace(args.old_string, args.new_string).encode("utf-8"))
+        fd, size = _open_regular(resolved, args.path, os.O_RDWR, self.max_file_bytes)
+        with open(fd, "r+b") as file:
+            data = file.read(size + 1)
+            if _is_binary(data[:_SNIFF]):
+                raise WorkspaceError(BINARY_FILE, f"{args.path!r} is a binary file, not UTF-8 text")
+            try:
+                text = data.decode("utf-8")
+            except UnicodeDecodeError:
+                raise WorkspaceError(
+                    BINARY_FILE, f"{args.path!r} is not valid UTF-8 text"
+                ) from None
+            count = text.count(args.old_string)
+            if count == 0:
+                raise WorkspaceError(NO_MATCH, f"old_string was not found in {args.path!r}")
+            if count > 1 and not args.replace_all:
+                raise WorkspaceError(
+                    AMBIGUOUS_MATCH,
+                    f"old_string occurs {count} times in {args.path!r}; include more context to "
+                    "make it unique, or set replace_all",
+                )
+            file.seek(0)
+            file.truncate(0)
+            file.write(text.replace(args.old_string, args.new_string).encode("utf-8"))
         plural = "occurrence" if count == 1 else "occurrences"
         return f"replaced {count} {plural} in {self.ws.display(resolved)}"
 
@@ -253,57 +366,93 @@ class _Files:
             )
         if not base.is_dir():
             return "(no matches)"
-        regex = glob_regex(rest)
+        matcher = compile_glob(rest)
         found = [
             self.ws.display(path) + ("/" if is_dir else "")
             for path, is_dir in self.ws.walk(base, signal)
-            if regex.match(path.relative_to(base).as_posix())
+            if matcher.fullmatch(path.relative_to(base).as_posix())
         ]
         if not found:
             return "(no matches)"
         return self._capped(found, "matches", len(found))
 
     def grep(self, args: GrepArgs, signal: AbortSignal) -> str:
-        flags = re.IGNORECASE if args.ignore_case else 0
-        try:
-            regex = re.compile(args.pattern, flags)
-        except re.error as exc:
-            raise WorkspaceError(
-                INVALID_PATTERN, f"invalid regex {args.pattern!r}: {exc}"
-            ) from None
+        regex = compile_regex(args.pattern, ignore_case=args.ignore_case)
         base = self.ws.resolve(args.path)
         if not base.exists():
             raise WorkspaceError(NOT_FOUND, f"{args.path!r} does not exist")
         files: Iterable[Path]
+        single = False
         if base.is_dir():
-            only = None if args.glob is None else glob_regex(args.glob.removeprefix("./"))
+            only = None if args.glob is None else compile_glob(args.glob.removeprefix("./"))
             by_name = args.glob is not None and "/" not in args.glob
 
             def wanted(path: Path) -> bool:
                 if only is None:
                     return True
-                return bool(only.match(path.name if by_name else path.relative_to(base).as_posix()))
+                subject = path.name if by_name else path.relative_to(base).as_posix()
+                return only.fullmatch(subject) is not None
 
             files = (
                 path for path, is_dir in self.ws.walk(base, signal) if not is_dir and wanted(path)
             )
         elif base.is_file():
             files = [base]
+            single = True
         else:
             raise WorkspaceError(NOT_A_FILE, f"{args.path!r} is not a regular file")
         out: list[str] = []
+        skipped: dict[str, int] = {}
         size = 0
         for path in files:
             signal.throw_if_aborted()
-            with closing(_search(path, regex)) as hits:
+            try:
+                hits = self._search(path, regex, signal)
                 for line_no, line in hits:
                     entry = f"{self.ws.display(path)}:{line_no}:{line}"
                     if size + len(entry) + 1 > self.cap and out:
+                        hits.close()
                         note = _cap_note(self.cap, f"{len(out)} matches shown; narrow the search")
                         return "\n".join([*out, note])
                     out.append(entry)
                     size += len(entry) + 1
+            except _Refused as refused:
+                if single:
+                    raise refused.error from None
+                skipped[refused.error.code] = skipped.get(refused.error.code, 0) + 1
+        if skipped:
+            out.append(_skip_note(skipped, self.max_file_bytes))
         return "\n".join(out) if out else "(no matches)"
+
+    def _search(
+        self, path: Path, regex: Matcher, signal: AbortSignal
+    ) -> Generator[tuple[int, str], None, None]:
+        """Matching ``(line number, line)`` of a text file; binary or unreadable files give none.
+
+        Raises:
+            _Refused: the file is too large or hard-linked (``grep`` reports how many).
+        """
+        try:
+            fd, _ = _open_regular(path, self.ws.display(path), os.O_RDONLY, self.max_file_bytes)
+        except WorkspaceError as exc:
+            if exc.code in (HARD_LINKED, FILE_TOO_LARGE):
+                raise _Refused(exc) from None
+            return  # a FIFO, a device, a vanished or unreadable file: nothing to search
+        with io.BufferedReader(io.FileIO(fd, "r"), _CHUNK) as raw:
+            if _is_binary(raw.peek(_SNIFF)[:_SNIFF]):
+                return
+            try:
+                for number, (head, _) in enumerate(_lines(raw, 4 * self.max_line), start=1):
+                    if number % 4096 == 0:
+                        signal.throw_if_aborted()
+                    # Only the kept head of an overlong line is searched.
+                    line = head.decode("utf-8", errors="replace")[: self.max_line]
+                    if regex.search(line):
+                        if len(line) > _MAX_LINE:
+                            line = line[:_MAX_LINE] + "…"
+                        yield number, line
+            except OSError:
+                return
 
     def _capped(self, items: list[str], noun: str, total: int) -> str:
         shown: list[str] = []
@@ -317,31 +466,20 @@ class _Files:
         return "\n".join(shown)
 
 
-def _search(path: Path, regex: re.Pattern[str]) -> Generator[tuple[int, str], None, None]:
-    """Matching ``(line number, line)`` of a text file; binary or unreadable files give none."""
-    if not path.is_file():  # a FIFO or a device would block the read
-        return
-    try:
-        raw = path.open("rb")
-    except OSError:
-        return
-    with io.TextIOWrapper(raw, encoding="utf-8", errors="replace", newline="") as text:
-        if _is_binary(raw.peek(_SNIFF)[:_SNIFF]):
-            return
-        try:
-            for number, line in enumerate(text, start=1):
-                line = line.rstrip("\r\n")
-                if regex.search(line):
-                    if len(line) > _MAX_LINE:
-                        line = line[:_MAX_LINE] + "…"
-                    yield number, line
-        except OSError:
-            return
+def _skip_note(skipped: dict[str, int], max_bytes: int) -> str:
+    why = {
+        FILE_TOO_LARGE: f"over the {max_bytes}-byte limit",
+        HARD_LINKED: "hard-linked (other names may be outside the workspace)",
+    }
+    parts = [f"{n} {why.get(code, code)}" for code, n in sorted(skipped.items())]
+    return f"[files not searched: {'; '.join(parts)}]"
 
 
-def file_tools(ws: Workspace, output_cap: int) -> list[Tool]:
+def file_tools(
+    ws: Workspace, output_cap: int, max_file_bytes: int, max_line_chars: int
+) -> list[Tool]:
     """The six file tools over ``ws``; readers are concurrency-safe, writers exclusive."""
-    files = _Files(ws, output_cap)
+    files = _Files(ws, output_cap, max_file_bytes, max_line_chars)
     return [
         _tool(
             "read_file",

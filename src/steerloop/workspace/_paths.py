@@ -20,6 +20,8 @@ from .._signal import AbortSignal
 __all__ = [
     "AMBIGUOUS_MATCH",
     "BINARY_FILE",
+    "FILE_TOO_LARGE",
+    "HARD_LINKED",
     "INVALID_PATH",
     "INVALID_PATTERN",
     "NOT_A_DIRECTORY",
@@ -29,7 +31,6 @@ __all__ = [
     "PATH_OUTSIDE_WORKSPACE",
     "Workspace",
     "WorkspaceError",
-    "glob_regex",
     "split_pattern",
 ]
 
@@ -42,6 +43,8 @@ BINARY_FILE = "BINARY_FILE"
 NO_MATCH = "NO_MATCH"
 AMBIGUOUS_MATCH = "AMBIGUOUS_MATCH"
 INVALID_PATTERN = "INVALID_PATTERN"
+HARD_LINKED = "HARD_LINKED"
+FILE_TOO_LARGE = "FILE_TOO_LARGE"
 
 # Directories the tree walks of ``glob`` and ``grep`` never enter.
 SKIPPED_DIRS = frozenset({".git"})
@@ -135,50 +138,3 @@ def split_pattern(pattern: str) -> tuple[str, str]:
                 prefix = "/"
             return prefix, "/".join(parts[i:])
     return pattern, ""
-
-
-def glob_regex(pattern: str) -> re.Pattern[str]:
-    """Compile a glob over ``/``-separated relative paths.
-
-    ``*`` and ``?`` stay within one path segment, ``**/`` matches any number of directories
-    (zero included), a trailing ``**`` everything below, ``[abc]``/``[!abc]`` a character class.
-    """
-    out: list[str] = []
-    i, n = 0, len(pattern)
-    while i < n:
-        c = pattern[i]
-        if c == "*":
-            if pattern.startswith("**", i):
-                if pattern.startswith("**/", i):
-                    out.append("(?:.*/)?")
-                    i += 3
-                else:
-                    out.append(".*")
-                    i += 2
-                continue
-            out.append("[^/]*")
-        elif c == "?":
-            out.append("[^/]")
-        elif c == "[":
-            j = i + 1
-            if j < n and pattern[j] in "!^":
-                j += 1
-            if j < n and pattern[j] == "]":
-                j += 1
-            while j < n and pattern[j] != "]":
-                j += 1
-            if j >= n:
-                out.append(re.escape(c))
-            else:
-                body = pattern[i + 1 : j].replace("\\", "\\\\")
-                if body[:1] in ("!", "^"):
-                    body = "^" + body[1:]
-                out.append(f"[{body}]")
-                i = j
-        else:
-            out.append(re.escape(c))
-        i += 1
-    try:
-        return re.compile("".join(out) + r"\Z", re.DOTALL)
-    except re.error as exc:
-        raise WorkspaceError(INVALID_PATTERN, f"invalid glob {pattern!r}: {exc}") from None

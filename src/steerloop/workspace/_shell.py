@@ -9,13 +9,31 @@ has closed or the grace period has passed. Output (stdout and stderr merged) arr
 through protocol callbacks, so no reader task is left behind when a process that escaped
 the group keeps the pipe open: the transport is closed after a bounded wait. The output is
 capped in bytes, keeping its head and its tail with a note of how much was cut.
+
+Escapees. A child that calls ``setsid`` leaves the group, and once the shell exits it is
+reparented away from us, so neither the group nor the parent links find it. Every command
+runs with a random marker variable in its environment, which every descendant inherits at
+``exec``; the tree is ended by signalling the group and every process whose
+``/proc/PID/environ`` holds the marker. (A cgroup would also catch a child that clears its
+environment, but it needs a delegated writable cgroup, which neither containers nor desktop
+sessions usually give a library; without ``/proc`` only the group is signalled.)
+
+Secrets. The command sees only an allow-listed environment (``PATH``, ``HOME``, locale,
+terminal, user and temp-dir variables) plus what the host configures, so API keys and
+database passwords of the host process are not in it; and the values of the host's
+secret-looking variables (names with KEY, TOKEN, SECRET, PASSWORD, …) are replaced by
+``***`` in the output before it becomes the result (so before it is logged).
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import re
+import secrets
 import signal as signals
+from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -24,7 +42,18 @@ from .._signal import AbortSignal
 from ..tools import Tool, ToolError, ToolExec, ToolResult, define_tool
 from ._paths import Workspace
 
-__all__ = ["shell_tool"]
+__all__ = ["DEFAULT_ENV_ALLOW", "shell_tool"]
+
+#: Variables of the host environment a command sees (plus every ``LC_*``).
+DEFAULT_ENV_ALLOW = frozenset(
+    {"PATH", "HOME", "LANG", "LANGUAGE", "TERM", "USER", "LOGNAME", "SHELL", "TMPDIR", "TZ"}
+)
+
+_MARKER = "STEERLOOP_SHELL_CALL"
+# Names whose values are credentials; their values are redacted from command output.
+_SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSW|CREDENTIAL|PRIVATE", re.IGNORECASE)
+# Shorter values are not redacted: replacing a one-letter "key" would mangle every word.
+MIN_SECRET_LENGTH = 8
 
 
 class ShellArgs(BaseModel):
@@ -86,17 +115,78 @@ def _signal_group(pgid: int, sig: int) -> bool:
     return True
 
 
+def _marked(marker: bytes) -> list[int]:
+    """Pids of live processes whose environment holds ``marker`` (none without ``/proc``)."""
+    found: list[int] = []
+    me = os.getpid()
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return found
+    for entry in entries:
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        try:
+            environ = Path(f"/proc/{entry}/environ").read_bytes()
+        except OSError:  # gone, or not ours to read
+            continue
+        if marker in environ.split(b"\0"):
+            found.append(int(entry))
+    return found
+
+
+def _signal_tree(pgid: int | None, marker: bytes, sig: int) -> bool:
+    """Signal the group and every marked process; ``False`` when none was left."""
+    any_left = pgid is not None and _signal_group(pgid, sig)
+    for pid in _marked(marker):
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            continue
+        any_left = True
+    return any_left
+
+
 async def _settled(capture: _Capture, timeout: float) -> None:
     """Wait (at most ``timeout``) until the shell has exited and the output pipe is closed."""
     await asyncio.wait([capture.exited, capture.drained], timeout=timeout)
 
 
-async def _end_group(pgid: int, capture: _Capture, grace: float) -> None:
-    """SIGTERM the group, give it ``grace`` seconds, then SIGKILL whatever is left."""
-    if not _signal_group(pgid, signals.SIGTERM):
+async def _end_tree(pgid: int, marker: bytes, capture: _Capture, grace: float) -> None:
+    """SIGTERM the group and the marked escapees, give them ``grace`` seconds, then SIGKILL
+    whatever is left."""
+    if not _signal_tree(pgid, marker, signals.SIGTERM):
         return
     await _settled(capture, grace)
-    _signal_group(pgid, signals.SIGKILL)
+    deadline = asyncio.get_running_loop().time() + grace
+    # The shell and the pipe are done; escapees hold neither, so poll for them.
+    while await asyncio.to_thread(_marked, marker):
+        if asyncio.get_running_loop().time() >= deadline:
+            break
+        await asyncio.sleep(0.02)
+    _signal_tree(pgid, marker, signals.SIGKILL)
+
+
+class _Redactor:
+    """Replaces the values of the host's secret-looking variables by ``***``."""
+
+    def __init__(self, extra: Mapping[str, str]) -> None:
+        self.extra = dict(extra)
+
+    def values(self) -> list[str]:
+        found = {
+            value
+            for source in (os.environ, self.extra)
+            for name, value in source.items()
+            if _SECRET_NAME.search(name) and len(value.strip()) >= MIN_SECRET_LENGTH
+        }
+        return sorted(found, key=len, reverse=True)  # a longer value first: no partial leak
+
+    def __call__(self, text: str) -> str:
+        # Values only: a shape pattern such as ``sk-...`` would also hit "disk-usage".
+        for value in self.values():
+            text = text.replace(value, "***")
+        return text
 
 
 def _report(capture: _Capture, returncode: int | None) -> str:
@@ -111,51 +201,83 @@ def _report(capture: _Capture, returncode: int | None) -> str:
 
 
 class _Shell:
-    def __init__(self, ws: Workspace, timeout: float, cap: int, grace: float) -> None:
+    def __init__(
+        self,
+        ws: Workspace,
+        timeout: float,
+        cap: int,
+        grace: float,
+        env: Mapping[str, str],
+        env_allow: Iterable[str],
+    ) -> None:
         self.ws = ws
         self.timeout = timeout
         self.cap = cap
         self.grace = grace
+        self.env = dict(env)
+        self.env_allow = DEFAULT_ENV_ALLOW | frozenset(env_allow)
+        self.redact = _Redactor(self.env)
+
+    def environment(self, marker: str) -> dict[str, str]:
+        """The command's environment: the allow-list of the host's, the configured, the marker."""
+        env = {
+            name: value
+            for name, value in os.environ.items()
+            if name in self.env_allow or name.startswith("LC_")
+        }
+        env.update(self.env)
+        env[_MARKER] = marker
+        return env
 
     async def run(self, args: ShellArgs, exec: ToolExec) -> ToolResult:
         abort = exec.signal
         abort.throw_if_aborted()
         loop = asyncio.get_running_loop()
-        transport, capture = await loop.subprocess_shell(
-            lambda: _Capture(self.cap),
-            args.command,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
-            cwd=self.ws.root,
-            start_new_session=True,
-        )
+        token = secrets.token_hex(16)
+        marker = f"{_MARKER}={token}".encode()
+        try:
+            transport, capture = await loop.subprocess_shell(
+                lambda: _Capture(self.cap),
+                args.command,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.STDOUT,
+                cwd=self.ws.root,
+                env=self.environment(token),
+                start_new_session=True,
+            )
+        except BaseException:
+            # Cancelled while the transport was being set up: the command may already run
+            # (and asyncio kills only the shell itself), so end whatever carries the marker.
+            _signal_tree(None, marker, signals.SIGKILL)
+            raise
         pgid = transport.get_pid()
         finished = False
         try:
             reason = await self._wait(capture, abort)
             # On a cut this ends the command itself; after a normal exit, what it left running.
-            await _end_group(pgid, capture, self.grace)
+            await _end_tree(pgid, marker, capture, self.grace)
             await capture.exited
             await _settled(capture, self.grace)
             finished = True
         finally:
             if not finished:
                 # Cancelled from outside: no time to be polite, leave no process behind.
-                _signal_group(pgid, signals.SIGKILL)
+                _signal_tree(pgid, marker, signals.SIGKILL)
             transport.close()
         abort.throw_if_aborted()
         returncode = transport.get_returncode()
+        report = self.redact(_report(capture, returncode))
         if reason == "timeout":
             return ToolResult(
                 content=f"command timed out after {self.timeout:g}s; its process group was "
-                f"killed\n{_report(capture, returncode)}",
+                f"killed\n{report}",
                 is_error=True,
                 error=ToolError("TOOL_FAILED", "TimeoutError"),
                 meta={"exit_code": returncode, "timed_out": True},
             )
         return ToolResult(
-            content=_report(capture, returncode),
+            content=report,
             meta={"exit_code": returncode, "output_bytes": capture.total},
         )
 
@@ -183,9 +305,17 @@ class _Shell:
         return stop.result() if stop.done() else None
 
 
-def shell_tool(ws: Workspace, *, timeout: float, output_cap: int, kill_grace: float) -> Tool:
+def shell_tool(
+    ws: Workspace,
+    *,
+    timeout: float,
+    output_cap: int,
+    kill_grace: float,
+    env: Mapping[str, str] | None = None,
+    env_allow: Iterable[str] = (),
+) -> Tool:
     """The ``shell`` tool over ``ws`` (exclusive: it may change anything)."""
-    shell = _Shell(ws, timeout, output_cap, kill_grace)
+    shell = _Shell(ws, timeout, output_cap, kill_grace, env or {}, env_allow)
     return define_tool(
         name="shell",
         description=(
