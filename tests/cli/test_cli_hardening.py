@@ -394,3 +394,12 @@ async def test_contract_coverage_runs_in_a_clone(tmp_path: Path) -> None:
     (clone / "tests" / "data" / "CONTRACTS.md").unlink()
     code, out = await coverage()
     assert code == 2 and "pass --spec PATH" in out and "Traceback" not in out
+
+
+def test_store_urls_are_shown_without_their_password() -> None:
+    """What ``demo`` prints about its store (and the hint to list it) hides a password."""
+    from steerloop.cli._app import _without_password
+
+    assert _without_password("postgresql://u:hunter2@db:5432/x") == "postgresql://u:***@db:5432/x"
+    assert _without_password("postgresql://u@db/x") == "postgresql://u@db/x"
+    assert _without_password("sqlite:////tmp/s.db") == "sqlite:////tmp/s.db"

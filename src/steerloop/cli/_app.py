@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shlex
 import sys
 from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import urlsplit, urlunsplit
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from .._runtime import Runtime
@@ -110,6 +113,17 @@ def _sqlite_file(url: str) -> Path | None:
         return None  # Runtime.open reports the bad URL
 
 
+def _without_password(url: str) -> str:
+    """``url`` fit for the screen: a password in it becomes ``***``."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    user = parts.username or ""
+    host = parts.hostname or ""
+    port = f":{parts.port}" if parts.port is not None else ""
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}{port}"))
+
+
 def _fail(console: Console, message: str, code: int = 1) -> typer.Exit:
     console.print(f"[red]error:[/red] {message}")
     return typer.Exit(code)
@@ -130,8 +144,9 @@ def demo(store: StoreOption = None) -> None:
         # Nothing outlives this process: a hint to list the store would find nothing.
         console.print(f"\nsession [bold]{session_id}[/bold] lived in memory and is gone")
         return
-    console.print(f"\nsession [bold]{session_id}[/bold] is stored in {settings.store}")
-    hint = "" if store is None else f" --store {store}"
+    shown = escape(_without_password(settings.store))
+    console.print(f"\nsession [bold]{session_id}[/bold] is stored in {shown}")
+    hint = "" if store is None else escape(f" --store {shlex.quote(_without_password(store))}")
     console.print(
         f"try: [bold]steerloop sessions ls{hint}[/bold]  ·  "
         f"[bold]steerloop sessions show {session_id}{hint}[/bold]"
