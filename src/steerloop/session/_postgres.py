@@ -116,6 +116,7 @@ class PostgresStore(SessionStore):
         self._lock_timeout_ms = max(1, int(lock_timeout * 1000))
         self._pool_size = pool_size
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.application_name = f"steerloop {self.owner}"[-63:]  # the server keeps 63 bytes
         self._pool: Any = None
         self._pool_lock: asyncio.Lock | None = None
         self._writers: dict[str, _PostgresWriter] = {}
@@ -148,7 +149,13 @@ class PostgresStore(SessionStore):
             yield
         except SessionPersistenceError:
             raise
-        except (OSError, TimeoutError, self._pg.PostgresError, self._pg.InterfaceError) as exc:
+        except (
+            OSError,
+            TimeoutError,
+            self._pg.PostgresError,
+            self._pg.InterfaceError,
+            self._pg.exceptions.InternalClientError,
+        ) as exc:
             detail = self._url.scrub(f"{type(exc).__name__}: {exc}")
             raise SessionStorageError(
                 f"PostgreSQL store {self.url}: {what} failed: {detail}"
@@ -160,7 +167,11 @@ class PostgresStore(SessionStore):
         return {
             "dsn": self._url.dsn,
             "timeout": self._connect_timeout,
-            "server_settings": {"idle_in_transaction_session_timeout": str(idle_ms)},
+            "server_settings": {
+                "idle_in_transaction_session_timeout": str(idle_ms),
+                # Which store a server connection belongs to (operators; fault tests).
+                "application_name": self.application_name,
+            },
         }
 
     async def _acquire_pool(self) -> Any:
@@ -468,6 +479,13 @@ class PostgresStore(SessionStore):
 
     def _task_ended(self, task: asyncio.Task[None]) -> None:
         error = None if task.cancelled() else task.exception()
+        if not self._stopping:  # nothing more will be committed: every write must fail
+            for writer in self._writers.values():
+                writer.fail(
+                    SessionStorageError,
+                    f"PostgreSQL store {self.url}: the writer task ended ({error!r}); "
+                    f"session {writer.session_id!r} takes no more writes",
+                )
         for _, future in self._waiters:
             if not future.done():
                 future.set_exception(
@@ -683,6 +701,12 @@ class _PostgresWriter(BufferedWriter):
         if self.error is not None:
             kind, message = self.error
             raise kind(message)
+
+    def _refuse(self) -> None:
+        # Once a commit of this session failed (a refused fence: the lease was taken over),
+        # every later append raises at once, as on SQLite: the agent must not run on with
+        # a log nobody stores.
+        self._raise_error()
 
     def _store_line(self, seq: int, line: str) -> None:
         if self.error is None:  # refused for good; flush/close report it

@@ -31,7 +31,10 @@ row and buffered events go to the database in the same transaction. ``discard()`
 closing an unpublished writer store nothing.
 
 *Write lease (G-2).* Owning a session's writer means holding an exclusive ``flock`` on a
-lock file next to the database (``<db>.leases/<sha256(id)>.lock``). The kernel releases it
+lock file next to the database's real path (``<db>.leases/<sha256(device, inode, id)>.lock``),
+so every spelling of the file's path (symlink, ``..``, relative) contends for one lock. A
+database file with more than one hard link is refused: SQLite keeps its WAL next to the
+name it was opened by, so two names of one file would also corrupt it. The kernel releases it
 when the process dies, however it dies, so a crashed writer never blocks a resume; a second
 opener — another process or another store object in this process — gets
 ``SessionConflictError`` at ``open_writer`` time. The writer thread releases the lease only
@@ -521,6 +524,25 @@ def _create_private(path: str) -> None:
     os.close(fd)
 
 
+def _identity(path: str) -> tuple[int, int]:
+    """The database file's device and inode (what its write leases are keyed on).
+
+    Raises:
+        SessionStorageError: the file cannot be read, or it has another hard link.
+    """
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        raise SessionStorageError(f"cannot open {path}: {exc}") from None
+    if st.st_nlink > 1:
+        raise SessionStorageError(
+            f"cannot open {path}: the database file has {st.st_nlink} hard links; SQLite "
+            "keeps a journal per name, so writers through two names would corrupt it and "
+            "could not see each other's write leases (use one name, or a symlink)"
+        )
+    return st.st_dev, st.st_ino
+
+
 class SqliteStore(SessionStore):
     """The embedded durable store: one SQLite file, one writer thread, one reader thread.
 
@@ -544,7 +566,8 @@ class SqliteStore(SessionStore):
         if os.path.exists(self.path) and not os.access(self.path, os.W_OK):
             raise SessionStorageError(f"cannot open {self.path}: the file is read-only")
         _create_private(self.path)
-        self._lease_dir = self.path + ".leases"
+        self._identity = _identity(self.path)
+        self._lease_dir = os.path.realpath(self.path) + ".leases"
         try:
             os.makedirs(self._lease_dir, mode=0o700, exist_ok=True)
         except OSError as exc:
@@ -646,6 +669,8 @@ class SqliteStore(SessionStore):
 
     async def _read(self, fn: Callable[[sqlite3.Connection], Any], session_id: str | None) -> Any:
         self._check_open()
+        if session_id is not None:
+            self._check_id(session_id)
         what = f"reading {'the session list' if session_id is None else repr(session_id)}"
 
         def run() -> Any:
@@ -669,7 +694,8 @@ class SqliteStore(SessionStore):
 
     async def open_writer(self, session_id: str) -> EventSink:
         self._check_open()
-        lease = Lease.acquire(self._lease_dir, session_id)
+        self._check_id(session_id)
+        lease = Lease.acquire(self._lease_dir, self._identity, session_id)
         try:
             stored, count = await self._read(lambda conn: _peek(conn, session_id), session_id)
         except BaseException:
@@ -683,7 +709,8 @@ class SqliteStore(SessionStore):
 
     async def delete(self, session_id: str) -> None:
         self._check_open()
-        lease = Lease.acquire(self._lease_dir, session_id)
+        self._check_id(session_id)
+        lease = Lease.acquire(self._lease_dir, self._identity, session_id)
         waiter = _waiter()
         self._keys += 1
         self._writer.ops.put((_DELETE, self._keys, session_id, waiter, lease))
@@ -706,6 +733,16 @@ class SqliteStore(SessionStore):
     def _check_open(self) -> None:
         if self._closed:
             raise SessionStorageError(f"the store {self.url} is closed")
+
+    def _check_id(self, session_id: str) -> None:
+        """Refuse an id SQLite cannot bind (a lone surrogate is not UTF-8), as the
+        store's own error rather than a bare ``UnicodeEncodeError``."""
+        try:
+            session_id.encode()
+        except UnicodeEncodeError as exc:
+            raise SessionStorageError(
+                f"session id {session_id!r} cannot be stored in {self.url}: {exc}"
+            ) from None
 
     async def close(self) -> None:
         """Commit everything queued (``synchronous=FULL``), then close the database."""

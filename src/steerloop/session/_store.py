@@ -70,7 +70,7 @@ def last_time(line: str | bytes | None) -> int | None:
         return None
     try:
         time_ = loads(line).get("time")
-    except (json.JSONDecodeError, AttributeError, TypeError):
+    except (ValueError, AttributeError, TypeError):
         return None
     return time_ if type(time_) is int else None
 
@@ -102,7 +102,7 @@ def _parsed(rows: Iterable[Any]) -> Iterator[Any]:
             raise _BadRow(f"seq {expected} is missing (the next stored event is seq {seq})")
         try:
             item = loads(body)
-        except (json.JSONDecodeError, TypeError) as exc:
+        except (ValueError, TypeError) as exc:  # incl. JSONDepthError: never RecursionError
             raise _BadRow(f"seq {seq} is not JSON: {exc}") from None
         if isinstance(item, dict) and item.get("seq") != seq:
             raise _BadRow(f"the event stored at seq {seq} says seq {item.get('seq')!r}")
