@@ -61,8 +61,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any
 
 from ..errors import (
     SessionCorruptError,
@@ -90,6 +89,21 @@ from ._store import (
     last_time,
     stored_header,
 )
+from .store._group import (
+    Append,
+    Barrier,
+    Batch,
+    Close,
+    Delete,
+    Failure,
+    GroupCommitter,
+    Op,
+    Publish,
+    Stop,
+    Unit,
+    Waiter,
+    raise_failure,
+)
 
 try:
     import fcntl
@@ -101,33 +115,6 @@ __all__ = ["LOG_VERSION", "MIGRATIONS", "SCHEMA_VERSION", "SqliteStore", "migrat
 _MAX_GROUP = 20_000  # ops per transaction, so one firehose cannot hold a barrier forever
 _PRAGMA_NAME = re.compile(r"^[a-z_]+$")
 
-# --- writer-thread operations ------------------------------------------------------------
-
-_EVENT: Final = 0
-_PUBLISH: Final = 1
-_BARRIER: Final = 2
-_CLOSE: Final = 3
-_DELETE: Final = 4
-_STOP: Final = 5
-
-# (_EVENT, key, (session_id, seq, body))  -- the row as the INSERT takes it
-# (_PUBLISH, key, session_id, header_row | None, base_len, [(seq, body), ...])
-# (_BARRIER, key | None, waiter)
-# (_CLOSE, key, waiter, lease)
-# (_DELETE, key, session_id, waiter, lease)
-# (_STOP, None, waiter)
-Op = tuple[Any, ...]
-
-
-@dataclass(slots=True)
-class _Unit:
-    """What one group holds for one writer (or one delete)."""
-
-    session_id: str
-    publish: Op | None = None
-    rows: list[tuple[str, int, str]] = field(default_factory=list)
-    delete: Op | None = None
-
 
 def _rollback(conn: sqlite3.Connection) -> None:
     if conn.in_transaction:
@@ -135,35 +122,19 @@ def _rollback(conn: sqlite3.Connection) -> None:
             conn.execute("ROLLBACK")
 
 
-Waiter = tuple[asyncio.AbstractEventLoop, "asyncio.Future[None]"]
-"""An awaiting caller: its event loop and the future the writer thread settles."""
-
-
-def _waiter() -> Waiter:
-    loop = asyncio.get_running_loop()
-    return loop, loop.create_future()
-
-
-def _settle(items: list[tuple[asyncio.Future[None], BaseException | None]]) -> None:
-    for future, error in items:
-        if future.done():  # its caller was cancelled
-            continue
-        if error is None:
-            future.set_result(None)
-        else:
-            future.set_exception(error)
-
-
 class _WriterThread:
-    """The one thread that writes to the database; everything arrives through ``ops``."""
+    """The one thread that writes to the database: the group-commit driver of SQLite.
+
+    Everything arrives through ``ops``; each wake-up drains what is queued into one
+    ``Batch`` (``GroupCommitter.plan``), commits it (``commit_batch``) and settles it.
+    """
 
     def __init__(self, path: str, pragmas: Mapping[str, int | str], busy_timeout: float) -> None:
         self.path = path
         self.ops: queue.SimpleQueue[Op] = queue.SimpleQueue()
-        self.failed: dict[int, str] = {}  # writer key -> why its events are not stored
+        self.group = GroupCommitter(path)
+        self.failed = self.group.failed  # writer key -> why its events are not stored
         self.commits = 0
-        self._settled: list[tuple[Waiter, BaseException | None]] = []
-        self._stop_error: str | None = None  # why the final sync failed, for close()
         self._inserter = _Inserter()
         self._pragmas = dict(pragmas)
         self._busy_timeout = busy_timeout
@@ -191,22 +162,24 @@ class _WriterThread:
             self._ready.set_exception(translate(exc, f"cannot open {self.path}"))
             return
         self._ready.set_result(None)
-        stopping: list[Op] = []
+        group = self.group
+        stop: Stop | None = None
         try:
-            while not stopping:
-                group = [self.ops.get()]
-                while len(group) < _MAX_GROUP:
+            while stop is None:
+                ops = [self.ops.get()]
+                while len(ops) < _MAX_GROUP:
                     try:
-                        group.append(self.ops.get_nowait())
+                        ops.append(self.ops.get_nowait())
                     except queue.Empty:
                         break
                 try:
-                    self._apply(group)
+                    batch = group.plan(ops)
+                    stop = group.finish(batch, self.commit_batch(batch))
                 except BaseException as exc:  # a bug or a failed rollback: fail loudly, go on
-                    self._abandon(group, exc)
-                stopping = [op for op in group if op[0] == _STOP]
-                if not stopping:
-                    self._post()
+                    group.abandon(ops, exc)
+                    stop = next((op for op in ops if isinstance(op, Stop)), None)
+                if stop is None:
+                    group.deliver()
         finally:
             conn, self._conn = self._conn, None
             close_error: BaseException | None = None
@@ -214,45 +187,11 @@ class _WriterThread:
                 conn.close()
             except sqlite3.Error as exc:
                 close_error = translate(exc, f"closing {self.path}")
-            if close_error is None and self._stop_error is not None:
-                close_error = SessionStorageError(self._stop_error)
-            for op in stopping:
-                self._resolve(op[2], close_error)
-            self._post()
-
-    def _resolve(self, waiter: Waiter, error: BaseException | None = None) -> None:
-        self._settled.append((waiter, error))
-
-    def _post(self) -> None:
-        """Hand this group's settlements to their loops: one wake-up per loop, not per caller.
-
-        Each ``call_soon_threadsafe`` writes the loop's self-pipe, releasing and re-taking
-        the GIL; per flush, that churn cost more than the commits themselves.
-        """
-        if not self._settled:
-            return
-        settled, self._settled = self._settled, []
-        by_loop: dict[asyncio.AbstractEventLoop, list[Any]] = {}
-        for (loop, future), error in settled:
-            by_loop.setdefault(loop, []).append((future, error))
-        for loop, items in by_loop.items():
-            with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits
-                loop.call_soon_threadsafe(_settle, items)
-
-    def _abandon(self, group: list[Op], exc: BaseException) -> None:
-        message = f"writing to {self.path} failed: {type(exc).__name__}: {exc}"
-        for op in group:
-            kind = op[0]
-            if kind in (_EVENT, _PUBLISH) and op[1] not in self.failed:
-                session_id = op[2][0] if kind == _EVENT else op[2]
-                self.failed[op[1]] = f"session {session_id!r}: {message}"
-            elif kind in (_BARRIER, _CLOSE, _STOP):
-                self._resolve(op[2], SessionStorageError(message))
-                if kind == _CLOSE:
-                    op[3].release()
-            elif kind == _DELETE:
-                self._resolve(op[3], SessionStorageError(message))
-                op[4].release()
+            if close_error is None and group.stop_error is not None:
+                close_error = SessionStorageError(group.stop_error)
+            if stop is not None:
+                group.resolve(stop.waiter, close_error)
+            group.deliver()
 
     def _connect(self) -> sqlite3.Connection:
         conn = sqlite3.connect(
@@ -280,53 +219,23 @@ class _WriterThread:
         assert self._conn is not None
         return self._conn
 
-    # --- one group ---------------------------------------------------------------------
+    # --- one batch ---------------------------------------------------------------------
 
-    def _apply(self, group: list[Op]) -> None:
-        units: dict[int, _Unit] = {}
-        settle: list[Op] = []
-        durable = False
-        for op in group:
-            kind = op[0]
-            if kind == _EVENT:
-                key = op[1]
-                if key in self.failed:
-                    continue  # storing it would leave a gap after what failed
-                unit = units.get(key)
-                if unit is None:
-                    unit = units[key] = _Unit(op[2][0])
-                unit.rows.append(op[2])
-            elif kind == _PUBLISH:
-                if op[1] not in self.failed:
-                    units[op[1]] = _Unit(op[2], publish=op)
-            elif kind == _DELETE:
-                units[op[1]] = _Unit(op[2], delete=op)
-                durable = True
-            else:
-                settle.append(op)
-                # A barrier without a writer only orders a read after what was queued
-                # (read-your-writes); it needs no sync of its own.
-                durable = durable or kind != _BARRIER or op[1] is not None
-        sync_error: str | None = None
-        committed = self._commit(units, durable) if units else False
-        if durable and not committed:
+    def commit_batch(self, batch: Batch) -> str | None:
+        """Commit a batch; why a durable batch could not be synced, if it could not.
+
+        A batch that fails (disk full, read-only file, I/O error) is rolled back and retried
+        one session at a time, so one session's failure does not fail the others.
+        """
+        committed = self._commit(batch.units, batch.durable) if batch.units else False
+        if batch.durable and not committed:
             # Nothing (more) was written, but a barrier means "durable through a FULL
             # sync": the earlier NORMAL commits reach the disk with the next FULL commit.
-            sync_error = self._full_sync()
-        for op in settle:
-            kind, key = op[0], op[1]
-            error = self.failed.get(key) if key is not None else None
-            error = error or sync_error
-            if kind == _STOP:  # settled once the connection is closed (_main)
-                self._stop_error = error
-                continue
-            if kind == _CLOSE:
-                op[3].release()
-                self.failed.pop(key, None)
-            self._resolve(op[2], None if error is None else SessionStorageError(error))
+            return self._full_sync()
+        return None
 
-    def _commit(self, units: dict[int, _Unit], durable: bool) -> bool:
-        """Commit the group; whether any transaction of it committed."""
+    def _commit(self, units: dict[int, Unit], durable: bool) -> bool:
+        """Commit the units; whether any transaction of them committed."""
         try:
             self._transaction(list(units.items()), durable)
             return True
@@ -343,39 +252,37 @@ class _WriterThread:
                 self._fail({key: unit}, exc)
         return committed
 
-    def _fail(self, units: dict[int, _Unit], exc: sqlite3.Error) -> None:
+    def _fail(self, units: dict[int, Unit], exc: sqlite3.Error) -> None:
         for key, unit in units.items():
             if unit.delete is not None:
-                self._resolve(
-                    unit.delete[3], translate(exc, f"deleting session {unit.session_id!r}")
-                )
-                unit.delete[4].release()
+                error = translate(exc, f"deleting session {unit.session_id!r}")
+                self.group.fail_unit(key, unit, (type(error), str(error)))
                 continue
-            seqs = [row[1] for row in unit.rows]
-            if unit.publish is not None:
-                seqs = [seq for seq, _ in unit.publish[5]] + seqs
-            first = f" from seq {seqs[0]} on" if seqs else ""
+            first = unit.first_seq()
+            since = f" from seq {first} on" if first is not None else ""
             kind = "corrupt" if is_corruption(exc) else "failed"
-            self.failed[key] = (
+            message = (
                 f"session {unit.session_id!r}: writing to {self.path} {kind} ({exc}); its "
-                f"events{first} are not stored and the session takes no more writes"
+                f"events{since} are not stored and the session takes no more writes"
             )
+            self.group.fail_unit(key, unit, (SessionStorageError, message))
 
-    def _transaction(self, units: list[tuple[int, _Unit]], durable: bool) -> None:
+    def _transaction(self, units: list[tuple[int, Unit]], durable: bool) -> None:
         conn = self._conn_()
         self._set_sync("FULL" if durable else "NORMAL")
         conn.execute("BEGIN IMMEDIATE")
         try:
             rows: list[tuple[str, int, str]] = []
-            deleted: list[tuple[_Unit, int]] = []
+            deleted: list[tuple[Delete, int]] = []
             for _key, unit in units:
                 if unit.publish is not None:
                     self._publish(conn, unit.publish)
-                    rows.extend((unit.session_id, seq, body) for seq, body in unit.publish[5])
+                    session_id = unit.session_id
+                    rows.extend((session_id, seq, body) for seq, body in unit.publish.rows)
                 if unit.delete is not None:
                     conn.execute("DELETE FROM events WHERE session_id = ?", (unit.session_id,))
                     cursor = conn.execute("DELETE FROM sessions WHERE id = ?", (unit.session_id,))
-                    deleted.append((unit, cursor.rowcount))
+                    deleted.append((unit.delete, cursor.rowcount))
                 rows.extend(unit.rows)
             if rows:
                 self._inserter.insert(conn, rows)
@@ -384,35 +291,33 @@ class _WriterThread:
             _rollback(conn)
             raise
         self.commits += 1
-        for unit, count in deleted:
-            assert unit.delete is not None
-            unit.delete[4].release()
-            self._resolve(
-                unit.delete[3],
+        for delete, count in deleted:
+            self.group.release(delete.release)
+            self.group.resolve(
+                delete.waiter,
                 None
                 if count
                 else SessionPersistenceNotFoundError(
-                    f"no session {unit.session_id!r} in {self.path}"
+                    f"no session {delete.session_id!r} in {self.path}"
                 ),
             )
 
-    def _publish(self, conn: sqlite3.Connection, op: Op) -> None:
-        _, _, session_id, header, base_len, _ = op
-        if header is not None:
+    def _publish(self, conn: sqlite3.Connection, op: Publish) -> None:
+        if op.header is not None:
             try:
-                conn.execute("INSERT INTO sessions VALUES (?,?,?,?,?,?,?,?)", header)
+                conn.execute("INSERT INTO sessions VALUES (?,?,?,?,?,?,?,?)", _columns(op.header))
             except sqlite3.IntegrityError:
                 raise sqlite3.IntegrityError(
-                    f"session {session_id!r} was stored by someone else since it was opened"
+                    f"session {op.session_id!r} was stored by someone else since it was opened"
                 ) from None
             return
         stored = conn.execute(
-            "SELECT count(*), max(seq) FROM events WHERE session_id = ?", (session_id,)
+            "SELECT count(*), max(seq) FROM events WHERE session_id = ?", (op.session_id,)
         ).fetchone()
-        if (stored[1] or 0) != base_len or stored[0] != base_len:
+        if (stored[1] or 0) != op.base_len or stored[0] != op.base_len:
             raise sqlite3.IntegrityError(
-                f"session {session_id!r} changed since it was opened (stored {stored[0]} "
-                f"events, expected {base_len})"
+                f"session {op.session_id!r} changed since it was opened (stored {stored[0]} "
+                f"events, expected {op.base_len})"
             )
 
     def _full_sync(self) -> str | None:
@@ -605,7 +510,7 @@ class SqliteStore(SessionStore):
             SessionPersistenceNotFoundError: nothing is stored under the id.
         """
         await self._sync()
-        row = await self._read(lambda conn: _header_row(conn, session_id), session_id)
+        row = await self._read(lambda conn: _read_header(conn, session_id), session_id)
         if row is None:
             raise SessionPersistenceNotFoundError(f"no session {session_id!r} in {self.url}")
         return _header_of(row)
@@ -616,7 +521,7 @@ class SqliteStore(SessionStore):
         def read(conn: sqlite3.Connection) -> tuple[Any, int, str | None]:
             conn.execute("BEGIN")  # one snapshot
             try:
-                header = _header_row(conn, session_id)
+                header = _read_header(conn, session_id)
                 count, last = conn.execute(
                     "SELECT count(*), (SELECT body FROM events WHERE session_id = ?1 "
                     "ORDER BY seq DESC LIMIT 1) FROM events WHERE session_id = ?1",
@@ -711,23 +616,23 @@ class SqliteStore(SessionStore):
         self._check_open()
         self._check_id(session_id)
         lease = Lease.acquire(self._lease_dir, self._identity, session_id)
-        waiter = _waiter()
+        waiter = Waiter()
         self._keys += 1
-        self._writer.ops.put((_DELETE, self._keys, session_id, waiter, lease))
-        await waiter[1]
+        self._writer.ops.put(Delete(self._keys, session_id, waiter, lease.release))
+        await waiter.future
 
     async def _sync(self) -> None:
         """Wait until everything queued before this call is committed (read-your-writes)."""
         self._check_open()
-        waiter = _waiter()
-        self._writer.ops.put((_BARRIER, None, waiter))
-        await waiter[1]
+        waiter = Waiter()
+        self._writer.ops.put(Barrier(None, waiter))
+        await waiter.future
 
     def _put(self, op: Op) -> None:
         self._check_open()
         self._writer.ops.put(op)
 
-    def _failure(self, key: int) -> str | None:
+    def _failure(self, key: int) -> Failure | None:
         return self._writer.failed.get(key)
 
     def _check_open(self) -> None:
@@ -752,10 +657,10 @@ class SqliteStore(SessionStore):
 
     async def _close(self) -> None:
         self._closed = True
-        waiter = _waiter()
-        self._writer.ops.put((_STOP, None, waiter))
+        waiter = Waiter()
+        self._writer.ops.put(Stop(waiter))
         try:
-            await waiter[1]
+            await waiter.future
         finally:
             await asyncio.get_running_loop().run_in_executor(None, self._writer.join)
             for writer in list(self._writers.values()):
@@ -794,53 +699,36 @@ class _SqliteWriter(BufferedWriter):
     def _refuse(self) -> None:
         failure = self._failed.get(self._key)
         if failure is not None:
-            raise SessionStorageError(failure)
+            raise failure[0](failure[1])
 
     def _store_line(self, seq: int, line: str) -> None:
         if self._store._closed:
             self._store._check_open()
-        self._enqueue((_EVENT, self._key, (self.session_id, seq, line)))
+        self._enqueue(Append(self._key, (self.session_id, seq, line)))
         self._unflushed = True
 
     def _publish(self, pending: list[tuple[int, str]]) -> None:
         self._store._check_open()
-        header = None if self._stored else self._header_row()
-        self._store._put((_PUBLISH, self._key, self.session_id, header, self._base_len, pending))
+        header = None if self._stored else stored_header(self.session_id, self._header)
+        self._store._put(Publish(self._key, self.session_id, header, self._base_len, pending))
         self._unflushed = True
 
     async def _release(self) -> None:
         self._store._writers.pop(self._key, None)
         self._lease.release()
 
-    def _header_row(self) -> tuple[Any, ...]:
-        h = stored_header(self.session_id, self._header)
-        origin = h.get("origin")
-        depth = h.get("delegation_depth")
-        return (
-            h["id"],
-            h["version"],
-            h["created_at"],
-            h.get("cwd"),
-            h.get("parent_session"),
-            1 if h["is_seeded"] else 0,
-            None if origin is None else json.dumps(origin, separators=(",", ":")),
-            depth if isinstance(depth, int) else None,
-        )
-
     async def flush(self) -> None:
         """Return once every published write is durable; raise if one could not be stored."""
         if self._state != "published":
             return
-        failure = self._store._failure(self._key)
-        if failure is not None:
-            raise SessionStorageError(failure)
+        raise_failure(self._store._failure(self._key))
         if not self._unflushed:
             return
-        waiter = _waiter()
+        waiter = Waiter()
         self._unflushed = False
-        self._store._put((_BARRIER, self._key, waiter))
+        self._store._put(Barrier(self._key, waiter))
         try:
-            await waiter[1]
+            await waiter.future
         except BaseException:
             self._unflushed = True
             raise
@@ -863,18 +751,34 @@ class _SqliteWriter(BufferedWriter):
         if not published:
             self._lease.release()
             return
-        waiter = _waiter()
+        waiter = Waiter()
         # The writer thread releases the lease once everything before this is committed,
         # so a cancelled close can never let a new writer in ahead of queued events.
         try:
-            self._store._put((_CLOSE, self._key, waiter, self._lease))
+            self._store._put(Close(self._key, waiter, self._lease.release))
         except BaseException:  # the store closed first: nothing more will be committed
             self._lease.release()
             raise
-        await waiter[1]
+        await waiter.future
 
 
-def _header_row(conn: sqlite3.Connection, session_id: str) -> Any:
+def _columns(h: Mapping[str, Any]) -> tuple[Any, ...]:
+    """A stored header (``stored_header``) as the columns of its ``sessions`` row."""
+    origin = h.get("origin")
+    depth = h.get("delegation_depth")
+    return (
+        h["id"],
+        h["version"],
+        h["created_at"],
+        h.get("cwd"),
+        h.get("parent_session"),
+        1 if h["is_seeded"] else 0,
+        None if origin is None else json.dumps(origin, separators=(",", ":")),
+        depth if isinstance(depth, int) else None,
+    )
+
+
+def _read_header(conn: sqlite3.Connection, session_id: str) -> Any:
     return conn.execute(
         "SELECT version, id, created_at, cwd, parent_session, is_seeded, origin, "
         "delegation_depth FROM sessions WHERE id = ?",

@@ -1,0 +1,1 @@
+"""The session stores: the interface, the shared group committer and the backends."""
