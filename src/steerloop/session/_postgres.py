@@ -20,10 +20,13 @@ Design note — write ownership (G-2) and durability:
   stops renewing, so its leases expire and can be taken over; an expired lease is lost to its
   owner even before a takeover (the fence only renews unexpired leases).
 * **Group commit.** ``EventSink.write`` is synchronous: it queues the event and wakes the
-  store's single writer task, which commits everything queued (for every session of the
-  store) in one transaction. ``flush`` is a barrier on that queue. A commit that fails with a
-  backend error fails the writers of that batch for good (``SessionStorageError``): the
-  stored log stays a valid prefix, and resume repair continues from there.
+  store's single writer task, which drives the shared group committer (``store._group``):
+  everything queued (for every session of the store) goes to ``commit_batch`` as one
+  transaction. ``flush`` is a barrier on that queue; ``close`` is a last barrier after which
+  the task gives the lease back. A commit that fails fails the writers of that batch for
+  good (``SessionStorageError``, or ``SessionConflictError`` for a refused fence): their next
+  write raises at once, the stored log stays a valid prefix, and resume repair continues
+  from there.
 * **Opening.** ``open_writer`` takes the lease in one short transaction on the pool, bounded
   by ``lock_timeout``: a lease row locked by a committing owner is reported as a conflict
   rather than waited for.
@@ -74,6 +77,19 @@ from ._store import (
     last_time,
     stored_header,
 )
+from .store._group import (
+    Append,
+    Barrier,
+    Batch,
+    Close,
+    Failure,
+    GroupCommitter,
+    Op,
+    Publish,
+    Unit,
+    Waiter,
+    raise_failure,
+)
 
 __all__ = ["LOG_VERSION", "SCHEMA_VERSION", "LeaseInfo", "PostgresStore"]
 
@@ -120,11 +136,12 @@ class PostgresStore(SessionStore):
         self._pool: Any = None
         self._pool_lock: asyncio.Lock | None = None
         self._writers: dict[str, _PostgresWriter] = {}
-        # Group commit: (writer, seq, text) in order; seq 0 stands for "create the session row".
-        self._queue: builtins.list[tuple[_PostgresWriter, int, str]] = []
-        self._queued = 0
-        self._done = 0
-        self._waiters: builtins.list[tuple[int, asyncio.Future[None]]] = []
+        self._by_key: dict[int, _PostgresWriter] = {}
+        self._keys = 0
+        # Group commit: operations in order, drained by the writer task (``_run``).
+        self._group = GroupCommitter(self.url)
+        self._ops: builtins.list[Op] = []
+        self._inflight: builtins.list[Op] = []  # the batch being committed
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
@@ -435,10 +452,18 @@ class PostgresStore(SessionStore):
                 f"session {session_id!r} already has a writer: {row['owner']} holds its lease "
                 f"(token {row['token']}) until {row['expires_at'].isoformat()}"
             )
+        self._keys += 1
         writer = _PostgresWriter(
-            self, session_id, lease_id, token, stored=row["stored"], base_len=row["last"]
+            self,
+            self._keys,
+            session_id,
+            lease_id,
+            token,
+            stored=row["stored"],
+            base_len=row["last"],
         )
         self._writers[session_id] = writer
+        self._by_key[writer.key] = writer
         self._ensure_task(loop)
         return writer
 
@@ -450,73 +475,68 @@ class PostgresStore(SessionStore):
         assert self._wake is not None
         self._wake.set()  # start heartbeats for the new lease
 
-    def _enqueue(self, writer: _PostgresWriter, seq: int, text: str) -> None:
-        self._queue.append((writer, seq, text))
-        self._queued += 1
+    def _enqueue(self, op: Op) -> None:
+        self._ops.append(op)
         if self._wake is not None:
             self._wake.set()
 
-    async def _barrier(self) -> None:
-        """Return once everything queued so far was committed (or refused)."""
-        target = self._queued
-        if self._done >= target:
-            return
+    def _check_task(self) -> None:
         if self._task is None or self._task.done():
             raise SessionStorageError(f"PostgreSQL store {self.url}: the writer task is gone")
-        future = asyncio.get_running_loop().create_future()
-        self._waiters.append((target, future))
-        await future
 
-    def _settle_waiters(self) -> None:
-        keep = []
-        for target, future in self._waiters:
-            if self._done >= target:
-                if not future.done():
-                    future.set_result(None)
-            else:
-                keep.append((target, future))
-        self._waiters = keep
+    async def _barrier(self, key: int) -> None:
+        """Return once everything queued so far was committed (or refused); raise the
+        writer's failure."""
+        self._check_task()
+        waiter = Waiter()
+        self._enqueue(Barrier(key, waiter))
+        await waiter.future
 
     def _task_ended(self, task: asyncio.Task[None]) -> None:
         error = None if task.cancelled() else task.exception()
+        message = f"PostgreSQL store {self.url}: the writer task ended ({error!r})"
         if not self._stopping:  # nothing more will be committed: every write must fail
             for writer in self._writers.values():
                 writer.fail(
                     SessionStorageError,
-                    f"PostgreSQL store {self.url}: the writer task ended ({error!r}); "
-                    f"session {writer.session_id!r} takes no more writes",
+                    f"{message}; session {writer.session_id!r} takes no more writes",
                 )
-        for _, future in self._waiters:
-            if not future.done():
-                future.set_exception(
-                    SessionStorageError(
-                        f"PostgreSQL store {self.url}: writer task ended: {error!r}"
-                    )
-                )
-        self._waiters = []
+        ops, self._ops = self._inflight + self._ops, []
+        self._inflight = []
+        self._group.abandon(ops, SessionStorageError(message))
+        self._group.drop_releases()  # nobody runs them now: those leases expire instead
+        self._group.deliver()
 
     async def _run(self) -> None:
-        """The store's writer task: group commits, and lease heartbeats between them."""
+        """The store's writer task (the group-commit driver of PostgreSQL): group commits,
+        and lease heartbeats between them."""
         assert self._wake is not None
         loop = asyncio.get_running_loop()
+        group = self._group
         interval = self.lease_ttl / 3
         next_beat = loop.time() + interval
         while True:
-            if not self._queue and not self._stopping:
+            if not self._ops and not self._stopping:
                 timeout = max(0.0, next_beat - loop.time()) if self._writers else None
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(timeout):
                         await self._wake.wait()
             self._wake.clear()
-            if self._queue:
-                batch, self._queue = self._queue, []
-                await self._commit(batch)
-                self._done += len(batch)
-                self._settle_waiters()
+            if self._ops:
+                ops, self._ops = self._ops, []
+                self._inflight = ops
+                try:
+                    batch = group.plan(ops)
+                    group.finish(batch, await self.commit_batch(batch))
+                except Exception as exc:  # a bug must fail this batch, not end the task
+                    group.abandon(ops, exc)
+                await group.released()  # a close returns after its lease is given back
+                self._inflight = []
+                group.deliver()
             if self._writers and loop.time() >= next_beat:
                 await self._renew()
                 next_beat = loop.time() + interval
-            if self._stopping and not self._queue:
+            if self._stopping and not self._ops:
                 return
 
     def _fence_args(self, writers: builtins.list[_PostgresWriter]) -> tuple[Any, ...]:
@@ -527,70 +547,80 @@ class PostgresStore(SessionStore):
             self.lease_ttl,
         )
 
-    async def _commit(self, batch: builtins.list[tuple[_PostgresWriter, int, str]]) -> None:
+    async def commit_batch(self, batch: Batch) -> str | None:
         """One transaction for the whole batch; a refused fence drops only that session."""
-        writers: dict[_PostgresWriter, builtins.list[tuple[int, str]]] = {}
-        for writer, seq, text in batch:
-            writers.setdefault(writer, []).append((seq, text))
-        candidates = [w for w in writers if w.error is None]
-        if not candidates:
-            return
-        lost: builtins.list[_PostgresWriter] = []
+        units = {key: unit for key, unit in batch.units.items() if key in self._by_key}
+        if not units:
+            return None
+        lost: builtins.list[int] = []
         try:
             pool = await self._acquire_pool()
             with self._errors("committing events"):
                 async with pool.acquire() as conn, conn.transaction():
-                    lost = await self._commit_in(conn, writers, candidates)
+                    lost = await self._commit_in(conn, units)
             self._commits += 1
         except SessionPersistenceError as exc:
-            for w in candidates:
-                if w not in lost:
-                    w.fail(type(exc), str(exc))
+            for key in units:
+                if key not in lost:
+                    self._group.fail(key, (type(exc), str(exc)))
         except Exception as exc:  # a bug must fail this batch, not end the writer task
-            for w in candidates:
-                w.fail(SessionStorageError, f"committing to {self.url} failed: {exc!r}")
-        for w in lost:
-            w.lose()
+            for key in units:
+                self._group.fail(
+                    key, (SessionStorageError, f"committing to {self.url} failed: {exc!r}")
+                )
+        for key in lost:
+            self._by_key[key].lose()
+        return None
 
-    async def _commit_in(
-        self,
-        conn: Any,
-        writers: dict[_PostgresWriter, builtins.list[tuple[int, str]]],
-        candidates: builtins.list[_PostgresWriter],
-    ) -> builtins.list[_PostgresWriter]:
+    async def _commit_in(self, conn: Any, units: dict[int, Unit]) -> builtins.list[int]:
         """The body of a batch transaction; returns the writers whose fence was refused."""
         t = self._tables
-        fenced = {row[0] for row in await conn.fetch(t.fence, *self._fence_args(candidates))}
-        lost = [w for w in candidates if w.session_id not in fenced]
-        live = [w for w in candidates if w.session_id in fenced]
-        fresh = [w for w in live if writers[w][0][0] == 0]
+        writers = {key: self._by_key[key] for key in units}
+        fenced = {
+            row[0] for row in await conn.fetch(t.fence, *self._fence_args(list(writers.values())))
+        }
+        lost = [key for key, w in writers.items() if w.session_id not in fenced]
+        live = [key for key, w in writers.items() if w.session_id in fenced]
+        fresh = [
+            key
+            for key in live
+            if (publish := units[key].publish) is not None and publish.header is not None
+        ]
         if fresh:
+            headers = [units[key].publish.header for key in fresh]  # type: ignore[union-attr]
             created = await conn.fetch(
                 f"INSERT INTO {t.sessions} (session_id, header) "
                 "SELECT * FROM unnest($1::text[], $2::json[]) "
                 "ON CONFLICT DO NOTHING RETURNING session_id",
-                [w.session_id for w in fresh],
-                [writers[w][0][1] for w in fresh],
+                [units[key].session_id for key in fresh],
+                [json.dumps(header, separators=(",", ":")) for header in headers],
             )
-            fresh_ids = {w.session_id for w in fresh}
-            clash = fresh_ids - {row[0] for row in created}
-            for w in live:
-                if w.session_id in clash:
-                    w.fail(
-                        SessionConflictError,
-                        f"session {w.session_id!r} was stored in {self.url} by someone else "
-                        "since its writer was opened",
+            clash = {units[key].session_id for key in fresh} - {row[0] for row in created}
+            for key in live:
+                if units[key].session_id in clash:
+                    self._group.fail(
+                        key,
+                        (
+                            SessionConflictError,
+                            f"session {units[key].session_id!r} was stored in {self.url} by "
+                            "someone else since its writer was opened",
+                        ),
                     )
-            live = [w for w in live if w.session_id not in clash]
+            live = [key for key in live if units[key].session_id not in clash]
         sids: builtins.list[str] = []
         seqs: builtins.list[int] = []
         texts: builtins.list[str] = []
-        for w in live:
-            for seq, text in writers[w]:
-                if seq:
-                    sids.append(w.session_id)
+        for key in live:
+            unit = units[key]
+            if unit.publish is not None:
+                for seq, text in unit.publish.rows:
+                    sids.append(unit.session_id)
                     seqs.append(seq)
                     texts.append(text)
+            for sid, seq, text in unit.rows:
+                sids.append(sid)
+                seqs.append(seq)
+                texts.append(text)
         if sids:
             await conn.execute(t.insert_events, sids, seqs, texts)
         return lost
@@ -614,6 +644,7 @@ class PostgresStore(SessionStore):
     async def _release(self, writer: _PostgresWriter) -> None:
         if self._writers.get(writer.session_id) is writer:
             del self._writers[writer.session_id]
+        self._by_key.pop(writer.key, None)
         if writer.lost:
             return  # not ours any more
         # Best effort: a lease that cannot be released expires after ``lease_ttl``.
@@ -652,11 +683,6 @@ class PostgresStore(SessionStore):
             raise ExceptionGroup(f"closing {self.url} failed", errors)
 
 
-def _consume(task: asyncio.Future[Any]) -> None:
-    if not task.cancelled():
-        task.exception()
-
-
 def _header_json(session_id: str, header: Mapping[str, Any]) -> str:
     """The stored header as JSON text (EVENTS.md §2.7)."""
     return json.dumps(stored_header(session_id, header), separators=(",", ":"))
@@ -668,6 +694,7 @@ class _PostgresWriter(BufferedWriter):
     def __init__(
         self,
         store: PostgresStore,
+        key: int,
         session_id: str,
         lease_id: uuid.UUID,
         token: int,
@@ -677,17 +704,23 @@ class _PostgresWriter(BufferedWriter):
     ) -> None:
         super().__init__(session_id, base_len)
         self._store = store
+        self.key = key
         self.lease_id = lease_id
         self.token = token
         self._stored = stored
-        # Sticky failure (type, message): raised by flush/close/publish once known; writes
-        # made after it are dropped so the stored log never gets a gap.
-        self.error: tuple[type[SessionPersistenceError], str] | None = None
+        # Sticky failure: the store's committer keeps it (``failed[key]``); raised by
+        # write/flush/close/publish once known, and later events are dropped so the stored
+        # log never gets a gap.
+        self._failed = store._group.failed
         self.lost = False  # the lease was taken over: releasing it is not ours to do
 
+    @property
+    def error(self) -> Failure | None:
+        """Why this writer takes no more writes (``None`` while it is healthy)."""
+        return self._failed.get(self.key)
+
     def fail(self, kind: type[SessionPersistenceError], message: str) -> None:
-        if self.error is None:
-            self.error = (kind, message)
+        self._store._group.fail(self.key, (kind, message))
 
     def lose(self) -> None:
         self.lost = True
@@ -697,52 +730,45 @@ class _PostgresWriter(BufferedWriter):
             "events after the takeover were not stored",
         )
 
-    def _raise_error(self) -> None:
-        if self.error is not None:
-            kind, message = self.error
-            raise kind(message)
-
     def _refuse(self) -> None:
         # Once a commit of this session failed (a refused fence: the lease was taken over),
         # every later append raises at once, as on SQLite: the agent must not run on with
         # a log nobody stores.
-        self._raise_error()
+        raise_failure(self._failed.get(self.key))
 
     def _store_line(self, seq: int, line: str) -> None:
-        if self.error is None:  # refused for good; flush/close report it
-            self._store._enqueue(self, seq, line)
+        self._store._enqueue(Append(self.key, (self.session_id, seq, line)))
 
     def _publish(self, pending: list[tuple[int, str]]) -> None:
-        self._raise_error()
-        if not self._stored:
-            self._store._enqueue(self, 0, _header_json(self.session_id, self._header))
-        for seq, text in pending:
-            self._store._enqueue(self, seq, text)
+        raise_failure(self.error)
+        header = None if self._stored else stored_header(self.session_id, self._header)
+        self._store._enqueue(Publish(self.key, self.session_id, header, self._base_len, pending))
 
     async def _release(self) -> None:
         await self._store._release(self)
 
     async def flush(self) -> None:
         if self._state == "published":
-            await self._store._barrier()
-        self._raise_error()
+            await self._store._barrier(self.key)
+        raise_failure(self.error)
 
     async def close(self) -> None:
+        """Commit what was written, then give the lease back (the writer task releases it
+        after the final commit, even if this call is cancelled), and surface a failure."""
         if self._state in ("closed", "discarded"):
             return
         published = self._state == "published"
         self._state = "closed"
         self._pending = []  # closing an unpublished handle must not invent an artifact
-        # Shielded: a cancelled close must not give the lease back before the writer task
-        # committed this session's queued events (their fence would no longer match).
-        finishing = asyncio.ensure_future(self._finish(published))
-        finishing.add_done_callback(_consume)
-        await asyncio.shield(finishing)
-        self._raise_error()
-
-    async def _finish(self, published: bool) -> None:
-        try:
-            if published:
-                await self._store._barrier()
-        finally:
+        if not published:
             await self._store._release(self)
+            raise_failure(self.error)
+            return
+        try:
+            self._store._check_task()
+        except SessionStorageError:
+            await self._store._release(self)
+            raise
+        waiter = Waiter()
+        self._store._enqueue(Close(self.key, waiter, lambda: self._store._release(self)))
+        await waiter.future

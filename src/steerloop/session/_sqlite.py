@@ -4,8 +4,9 @@ Design note.
 
 *Write-behind with group commit.* ``EventSink.write`` stays synchronous and cheap: it
 checks the seq, encodes the event to its JSON text and puts it on the store's queue. One
-dedicated thread owns the only writing connection; each time it wakes it drains everything
-queued — events of every session, publications, barriers — into one transaction. While a
+dedicated thread owns the only writing connection and drives the shared group committer
+(``store._group``): each time it wakes it drains everything queued — events of every
+session, publications, barriers — into one batch and commits it in one transaction. While a
 commit is in progress the next group accumulates, so the commit rate adapts to the load.
 The waiters a group settles are handed to their event loop in one wake-up, and a busy
 loop cannot starve the inserts of the GIL (``_Inserter``).

@@ -181,6 +181,13 @@ class GroupCommitter:
         if pending is not None:
             self._releases.append(pending)
 
+    def drop_releases(self) -> None:
+        """Forget releases nobody will await (the driver is gone)."""
+        for item in self._releases:
+            if asyncio.iscoroutine(item):
+                item.close()
+        self._releases = []
+
     async def released(self) -> None:
         """Await the asynchronous lease releases ``finish`` started (PostgreSQL)."""
         while self._releases:
