@@ -10,7 +10,7 @@ import threading
 from collections.abc import Sequence
 from typing import Final
 
-from ..errors import (
+from ....errors import (
     SessionConflictError,
     SessionCorruptError,
     SessionPersistenceError,
@@ -22,7 +22,7 @@ try:
 except ImportError:  # pragma: no cover - Windows
     fcntl = None  # type: ignore[assignment]
 
-from ._store import LOG_VERSION
+from .._interface import LOG_VERSION
 
 __all__ = [
     "LOG_VERSION",
