@@ -168,6 +168,7 @@ class GroupCommitter:
         self.failed: dict[int, Failure] = {}
         self._settled: list[tuple[Waiter, BaseException | None]] = []
         self._releases: list[Awaitable[None]] = []
+        self.stop_error: str | None = None  # why the final sync failed, for the store's close
 
     def fail(self, key: int, failure: Failure) -> None:
         """Fail writer ``key`` for good (the first failure wins)."""
@@ -245,8 +246,6 @@ class GroupCommitter:
                 self.failed.pop(op.key, None)
             self.resolve(op.waiter, None if failure is None else failure[0](failure[1]))
         return stop
-
-    stop_error: str | None = None
 
     def fail_unit(self, key: int, unit: Unit, failure: Failure) -> None:
         """A unit whose transaction failed: a delete settles with the error (and gives its
