@@ -203,9 +203,7 @@ class GroupCommitter:
         failed = self.failed
         durable = False
         for op in group:
-            kind = type(op)
-            if kind is Append:
-                assert isinstance(op, Append)
+            if isinstance(op, Append):  # the hot path: one per event
                 key = op.key
                 if key in failed:
                     continue  # storing it would leave a gap after what failed
@@ -213,16 +211,13 @@ class GroupCommitter:
                 if unit is None:
                     unit = units[key] = Unit(op.row[0])
                 unit.rows.append(op.row)
-            elif kind is Publish:
-                assert isinstance(op, Publish)
+            elif isinstance(op, Publish):
                 if op.key not in failed:
                     units[op.key] = Unit(op.session_id, publish=op)
-            elif kind is Delete:
-                assert isinstance(op, Delete)
+            elif isinstance(op, Delete):
                 units[op.key] = Unit(op.session_id, delete=op)
                 durable = True
             else:
-                assert isinstance(op, Barrier | Close | Stop)
                 settle.append(op)
                 # A barrier without a writer only orders a read after what was queued
                 # (read-your-writes); it needs no sync of its own.
