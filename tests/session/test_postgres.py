@@ -361,7 +361,8 @@ async def test_heartbeat_keeps_a_live_owner_leased(stores: StoreFactory) -> None
 async def test_paused_owner_is_taken_over_and_fenced(stores: StoreFactory) -> None:
     """G-2: a paused owner (its loop frozen past the TTL: no heartbeat) loses the lease;
     the next opener takes it over with a higher token; the old owner's later batch is
-    refused as a whole and its flush raises SessionConflictError."""
+    refused as a whole (its flush, or its next write once the loss is known, raises
+    SessionConflictError)."""
     a, b = stores(lease_ttl=0.4), stores()
     old = await a.open_writer("s")
     old.publish()
@@ -371,9 +372,10 @@ async def test_paused_owner_is_taken_over_and_fenced(stores: StoreFactory) -> No
     new = await b.open_writer("s")  # takeover of the expired lease
     lease = await b.lease("s")
     assert lease is not None and lease.token == 2 and lease.owner == b.owner
-    old.write(turn(2, 2))
-    old.write(turn(3, 3))
     with pytest.raises(SessionConflictError, match="taken over"):
+        # Refused at once if its heartbeat already found the lease gone, else by the fence.
+        old.write(turn(2, 2))
+        old.write(turn(3, 3))
         await old.flush()
     new.publish()
     new.write(turn(2, 20))
@@ -560,3 +562,113 @@ async def test_dead_host_inbox_is_restored_elsewhere(stores: StoreFactory) -> No
     await h2.rt.close()
     with contextlib.suppress(SessionConflictError, ExceptionGroup):
         await h1.rt.close()
+
+
+# --- a writer that lost its lease, an interrupted commit (issue 11, item 7) ---------------
+
+
+async def _until(condition: Callable[[], bool]) -> None:
+    """Let the store's writer task run until ``condition`` holds (bounded)."""
+    async with asyncio.timeout(10):
+        while not condition():
+            await asyncio.sleep(0.01)
+
+
+async def test_an_append_after_a_refused_fence_raises_at_once(stores: StoreFactory) -> None:
+    """G-2: once a batch of a writer whose lease was taken over is refused, its next
+    ``write`` raises SessionConflictError at once (as on SQLite), before any flush; the
+    stored log keeps only the new owner's events."""
+    a, b = stores(), stores()
+    old = await a.open_writer("s")
+    old.publish()
+    old.write(turn(1, 1))
+    await old.flush()
+    assert await b.revoke_lease("s")
+    new = await b.open_writer("s")  # the takeover
+    old.write(turn(2, 2))  # not known yet: queued, then refused by the fence
+    await _until(lambda: old.error is not None)  # type: ignore[attr-defined]
+    with pytest.raises(SessionConflictError, match="taken over"):
+        old.write(turn(3, 3))
+    new.publish()
+    new.write(turn(2, 20))
+    await new.close()
+    assert [(e.seq, e.data.turn) for e in await b.load("s")] == [(1, 1), (2, 20)]
+    with pytest.raises(SessionConflictError, match="taken over"):
+        await old.close()
+
+
+async def test_a_taken_over_agent_stops_at_its_next_append(stores: StoreFactory) -> None:
+    """G-2: an agent whose lease was taken over does not run on unrecorded: once the fence
+    refused its batch, the next append raises, the turn ends in error and ``followup``
+    refuses work, with no flush in between."""
+    store1, store2 = stores(), stores()
+    h1 = await runtime(store1)
+    agent1 = await h1.agent(text_response("one"), text_response("late"), session_id="s")
+    agent1.followup(user_message("u1"))
+    await settle(agent1)
+    await agent1.session.flush()
+    assert await store2.revoke_lease("s")
+    taker = await store2.open_writer("s")
+    agent1.followup(user_message("stale"))  # runs before the refusal is known
+    await settle(agent1)
+    writer = agent1.session._sink
+    await _until(lambda: writer.error is not None)  # type: ignore[attr-defined]
+    count = len(agent1.session.events)
+    with pytest.raises(SessionConflictError, match="taken over"):
+        agent1.followup(user_message("later"))
+    assert len(agent1.session.events) == count  # nothing more was folded in memory
+    await taker.discard()
+    with pytest.raises((SessionConflictError, ExceptionGroup)):
+        await h1.rt.close()
+
+
+async def test_an_interrupted_commit_is_a_storage_error(stores: StoreFactory) -> None:
+    """A commit whose server connection dies mid-transaction (terminated while its fence
+    waits on a row lock) fails the writer with SessionStorageError, never a raw driver
+    error: at ``flush``, at the next ``write`` and at ``close``; nothing of the batch is
+    stored, and the store keeps serving other sessions."""
+    store = stores()
+    writer = await store.open_writer("a")
+    writer.publish()
+    writer.write(turn(1, 1))
+    await writer.flush()
+    blocker = await asyncpg.connect(PG_URL, timeout=5)
+    try:
+        tx = blocker.transaction()
+        await tx.start()
+        await blocker.execute(
+            f'SELECT 1 FROM "{store.schema}".steerloop_leases WHERE session_id = $1 FOR UPDATE',
+            "a",
+        )
+        writer.write(turn(2, 2))
+        flushing = asyncio.ensure_future(writer.flush())
+        waiting: list[Any] = []
+
+        async def blocked() -> bool:
+            rows = await blocker.fetch(
+                "SELECT pid FROM pg_stat_activity WHERE application_name = $1 "
+                "AND wait_event_type = 'Lock'",
+                store.application_name,
+            )
+            waiting[:] = [row["pid"] for row in rows]
+            return bool(waiting)
+
+        async with asyncio.timeout(10):
+            while not await blocked():
+                await asyncio.sleep(0.01)
+        await blocker.fetch("SELECT pg_terminate_backend(pid) FROM unnest($1::int[]) pid", waiting)
+        await tx.rollback()
+    finally:
+        await blocker.close()
+    with pytest.raises(SessionStorageError, match="committing"):
+        await asyncio.wait_for(flushing, 10)
+    with pytest.raises(SessionStorageError, match="committing"):
+        writer.write(turn(3, 3))
+    with pytest.raises(SessionStorageError):
+        await writer.close()
+    other = await store.open_writer("b")
+    other.publish()
+    other.write(turn(1, 1))
+    await other.close()
+    assert seqs(await store.load("a")) == [1]
+    assert seqs(await store.load("b")) == [1]

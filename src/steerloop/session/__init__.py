@@ -2,7 +2,7 @@
 
 from ._events import Replace, SessionEvent, TurnEndReason
 from ._session import EventSink, Session, SessionEventPayload
-from ._store import MemoryStore, SessionInfo, SessionStore
+from .store import MemoryStore, SessionInfo, SessionStore
 
 __all__ = [
     "EventSink",

@@ -461,6 +461,8 @@ def event_from_json(raw: Json) -> SessionEvent:
         return _decode(raw, seq)
     except _Malformed as exc:
         raise SessionCorruptError(f"seq {seq}: {exc}") from None
+    except RecursionError:  # a payload nested deeper than its checks can walk
+        raise SessionCorruptError(f"seq {seq}: the payload is nested too deeply") from None
 
 
 def _decode(raw: Mapping[str, Json], seq: int) -> SessionEvent:

@@ -3,6 +3,8 @@
 orjson is several times faster on both sides, which is what durable append throughput and
 resume time are made of. It refuses what stdlib ``json`` accepts in a few corners (lone
 surrogates, integers beyond 64 bits); those fall back to the stdlib so nothing valid is lost.
+Text nested deeper than orjson's limit (1,024) is refused outright: the stdlib recurses
+and would raise ``RecursionError`` (stored rows are hostile input).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import orjson
 
 from ._events import SessionEvent
 
-__all__ = ["dumps", "dumps_event", "loads"]
+__all__ = ["JSONDepthError", "dumps", "dumps_event", "loads"]
 
 
 def dumps(value: Any) -> str:
@@ -30,9 +32,23 @@ def dumps_event(event: SessionEvent) -> str:
     return dumps(event.to_json())
 
 
+class JSONDepthError(ValueError):
+    """JSON text nested too deeply to parse."""
+
+
 def loads(text: str | bytes) -> Any:
-    """Parse JSON text; raises ``ValueError`` (``json.JSONDecodeError``) when it is not JSON."""
+    """Parse JSON text.
+
+    Raises:
+        ValueError: it is not JSON (``json.JSONDecodeError``), or it is nested deeper than
+            1,024 levels (``JSONDepthError``).
+    """
     try:
         return orjson.loads(text)
-    except orjson.JSONDecodeError:
+    except orjson.JSONDecodeError as exc:
+        if "depth" in str(exc):
+            raise JSONDepthError(f"nested deeper than 1024 levels ({exc})") from None
+    try:
         return json.loads(text)
+    except RecursionError:
+        raise JSONDepthError("nested too deeply to parse") from None

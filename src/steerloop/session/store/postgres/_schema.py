@@ -8,8 +8,8 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
-from ..errors import SessionStorageError
-from ._store import LOG_VERSION
+from ....errors import SessionStorageError
+from .._interface import LOG_VERSION
 
 __all__ = [
     "LOG_VERSION",

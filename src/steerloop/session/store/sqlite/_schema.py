@@ -10,7 +10,7 @@ import threading
 from collections.abc import Sequence
 from typing import Final
 
-from ..errors import (
+from ....errors import (
     SessionConflictError,
     SessionCorruptError,
     SessionPersistenceError,
@@ -22,7 +22,7 @@ try:
 except ImportError:  # pragma: no cover - Windows
     fcntl = None  # type: ignore[assignment]
 
-from ._store import LOG_VERSION
+from .._interface import LOG_VERSION
 
 __all__ = [
     "LOG_VERSION",
@@ -152,7 +152,13 @@ def migrate(
 
 
 class Lease:
-    """An exclusive ``flock`` on ``<db>.leases/<sha256(id)>.lock`` (G-2)."""
+    """An exclusive ``flock`` on ``<db>.leases/<sha256(dev, inode, id)>.lock`` (G-2).
+
+    The lease is keyed on the database file's identity (device and inode), not on how its
+    path was spelled: the directory sits next to the file's real path (symlinks, ``..`` and
+    relative spellings resolve to it) and the name hashes the identity, so every spelling
+    of one file contends for the same lock, and a file replaced at the same path does not.
+    """
 
     __slots__ = ("_fd", "_lock", "path")
 
@@ -162,10 +168,11 @@ class Lease:
         self._lock = threading.Lock()
 
     @classmethod
-    def acquire(cls, directory: str, session_id: str) -> Lease:
+    def acquire(cls, directory: str, identity: tuple[int, int], session_id: str) -> Lease:
         if fcntl is None:  # pragma: no cover - Windows
             raise SessionStorageError("the SQLite store needs fcntl.flock (a POSIX system)")
-        name = hashlib.sha256(session_id.encode()).hexdigest()[:40] + ".lock"
+        key = f"{identity[0]}:{identity[1]}\0{session_id}".encode(errors="surrogatepass")
+        name = hashlib.sha256(key).hexdigest()[:40] + ".lock"
         path = os.path.join(directory, name)
         while True:
             try:

@@ -1,0 +1,28 @@
+"""The session stores: the interface, the shared group committer and the backends.
+
+``_interface`` (``SessionStore``, ``BufferedWriter``) ← ``_group`` (group commit for the
+database stores) ← ``_memory``, ``sqlite``, ``postgres`` (backends) ← ``_open``
+(``open_store``, which imports a database backend only when its URL is opened).
+"""
+
+from ._interface import (
+    LOG_VERSION,
+    BufferedWriter,
+    SessionInfo,
+    SessionStore,
+    decode_rows,
+    stored_header,
+)
+from ._memory import MemoryStore
+from ._open import open_store
+
+__all__ = [
+    "LOG_VERSION",
+    "BufferedWriter",
+    "MemoryStore",
+    "SessionInfo",
+    "SessionStore",
+    "decode_rows",
+    "open_store",
+    "stored_header",
+]
