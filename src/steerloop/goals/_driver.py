@@ -46,6 +46,7 @@ from ..agent._decisions import PreStepDecision
 from ..messages import MessageSource, TextBlock, UserMessage, user_message
 from ._domain import SessionGoal
 from ._model import Goal
+from ._tools import goal_tools
 
 if TYPE_CHECKING:
     from .._runtime import Runtime
@@ -153,9 +154,7 @@ class GoalDriver:
             hooks.on("session/event", self._on_event),
         ]
         if tools:
-            from ._tools import goal_tools
-
-            self._disposers += [self._rt.tools.register(tool) for tool in goal_tools(self)]
+            self._disposers += [self._rt.tools.register(tool) for tool in goal_tools(self.goal_of)]
 
     async def _unload(self) -> None:
         self._unloading = True

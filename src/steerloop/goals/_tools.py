@@ -18,8 +18,10 @@ from ..tools._define import Tool, ToolError, ToolExec, ToolResult, define_tool
 from ._model import GoalRevisionError, GoalStateError, goal_to_json
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from ..agent._agent import Agent
     from ._domain import SessionGoal
-    from ._driver import GoalDriver
 
 __all__ = ["BLOCKED_BY_MODEL", "goal_tools"]
 
@@ -44,11 +46,11 @@ def _error(code: str, message: str) -> ToolResult:
     return ToolResult(content=message, is_error=True, error=ToolError(code))
 
 
-def goal_tools(driver: GoalDriver) -> list[Tool]:
-    """The three goal tools, reading and changing goals through ``driver``."""
+def goal_tools(goal_of: Callable[[Agent], SessionGoal]) -> list[Tool]:
+    """The three goal tools, acting on the goal ``goal_of`` gives for the calling agent."""
 
     def goal_for(exec: ToolExec) -> SessionGoal:
-        return driver.goal_of(exec.agent)
+        return goal_of(exec.agent)
 
     async def read_goal(args: _NoArgs, exec: ToolExec) -> Any:
         goal = goal_for(exec)
