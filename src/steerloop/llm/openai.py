@@ -32,6 +32,7 @@ from ..messages import (
     ToolResultMessage,
     UserMessage,
 )
+from ._failures import classify
 from ._http import NO_KEY, ResponseGuard, open_response, redact, retry_after_ms
 from ._types import GenerateRequest, LlmFailure, ModelInfo, TokenUsage
 from .chunks import (
@@ -73,11 +74,6 @@ KNOWN_MODELS: Mapping[str, ModelInfo] = {
 
 # Reasoning models of OpenAI take ``max_completion_tokens`` and refuse ``max_tokens``.
 _COMPLETION_TOKENS_MODELS = re.compile(r"^(o\d|gpt-5)")
-_CONTEXT_OVERFLOW = re.compile(
-    r"context[_ ]length|context window|maximum context|too many tokens|prompt is too long"
-    r"|reduce the length",
-    re.IGNORECASE,
-)
 _FINISH_KINDS: Mapping[str, Literal["stop", "tool-calls", "max-tokens"]] = {
     "stop": "stop",
     "tool_calls": "tool-calls",
@@ -471,36 +467,14 @@ def _error_body(body: Any) -> tuple[str | None, str | None, str | None]:
     )
 
 
-def _status_code(status: int, text: str, code: str | None) -> tuple[str, bool]:
-    if code == "insufficient_quota":
-        return "QUOTA", False
-    if code == "context_length_exceeded" or (
-        status in (400, 413, 422) and _CONTEXT_OVERFLOW.search(text)
-    ):
-        return "CONTEXT_OVERFLOW", False
-    if status in (401, 403):
-        return "AUTH", False
-    if status == 402:
-        return "QUOTA", False
-    if status == 404:
-        return "NOT_FOUND", False
-    if status == 408:
-        return "TIMEOUT", True
-    if status == 409:
-        return "CONFLICT", True
-    if status == 429:
-        return "RATE_LIMITED", True
-    if status >= 500:
-        return "SERVER", True
-    return "INVALID_REQUEST", False
-
-
 def failure_from_exception(exc: BaseException, *, secret: str | None = None) -> LlmFailure:
     """Map an SDK/HTTP exception to an ``LlmFailure``; ``secret`` is scrubbed from the text."""
     if isinstance(exc, openai.APIStatusError):
-        message, code, _ = _error_body(exc.body)
+        message, code, err_type = _error_body(exc.body)
         text = message or exc.message or f"HTTP {exc.status_code}"
-        kind, retryable = _status_code(exc.status_code, text, code)
+        kind, retryable = classify(
+            status=exc.status_code, error_type=err_type, error_code=code, text=text
+        )
         return LlmFailure(
             message=redact(f"HTTP {exc.status_code}: {text}", secret),
             code=kind,
@@ -521,13 +495,13 @@ def failure_from_exception(exc: BaseException, *, secret: str | None = None) -> 
         # An error object sent inside the event stream.
         message, code, err_type = _error_body(exc.body)
         stream_text = message or exc.message
-        overflow = code == "context_length_exceeded" or bool(_CONTEXT_OVERFLOW.search(stream_text))
-        rate = "rate" in (err_type or "") or "rate" in (code or "")
-        name = "CONTEXT_OVERFLOW" if overflow else "RATE_LIMITED" if rate else "SERVER"
+        name, retryable = classify(
+            status=None, error_type=err_type, error_code=code, text=stream_text
+        )
         return LlmFailure(
             message=redact(f"stream error: {stream_text}", secret),
             code=name,
-            retryable=not overflow,
+            retryable=retryable,
         )
     if isinstance(exc, ValueError):
         return LlmFailure(
