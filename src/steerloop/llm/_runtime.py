@@ -9,7 +9,15 @@ from typing import Any
 from .._hooks import Disposer
 from .._signal import AbortSignal
 from ..errors import AbortedError, LlmError
-from ._types import CallConfig, GenerateRequest, LlmAdapter, LlmFailure, ModelInfo, RetryPolicy
+from ._types import (
+    CallConfig,
+    ClosableAdapter,
+    GenerateRequest,
+    LlmAdapter,
+    LlmFailure,
+    ModelInfo,
+    RetryPolicy,
+)
 from .chunks import Finish, FinishReason, StreamChunk
 
 __all__ = ["LlmService", "PreparedCall"]
@@ -42,7 +50,12 @@ class PreparedCall:
 
 
 class LlmService:
-    """Adapter registry and request preparation (``rt.llm``)."""
+    """Adapter registry and request preparation (``rt.llm``).
+
+    Ownership: registering an adapter hands it to the runtime. ``aclose()`` (called by
+    ``Runtime.close()``) closes every adapter still registered, once each; disposing a
+    registration takes the adapter back, and closing it is then the caller's business.
+    """
 
     def __init__(self) -> None:
         self._adapters: dict[str, list[LlmAdapter]] = {}
@@ -67,6 +80,23 @@ class LlmService:
                     stack.remove(adapter)
 
         return Disposer(dispose)
+
+    async def aclose(self) -> None:
+        """Close every registered adapter that has an ``aclose()`` (its HTTP client), once.
+
+        Every close is attempted; the first failure is raised after the others ran.
+        """
+        adapters = {id(a): a for stack in self._adapters.values() for a in stack}
+        self._adapters.clear()
+        failure: BaseException | None = None
+        for adapter in adapters.values():
+            if isinstance(adapter, ClosableAdapter):
+                try:
+                    await adapter.aclose()
+                except Exception as exc:
+                    failure = failure or exc
+        if failure is not None:
+            raise failure
 
     def adapter_for(self, provider: str) -> LlmAdapter | None:
         stack = self._adapters.get(provider)

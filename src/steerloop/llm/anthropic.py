@@ -139,6 +139,11 @@ class AnthropicAdapter:
             ``DEFAULT_THINKING_BUDGETS``, and requests without one do not think.
         models: ``ModelInfo`` by exact model name, over the built-in prefix table (its
             ``defaults["max_tokens"]`` is the request's default ``max_tokens``).
+
+
+    The adapter creates and owns its SDK client (one connection pool); ``aclose()`` closes
+    it. Registered with a runtime, the adapter belongs to the runtime: ``rt.close()`` calls
+    ``aclose()`` (unless the registration was disposed first).
     """
 
     def __init__(

@@ -97,6 +97,11 @@ class OpenAIChatAdapter:
         reasoning_replay: ``"tool-loop"`` sends a message's reasoning back as
             ``reasoning_content`` on assistant messages of the current tool loop (DeepSeek
             thinking mode requires it); ``"never"`` drops reasoning from requests.
+
+
+    The adapter creates and owns its SDK client (one connection pool); ``aclose()`` closes
+    it. Registered with a runtime, the adapter belongs to the runtime: ``rt.close()`` calls
+    ``aclose()`` (unless the registration was disposed first).
     """
 
     def __init__(
