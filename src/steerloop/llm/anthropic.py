@@ -7,16 +7,16 @@ unchanged). The SSE stream is normalised into steerloop chunks, and every SDK or
 failure becomes a terminal ``error`` finish carrying an ``LlmFailure``.
 
 The SDK never retries (``max_retries=0``): retrying is the job of ``agent/request-error``
-listeners (see ``steerloop.llm.retry``). When ``request.signal`` aborts, a listener closes
-the HTTP response, so the server sees the connection go away and the loop settles the
-interrupted prefix.
+listeners (see ``steerloop.llm.retry``). The stream lifecycle (abort closing the HTTP
+response, the request id, failures) is ``llm._provider_stream``'s; this module supplies the
+body, the SDK call, the decoder and the SDK-exception map.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,7 +27,6 @@ try:
 except ImportError:  # SDK releases before the httpx2 switch depend on httpx
     import httpx as _httpx  # type: ignore[no-redef,import-not-found,unused-ignore]
 
-from ..errors import AbortedError
 from ..messages import (
     AssistantMessage,
     Block,
@@ -40,7 +39,8 @@ from ..messages import (
     UserMessage,
 )
 from ._failures import classify
-from ._http import NO_KEY, ResponseGuard, open_response, redact, retry_after_ms
+from ._http import NO_KEY, redact, retry_after_ms
+from ._provider_stream import error_finish, provider_stream
 from ._types import GenerateRequest, LlmFailure, ModelInfo, TokenUsage, ToolSchema
 from .chunks import (
     BlockEnd,
@@ -237,71 +237,12 @@ class AnthropicAdapter:
 
     # --- stream ----------------------------------------------------------------------
 
-    async def stream(self, request: GenerateRequest) -> AsyncIterator[StreamChunk]:
-        signal = request.signal
-        params = self.build_params(request)
-        decoder = _Decoder()
-        for _ in range(MAX_CONTINUATIONS + 1):
-            if signal is not None and signal.aborted:
-                yield _aborted()
-                return
-            try:
-                sdk_stream = await open_response(
-                    self._client.messages.create(**sdk_arguments(params), stream=True), signal
-                )
-            except AbortedError:
-                yield _aborted()
-                return
-            except Exception as exc:
-                yield _error(self._failure(exc))
-                return
-            guard = ResponseGuard(sdk_stream, signal)
-            request_id = sdk_stream.response.headers.get("request-id")
-            try:
-                async for event in sdk_stream:
-                    if signal is not None and signal.aborted:
-                        break
-                    for chunk in decoder.push(event):
-                        yield chunk
-                    if decoder.done:
-                        break
-                if signal is not None and signal.aborted:
-                    yield _aborted()
-                    return
-                if not decoder.done:
-                    yield _error(
-                        LlmFailure(
-                            message="the stream ended before message_stop",
-                            code="INCOMPLETE_STREAM",
-                            retryable=True,
-                            request_id=request_id,
-                        )
-                    )
-                    return
-            except Exception as exc:
-                if signal is not None and signal.aborted:
-                    yield _aborted()
-                    return
-                failure = self._failure(exc)
-                if failure.request_id is None and request_id is not None:
-                    failure = _with(failure, request_id=request_id)
-                yield _error(failure)
-                return
-            finally:
-                await guard.close()
-            if decoder.stop_reason != "pause_turn":
-                yield decoder.finish()
-                return
-            # The server paused a long turn (server tools): send the paused content back as
-            # the assistant's prefix and stream the rest of the turn into the same stream.
-            params = {**params, "messages": _continued(params["messages"], decoder.resume())}
-        yield _error(
-            LlmFailure(
-                message=f"the model paused its turn {MAX_CONTINUATIONS + 1} times",
-                code="PAUSED",
-                retryable=False,
-            )
-        )
+    def stream(self, request: GenerateRequest) -> AsyncIterator[StreamChunk]:
+        call = _MessagesCall(self, request)
+        return provider_stream(call, request.signal, max_opens=MAX_CONTINUATIONS + 1)
+
+    def _open(self, params: Mapping[str, Any]) -> Awaitable[Any]:
+        return self._client.messages.create(**sdk_arguments(params), stream=True)
 
     # --- failures --------------------------------------------------------------------
 
@@ -309,6 +250,50 @@ class AnthropicAdapter:
         failure = failure_of(exc)
         message = redact(failure.message, self._client.api_key)  # the key the SDK resolved
         return failure if message == failure.message else _with(failure, message=message)
+
+
+class _MessagesCall:
+    """One Messages API request for ``provider_stream``; a paused turn (``pause_turn``) is
+    sent again with the paused content as the assistant's prefix, into the same stream."""
+
+    request_id_header = "request-id"
+
+    def __init__(self, adapter: AnthropicAdapter, request: GenerateRequest) -> None:
+        self._adapter = adapter
+        self._request = request
+        self._params: dict[str, Any] | None = None
+        self._decoder = _Decoder()
+
+    def open(self) -> Awaitable[Any]:
+        if self._params is None:
+            self._params = self._adapter.build_params(self._request)
+        return self._adapter._open(self._params)
+
+    def feed(self, event: Any) -> list[StreamChunk]:
+        return self._decoder.push(event)
+
+    @property
+    def done(self) -> bool:
+        return self._decoder.done
+
+    def end(self, request_id: str | None) -> list[StreamChunk] | None:
+        decoder = self._decoder
+        if not decoder.done:
+            failure = LlmFailure(
+                message="the stream ended before message_stop",
+                code="INCOMPLETE_STREAM",
+                retryable=True,
+                request_id=request_id,
+            )
+            return [error_finish(failure)]
+        if decoder.stop_reason == "pause_turn" and self._params is not None:
+            messages = _continued(self._params["messages"], decoder.resume())
+            self._params = {**self._params, "messages": messages}
+            return None
+        return [decoder.finish()]
+
+    def failure(self, exc: Exception) -> LlmFailure:
+        return self._adapter._failure(exc)
 
 
 # --- request translation ---------------------------------------------------------------
@@ -620,25 +605,13 @@ class _Decoder:
     def finish(self) -> Finish:
         reason = self.stop_reason
         if reason == "refusal":
-            return _error(
+            return error_finish(
                 LlmFailure(message="the model refused to answer", code="REFUSAL", retryable=False)
             )
         return Finish(reason=FinishReason(kind=_STOP_KINDS.get(reason or "", "stop")))
 
 
 # --- failures --------------------------------------------------------------------------
-
-
-def _aborted() -> Finish:
-    return Finish(
-        reason=FinishReason(
-            kind="aborted", failure=LlmFailure(message="request aborted", code="ABORTED")
-        )
-    )
-
-
-def _error(failure: LlmFailure) -> Finish:
-    return Finish(reason=FinishReason(kind="error", failure=failure))
 
 
 def _with(failure: LlmFailure, **changes: Any) -> LlmFailure:
