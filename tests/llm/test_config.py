@@ -10,6 +10,8 @@ from typing import Any, ClassVar
 
 import pytest
 
+# Imported up front: under load, the adapter's lazy SDK import inside a turn outlasts settle().
+import steerloop.llm.openai  # noqa: F401
 from steerloop import AgentOptions, Runtime, user_message
 from steerloop.llm.config import ProviderConfig, ProviderConfigError, register_providers
 from tests.conftest import compact, events_of, settle

@@ -1,4 +1,4 @@
-"""The LLM seam: adapters by provider, call preparation, and a normalising ``stream``."""
+"""The LLM seam: adapters by provider and call preparation (``rt.llm``)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 from .._hooks import Disposer
 from .._signal import AbortSignal
-from ..errors import AbortedError, LlmError
+from ..errors import LlmError
 from ._types import (
     CallConfig,
     ClosableAdapter,
@@ -18,7 +18,7 @@ from ._types import (
     ModelInfo,
     RetryPolicy,
 )
-from .chunks import Finish, FinishReason, StreamChunk
+from .chunks import StreamChunk
 
 __all__ = ["LlmService", "PreparedCall"]
 
@@ -66,8 +66,11 @@ class LlmService:
         """Serve ``providers`` with ``adapter``; the latest registration wins."""
         if isinstance(providers, str) or not providers:
             raise ValueError("providers must be a non-empty list of names")
-        if not callable(getattr(adapter, "stream", None)):
-            raise ValueError("an adapter needs a stream(request) method")
+        if not isinstance(adapter, LlmAdapter):
+            raise ValueError(
+                "an adapter implements LlmAdapter: stream(request) and "
+                "resolve_model(provider, model)"
+            )
         for name in providers:
             if not isinstance(name, str) or not name:
                 raise ValueError("provider names must be non-empty strings")
@@ -128,10 +131,7 @@ class LlmService:
                     code="NO_ADAPTER",
                 )
             )
-        info: ModelInfo | None = None
-        resolve = getattr(adapter, "resolve_model", None)
-        if resolve is not None:
-            info = await resolve(config.provider, config.model)
+        info = await adapter.resolve_model(config.provider, config.model)
         if signal is not None:
             signal.throw_if_aborted()
         info = info or _NO_INFO
@@ -145,31 +145,5 @@ class LlmService:
             reads_in_history_system=info.reads_in_history_system,
         )
 
-    async def stream(self, request: GenerateRequest) -> AsyncIterator[StreamChunk]:
-        """Stream ``request`` for callers outside the loop.
-
-        Selection, dispatch and iteration failures become a terminal ``error`` finish (an
-        abort of ``request.signal`` a terminal ``aborted`` one), so consumers see one shape.
-        """
-        try:
-            prepared = await self.prepare_call(
-                CallConfig(provider=request.provider, model=request.model), request.signal
-            )
-            async for chunk in prepared.open_stream(request):
-                yield chunk
-        except AbortedError as exc:
-            yield _terminal("aborted", LlmFailure(message=str(exc), code="ABORTED"))
-        except LlmError as exc:
-            yield _terminal("error", exc.failure)
-        except Exception as exc:
-            if request.signal is not None and request.signal.aborted:
-                yield _terminal("aborted", LlmFailure(message="request aborted", code="ABORTED"))
-            else:
-                yield _terminal("error", LlmFailure(message=str(exc) or repr(exc), code="UNKNOWN"))
-
 
 _NO_INFO = ModelInfo()
-
-
-def _terminal(kind: Any, failure: LlmFailure) -> Finish:
-    return Finish(reason=FinishReason(kind=kind, failure=failure))

@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._hooks import Disposer
 from ..errors import LlmError
-from ._types import GenerateRequest, LlmAdapter, LlmFailure, ModelInfo
+from ._types import ClosableAdapter, GenerateRequest, LlmAdapter, LlmFailure, ModelInfo
 from .chunks import StreamChunk
 
 if TYPE_CHECKING:
@@ -391,9 +391,8 @@ class _LazyAdapter:
 
     async def aclose(self) -> None:
         adapter, self._adapter = self._adapter, None
-        close = getattr(adapter, "aclose", None)
-        if close is not None:
-            await close()
+        if isinstance(adapter, ClosableAdapter):
+            await adapter.aclose()
 
 
 _closing: set[asyncio.Task[None]] = set()
