@@ -51,15 +51,6 @@ SIGNATURE = "EqQBCkgIARABGAIiQL2s/sig+unchanged=="
 REDACTED = "EmwKAhgBEgy3va3pzix/LafPsn4aDFIT2Xlxh0L5L8rLVyIw"
 
 
-@pytest.fixture
-async def server() -> AsyncIterator[SSEServer]:
-    srv = await SSEServer.start()
-    try:
-        yield srv
-    finally:
-        await srv.stop()
-
-
 class Model:
     """An agent on provider ``anthropic`` served by an ``AnthropicAdapter`` at ``server``."""
 

@@ -7,7 +7,6 @@ bodies the server received and the log the run wrote.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import anthropic
@@ -21,15 +20,6 @@ from steerloop.messages import TextBlock
 from ..conftest import compact, events_of, settle
 from .anthropic_wire import MODEL, block_start, block_stop, delta, message, streamed, text
 from .sse_server import SSEServer
-
-
-@pytest.fixture
-async def server() -> AsyncIterator[SSEServer]:
-    srv = await SSEServer.start()
-    try:
-        yield srv
-    finally:
-        await srv.stop()
 
 
 async def run(rt: Runtime, adapter: AnthropicAdapter, **options: Any) -> Any:

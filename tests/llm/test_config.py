@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -18,15 +17,6 @@ from tests.conftest import compact, events_of, settle
 from tests.llm.sse_server import SSEServer, json_reply, sse, sse_reply
 
 SECRET = "sk-live-0123456789abcdefSECRET"
-
-
-@pytest.fixture
-async def server() -> AsyncIterator[SSEServer]:
-    srv = await SSEServer.start()
-    try:
-        yield srv
-    finally:
-        await srv.stop()
 
 
 def text_reply(text: str) -> Any:

@@ -3,7 +3,6 @@ SDK read it. Context overflow as llama.cpp, vLLM and Ollama word it, over loopba
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -65,15 +64,6 @@ BODIES = {
     "ollama": (OLLAMA, "CONTEXT_OVERFLOW"),
     "plain-400": (PLAIN_400, "INVALID_REQUEST"),
 }
-
-
-@pytest.fixture
-async def server() -> AsyncIterator[SSEServer]:
-    srv = await SSEServer.start()
-    try:
-        yield srv
-    finally:
-        await srv.stop()
 
 
 async def failure_of(adapter: Any, provider: str, model: str) -> LlmFailure:
