@@ -12,6 +12,8 @@ import asyncio
 import contextlib
 from typing import Any
 
+import pytest
+
 from steerloop import AgentOptions, Runtime, user_message
 from steerloop.llm import GenerateRequest, ModelInfo
 from steerloop.llm.openai import OpenAIChatAdapter
@@ -160,3 +162,22 @@ async def test_close_once_each_and_not_what_was_taken_back() -> None:
     await rt.close()
     assert (shared.closed, taken_back.closed) == (1, 0)
     assert rt.llm.adapter_for("a") is None
+
+
+class _FailingClose(Closable):
+    async def aclose(self) -> None:
+        self.closed += 1
+        raise OSError("pool already gone")
+
+
+async def test_a_failing_adapter_close_does_not_stop_the_runtime_close(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """One adapter's close raising is logged, not raised; the other adapters still close."""
+    rt = await Runtime.open()
+    failing, other = _FailingClose(), Closable()
+    rt.llm.register_adapter(["a"], failing)
+    rt.llm.register_adapter(["b"], other)
+    await rt.close()
+    assert (failing.closed, other.closed) == (1, 1)
+    assert "closing adapter" in caplog.text and "pool already gone" in caplog.text

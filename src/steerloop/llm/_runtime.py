@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +22,8 @@ from ._types import (
 from .chunks import StreamChunk
 
 __all__ = ["LlmService", "PreparedCall"]
+
+_log = logging.getLogger("steerloop.llm")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -87,19 +90,17 @@ class LlmService:
     async def aclose(self) -> None:
         """Close every registered adapter that has an ``aclose()`` (its HTTP client), once.
 
-        Every close is attempted; the first failure is raised after the others ran.
+        Never raises: a failing close is logged and the others still run, so the runtime's
+        close goes on to the store.
         """
         adapters = {id(a): a for stack in self._adapters.values() for a in stack}
         self._adapters.clear()
-        failure: BaseException | None = None
         for adapter in adapters.values():
             if isinstance(adapter, ClosableAdapter):
                 try:
                     await adapter.aclose()
-                except Exception as exc:
-                    failure = failure or exc
-        if failure is not None:
-            raise failure
+                except Exception:
+                    _log.warning("closing adapter %r failed", adapter, exc_info=True)
 
     def adapter_for(self, provider: str) -> LlmAdapter | None:
         stack = self._adapters.get(provider)
