@@ -235,6 +235,7 @@ class Runtime:
             await self.hooks.drain()
             if self._restore_ids is not None:
                 self._restore_ids()
+            await self.llm.aclose()  # the registered adapters' HTTP clients
             if self._owns_store and self.store is not None:
                 await self.store.close()
 

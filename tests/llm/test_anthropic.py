@@ -51,15 +51,6 @@ SIGNATURE = "EqQBCkgIARABGAIiQL2s/sig+unchanged=="
 REDACTED = "EmwKAhgBEgy3va3pzix/LafPsn4aDFIT2Xlxh0L5L8rLVyIw"
 
 
-@pytest.fixture
-async def server() -> AsyncIterator[SSEServer]:
-    srv = await SSEServer.start()
-    try:
-        yield srv
-    finally:
-        await srv.stop()
-
-
 class Model:
     """An agent on provider ``anthropic`` served by an ``AnthropicAdapter`` at ``server``."""
 
@@ -408,7 +399,8 @@ async def test_a_key_read_from_the_environment_is_redacted_from_failures(
     appears in a failure the model's turn records, nor does anything shaped like a key."""
     secret = "sk-ant-api03-envsecret1234567890"
     monkeypatch.setenv("ANTHROPIC_API_KEY", secret)
-    adapter = AnthropicAdapter(base_url=server.url)
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", server.url)  # the SDK's endpoint, read by the SDK
+    adapter = AnthropicAdapter()
     rt.llm.register_adapter(["anthropic"], adapter)
     server.add(api_error(401, "authentication_error", f"invalid x-api-key: {secret}"))
     agent = (
@@ -421,6 +413,9 @@ async def test_a_key_read_from_the_environment_is_redacted_from_failures(
     assert failure.code == "AUTH"
     assert "invalid x-api-key: ***" in failure.message
     assert secret not in failure.message and "envsecret" not in failure.message
+    assert secret in server.requests[0].headers.get("authorization", "") + server.requests[
+        0
+    ].headers.get("x-api-key", "")
     await adapter.aclose()
 
 

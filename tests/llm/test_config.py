@@ -4,27 +4,19 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
 
+# Imported up front: under load, the adapter's lazy SDK import inside a turn outlasts settle().
+import steerloop.llm.openai  # noqa: F401
 from steerloop import AgentOptions, Runtime, user_message
 from steerloop.llm.config import ProviderConfig, ProviderConfigError, register_providers
 from tests.conftest import compact, events_of, settle
 from tests.llm.sse_server import SSEServer, json_reply, sse, sse_reply
 
 SECRET = "sk-live-0123456789abcdefSECRET"
-
-
-@pytest.fixture
-async def server() -> AsyncIterator[SSEServer]:
-    srv = await SSEServer.start()
-    try:
-        yield srv
-    finally:
-        await srv.stop()
 
 
 def text_reply(text: str) -> Any:
@@ -300,3 +292,94 @@ class FakeAdapter:
 
     def stream(self, request: Any) -> Any:
         return self._inner.stream(request)
+
+
+# --- output caps (max_tokens) -------------------------------------------------------------
+
+
+def test_max_tokens_from_the_file(tmp_path: Path) -> None:
+    """Global ``max_tokens`` and per-model ``max_tokens``/``max_output_tokens`` are read and
+    combined: the model's own cap, else the smaller of the global cap and its ceiling."""
+    path = tmp_path / "steerloop.toml"
+    path.write_text(
+        """
+max_tokens = 1000
+[providers.vllm]
+base_url = "http://localhost:8000/v1"
+[providers.vllm.models.capped]
+max_tokens = 64
+[providers.vllm.models.small]
+max_output_tokens = 300
+[providers.vllm.models.large]
+max_output_tokens = 9000
+""",
+        encoding="utf-8",
+    )
+    config = ProviderConfig.from_file(path, environ={})
+    assert config.max_tokens == 1000
+    assert [config.max_tokens_for("vllm", m) for m in ("capped", "small", "large", "other")] == [
+        64,
+        300,
+        1000,
+        1000,
+    ]
+    unset = ProviderConfig.load({"vllm": {"base_url": "u"}}, environ={})
+    assert unset.max_tokens_for("vllm", "other") is None
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"models": {"m": {"max_tokens": 0}}},
+        {"models": {"m": {"max_output_tokens": "lots"}}},
+        {"models": {"m": {"max_tokens": True}}},
+    ],
+)
+def test_invalid_caps(bad: dict[str, Any]) -> None:
+    with pytest.raises(ProviderConfigError, match="positive integer"):
+        ProviderConfig.load({"x": {"base_url": "u", **bad}}, environ={})
+    with pytest.raises(ProviderConfigError, match="positive integer"):
+        ProviderConfig.load({}, environ={}, max_tokens=-5)
+
+
+@pytest.mark.parametrize(
+    ("model", "expected"),
+    [("capped", 64), ("small", 300), ("other", 1000)],
+)
+async def test_configured_caps_are_sent(
+    rt: Runtime, server: SSEServer, model: str, expected: int
+) -> None:
+    """What the config says reaches the wire as ``max_tokens`` and the request header's
+    adapter defaults. Failed before the fix: nothing was sent (``max_output_tokens`` was only
+    a fact, and there was no ``max_tokens`` setting)."""
+    server.add(text_reply("ok"))
+    config = ProviderConfig.load(
+        {
+            "vllm": {
+                "base_url": server.url,
+                "models": {"capped": {"max_tokens": 64}, "small": {"max_output_tokens": 300}},
+            }
+        },
+        environ={},
+        max_tokens=1000,
+    )
+    dispose = register_providers(rt, config)
+    agent = await run(rt, "vllm", model)
+    dispose()
+    assert compact(agent.session)[-1] == "T-1:completed"
+    assert server.requests[0].json()["max_tokens"] == expected
+    header = events_of(agent.session, "request/header")[0].data.header
+    assert header["adapter_defaults"] == {"max_tokens": expected}
+
+
+async def test_the_agent_own_max_tokens_wins(rt: Runtime, server: SSEServer) -> None:
+    """``AgentOptions.max_tokens`` (the CLI's ``--max-tokens``) overrides the config."""
+    server.add(text_reply("ok"))
+    config = ProviderConfig.load({"vllm": {"base_url": server.url}}, environ={}, max_tokens=1000)
+    register_providers(rt, config)
+    handle = await rt.agents.create(
+        session_id="s-1", agent_options=AgentOptions(provider="vllm", model="m", max_tokens=7)
+    )
+    handle.agent.followup(user_message("u1"))
+    await settle(handle.agent)
+    assert server.requests[0].json()["max_tokens"] == 7

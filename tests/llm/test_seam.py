@@ -1,4 +1,4 @@
-"""LlmService.stream(): every failure becomes one terminal ``Finish``."""
+"""The adapter seam: ``LlmAdapter`` is one required protocol; ``prepare_call`` resolves it."""
 
 from __future__ import annotations
 
@@ -8,142 +8,70 @@ from typing import Any
 import pytest
 
 from steerloop import AbortController
-from steerloop.llm import GenerateRequest, LlmService, ModelInfo
-from steerloop.llm.chunks import Finish, StreamChunk, TextDelta
-from steerloop.testing import ScriptedAdapter, raise_after, text_response
+from steerloop.llm import CallConfig, GenerateRequest, LlmError, LlmService, ModelInfo
+from steerloop.llm.chunks import StreamChunk
+from steerloop.testing import ScriptedAdapter, text_response
 
 
-def _request(signal: Any = None, provider: str = "mock") -> GenerateRequest:
-    return GenerateRequest(provider=provider, model="m", messages=(), signal=signal)
-
-
-async def _collect(service: LlmService, request: GenerateRequest) -> list[StreamChunk]:
-    return [chunk async for chunk in service.stream(request)]
-
-
-def _terminal(chunks: list[StreamChunk]) -> Finish:
-    assert chunks, "the stream yielded nothing"
-    last = chunks[-1]
-    assert isinstance(last, Finish)
-    assert sum(isinstance(c, Finish) for c in chunks) == 1
-    return last
-
-
-async def test_stream_passes_chunks_through() -> None:
-    """A healthy adapter's chunks come out unchanged."""
-    service = LlmService()
-    script = text_response("hi")
-    service.register_adapter(["mock"], ScriptedAdapter([script]))
-    assert await _collect(service, _request()) == script
-
-
-async def test_no_adapter_gives_an_error_finish() -> None:
-    """No adapter for the provider → a terminal ``error`` finish, nothing raised."""
-    finish = _terminal(await _collect(LlmService(), _request(provider="nobody")))
-    assert finish.reason.kind == "error"
-    assert finish.reason.failure is not None
-    assert finish.reason.failure.code == "NO_ADAPTER"
-
-
-class _RaisingBeforeStream:
-    async def resolve_model(self, provider: str, model: str) -> ModelInfo:
-        return ModelInfo()
-
+class _StreamOnly:
     async def stream(self, request: GenerateRequest) -> AsyncIterator[StreamChunk]:
-        raise ConnectionError("refused")
-        yield  # pragma: no cover - makes this an async generator
+        for chunk in text_response("x"):
+            yield chunk
 
 
-class _RaisingResolve:
+class _Resolving(ScriptedAdapter):
+    def __init__(self) -> None:
+        super().__init__([])
+        self.resolved: list[tuple[str, str]] = []
+
     async def resolve_model(self, provider: str, model: str) -> ModelInfo:
-        raise RuntimeError("resolve failed")
-
-    async def stream(self, request: GenerateRequest) -> AsyncIterator[StreamChunk]:
-        yield TextDelta(index=0, text="never")  # pragma: no cover
-
-
-class _RaisingOnCall:
-    async def resolve_model(self, provider: str, model: str) -> ModelInfo:
-        return ModelInfo()
-
-    def stream(self, request: GenerateRequest) -> AsyncIterator[StreamChunk]:
-        raise ValueError("bad request shape")
+        self.resolved.append((provider, model))
+        return ModelInfo(context_window=1234, defaults={"max_tokens": 99, "temperature": 0.5})
 
 
 @pytest.mark.parametrize(
-    ("adapter", "text"),
-    [
-        (_RaisingBeforeStream(), "refused"),
-        (_RaisingResolve(), "resolve failed"),
-        (_RaisingOnCall(), "bad request shape"),
-    ],
-    ids=["first-iteration", "resolve_model", "stream-call"],
+    "adapter", [_StreamOnly(), object(), "mock"], ids=["no-resolve", "obj", "str"]
 )
-async def test_adapter_raising_before_the_stream_gives_an_error_finish(
-    adapter: Any, text: str
-) -> None:
-    """An adapter failing before its first chunk → one terminal ``error`` finish."""
+def test_register_refuses_what_is_not_an_adapter(adapter: Any) -> None:
+    """Both methods are required: nothing is probed later, so a half adapter is refused at
+    registration with a message naming the protocol."""
     service = LlmService()
-    service.register_adapter(["mock"], adapter)
-    chunks = await _collect(service, _request())
-    assert len(chunks) == 1
-    finish = _terminal(chunks)
-    assert finish.reason.kind == "error"
-    assert finish.reason.failure is not None
-    assert text in finish.reason.failure.message
+    with pytest.raises(ValueError, match="LlmAdapter"):
+        service.register_adapter(["mock"], adapter)
+    assert service.adapter_for("mock") is None
 
 
-async def test_adapter_raising_during_the_stream_gives_an_error_finish() -> None:
-    """Chunks before the failure are delivered, then one terminal ``error`` finish."""
+async def test_prepare_call_resolves_the_model() -> None:
+    """resolve_model is awaited; its defaults apply only where the config leaves a gap."""
     service = LlmService()
-    partial = [TextDelta(index=0, text="par")]
-    service.register_adapter(["mock"], ScriptedAdapter([raise_after(partial, OSError("reset"))]))
-    chunks = await _collect(service, _request())
-    assert chunks[:-1] == partial
-    finish = _terminal(chunks)
-    assert finish.reason.kind == "error"
-    assert finish.reason.failure is not None
-    assert "reset" in finish.reason.failure.message
+    adapter = _Resolving()
+    service.register_adapter(["p"], adapter)
+    prepared = await service.prepare_call(CallConfig(provider="p", model="m", temperature=0.1))
+    assert adapter.resolved == [("p", "m")]
+    assert prepared.adapter is adapter and prepared.context_window == 1234
+    assert dict(prepared.adapter_defaults) == {"max_tokens": 99}
 
 
-async def test_exhausted_script_gives_an_error_finish() -> None:
-    """The scripted adapter's ``script exhausted`` failure is normalised too."""
+@pytest.mark.parametrize(
+    ("config", "code"),
+    [
+        (CallConfig(provider="p"), "NO_ROUTE"),
+        (CallConfig(provider="nobody", model="m"), "NO_ADAPTER"),
+    ],
+)
+async def test_prepare_call_failures(config: CallConfig, code: str) -> None:
     service = LlmService()
-    service.register_adapter(["mock"], ScriptedAdapter([]))
-    finish = _terminal(await _collect(service, _request()))
-    assert finish.reason.kind == "error"
-    assert finish.reason.failure is not None
-    assert "script exhausted" in finish.reason.failure.message
+    service.register_adapter(["p"], ScriptedAdapter([]))
+    with pytest.raises(LlmError) as info:
+        await service.prepare_call(config)
+    assert info.value.failure.code == code
 
 
-async def test_aborted_signal_gives_an_aborted_finish() -> None:
-    """A request whose signal is already aborted → a terminal ``aborted`` finish, no chunks."""
+async def test_prepare_call_after_an_abort_raises() -> None:
     service = LlmService()
-    adapter = ScriptedAdapter([text_response("unused")])
-    service.register_adapter(["mock"], adapter)
+    service.register_adapter(["p"], ScriptedAdapter([]))
     ctrl = AbortController()
     ctrl.abort("user")
-    chunks = await _collect(service, _request(ctrl.signal))
-    finish = _terminal(chunks)
-    assert len(chunks) == 1
-    assert finish.reason.kind == "aborted"
-
-
-async def test_failure_after_abort_mid_stream_gives_an_aborted_finish() -> None:
-    """An adapter that fails after the request was aborted mid-stream → ``aborted`` finish."""
-    service = LlmService()
-    ctrl = AbortController()
-
-    class _AbortThenFail:
-        async def resolve_model(self, provider: str, model: str) -> ModelInfo:
-            return ModelInfo()
-
-        async def stream(self, request: GenerateRequest) -> AsyncIterator[StreamChunk]:
-            yield TextDelta(index=0, text="a")
-            ctrl.abort("user")
-            raise ConnectionError("closed by abort")
-
-    service.register_adapter(["mock"], _AbortThenFail())
-    chunks = await _collect(service, _request(ctrl.signal))
-    assert chunks[0] == TextDelta(index=0, text="a")
-    assert _terminal(chunks).reason.kind == "aborted"
+    with pytest.raises(Exception) as info:
+        await service.prepare_call(CallConfig(provider="p", model="m"), ctrl.signal)
+    assert type(info.value).__name__ == "AbortedError"

@@ -1,18 +1,29 @@
-"""The LLM seam: adapters by provider, call preparation, and a normalising ``stream``."""
+"""The LLM seam: adapters by provider and call preparation (``rt.llm``)."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from .._hooks import Disposer
 from .._signal import AbortSignal
-from ..errors import AbortedError, LlmError
-from ._types import CallConfig, GenerateRequest, LlmAdapter, LlmFailure, ModelInfo, RetryPolicy
-from .chunks import Finish, FinishReason, StreamChunk
+from ..errors import LlmError
+from ._types import (
+    CallConfig,
+    ClosableAdapter,
+    GenerateRequest,
+    LlmAdapter,
+    LlmFailure,
+    ModelInfo,
+    RetryPolicy,
+)
+from .chunks import StreamChunk
 
 __all__ = ["LlmService", "PreparedCall"]
+
+_log = logging.getLogger("steerloop.llm")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -42,7 +53,12 @@ class PreparedCall:
 
 
 class LlmService:
-    """Adapter registry and request preparation (``rt.llm``)."""
+    """Adapter registry and request preparation (``rt.llm``).
+
+    Ownership: registering an adapter hands it to the runtime. ``aclose()`` (called by
+    ``Runtime.close()``) closes every adapter still registered, once each; disposing a
+    registration takes the adapter back, and closing it is then the caller's business.
+    """
 
     def __init__(self) -> None:
         self._adapters: dict[str, list[LlmAdapter]] = {}
@@ -56,8 +72,11 @@ class LlmService:
             providers = (providers,)
         if not isinstance(providers, list | tuple) or not providers:
             raise ValueError("providers must be a provider name or a non-empty list of names")
-        if not callable(getattr(adapter, "stream", None)):
-            raise ValueError("an adapter needs a stream(request) method")
+        if not isinstance(adapter, LlmAdapter):
+            raise ValueError(
+                "an adapter implements LlmAdapter: stream(request) and "
+                "resolve_model(provider, model)"
+            )
         for name in providers:
             if not isinstance(name, str) or not name:
                 raise ValueError("provider names must be non-empty strings")
@@ -70,6 +89,21 @@ class LlmService:
                     stack.remove(adapter)
 
         return Disposer(dispose)
+
+    async def aclose(self) -> None:
+        """Close every registered adapter that has an ``aclose()`` (its HTTP client), once.
+
+        Never raises: a failing close is logged and the others still run, so the runtime's
+        close goes on to the store.
+        """
+        adapters = {id(a): a for stack in self._adapters.values() for a in stack}
+        self._adapters.clear()
+        for adapter in adapters.values():
+            if isinstance(adapter, ClosableAdapter):
+                try:
+                    await adapter.aclose()
+                except Exception:
+                    _log.warning("closing adapter %r failed", adapter, exc_info=True)
 
     def adapter_for(self, provider: str) -> LlmAdapter | None:
         stack = self._adapters.get(provider)
@@ -101,10 +135,7 @@ class LlmService:
                     code="NO_ADAPTER",
                 )
             )
-        info: ModelInfo | None = None
-        resolve = getattr(adapter, "resolve_model", None)
-        if resolve is not None:
-            info = await resolve(config.provider, config.model)
+        info = await adapter.resolve_model(config.provider, config.model)
         if signal is not None:
             signal.throw_if_aborted()
         info = info or _NO_INFO
@@ -118,31 +149,5 @@ class LlmService:
             reads_in_history_system=info.reads_in_history_system,
         )
 
-    async def stream(self, request: GenerateRequest) -> AsyncIterator[StreamChunk]:
-        """Stream ``request`` for callers outside the loop.
-
-        Selection, dispatch and iteration failures become a terminal ``error`` finish (an
-        abort of ``request.signal`` a terminal ``aborted`` one), so consumers see one shape.
-        """
-        try:
-            prepared = await self.prepare_call(
-                CallConfig(provider=request.provider, model=request.model), request.signal
-            )
-            async for chunk in prepared.open_stream(request):
-                yield chunk
-        except AbortedError as exc:
-            yield _terminal("aborted", LlmFailure(message=str(exc), code="ABORTED"))
-        except LlmError as exc:
-            yield _terminal("error", exc.failure)
-        except Exception as exc:
-            if request.signal is not None and request.signal.aborted:
-                yield _terminal("aborted", LlmFailure(message="request aborted", code="ABORTED"))
-            else:
-                yield _terminal("error", LlmFailure(message=str(exc) or repr(exc), code="UNKNOWN"))
-
 
 _NO_INFO = ModelInfo()
-
-
-def _terminal(kind: Any, failure: LlmFailure) -> Finish:
-    return Finish(reason=FinishReason(kind=kind, failure=failure))

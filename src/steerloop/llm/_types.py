@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CallConfig",
+    "ClosableAdapter",
     "GenerateRequest",
     "LlmAdapter",
     "LlmFailure",
@@ -147,3 +148,10 @@ class LlmAdapter(Protocol):
     def stream(self, request: GenerateRequest) -> AsyncIterator[StreamChunk]: ...
 
     async def resolve_model(self, provider: str, model: str) -> ModelInfo | None: ...
+
+
+@runtime_checkable
+class ClosableAdapter(Protocol):
+    """An adapter holding resources (an HTTP client) that ``aclose()`` releases."""
+
+    async def aclose(self) -> None: ...

@@ -7,15 +7,16 @@ unchanged). The SSE stream is normalised into steerloop chunks, and every SDK or
 failure becomes a terminal ``error`` finish carrying an ``LlmFailure``.
 
 The SDK never retries (``max_retries=0``): retrying is the job of ``agent/request-error``
-listeners (see ``steerloop.llm.retry``). When ``request.signal`` aborts, a listener closes
-the HTTP response, so the server sees the connection go away and the loop settles the
-interrupted prefix.
+listeners (see ``steerloop.llm.retry``). The stream lifecycle (abort closing the HTTP
+response, the request id, failures) is ``llm._provider_stream``'s; this module supplies the
+body, the SDK call, the decoder and the SDK-exception map.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,7 +27,6 @@ try:
 except ImportError:  # SDK releases before the httpx2 switch depend on httpx
     import httpx as _httpx  # type: ignore[no-redef,import-not-found,unused-ignore]
 
-from ..errors import AbortedError
 from ..messages import (
     AssistantMessage,
     Block,
@@ -38,7 +38,9 @@ from ..messages import (
     ToolResultMessage,
     UserMessage,
 )
-from ._http import ResponseGuard, open_response, redact, retry_after_ms
+from ._failures import classify
+from ._http import NO_KEY, redact, retry_after_ms
+from ._provider_stream import error_finish, provider_stream
 from ._types import GenerateRequest, LlmFailure, ModelInfo, TokenUsage, ToolSchema
 from .chunks import (
     BlockEnd,
@@ -65,6 +67,25 @@ DEFAULT_THINKING_BUDGETS: Mapping[str, int] = {
     "high": 24576,
 }
 """``reasoning_effort`` → ``budget_tokens`` when the adapter is given no table of its own."""
+
+MAX_CONTINUATIONS = 8
+"""How many times one stream resends a turn the server paused (``stop_reason: pause_turn``)."""
+
+# Body fields every SDK release of the tested range takes as keyword arguments; the rest
+# (sampling parameters the 2.x SDK dropped, ``CallConfig.extra``) travel in ``extra_body``.
+_SDK_FIELDS = frozenset(
+    {
+        "model",
+        "messages",
+        "max_tokens",
+        "system",
+        "tools",
+        "tool_choice",
+        "thinking",
+        "metadata",
+        "stop_sequences",
+    }
+)
 
 _MIN_THINKING_BUDGET = 1024
 _FALLBACK_MAX_TOKENS = 4096
@@ -107,7 +128,9 @@ class AnthropicAdapter:
 
     Args:
         base_url: API root; ``None`` uses the SDK default (or ``ANTHROPIC_BASE_URL``).
-        api_key: the key; ``None`` lets the SDK read ``ANTHROPIC_API_KEY``.
+        api_key: the key. ``None`` lets the SDK read ``ANTHROPIC_API_KEY`` for the default
+            endpoint and sends a placeholder to an explicit ``base_url`` (a local
+            Anthropic-compatible server needs none), as ``OpenAIChatAdapter`` does.
         default_headers: extra headers sent with every request.
         timeout: seconds for connecting and for each read of the stream.
         thinking_budget: extended thinking. An ``int`` enables it for every request with
@@ -116,6 +139,11 @@ class AnthropicAdapter:
             ``DEFAULT_THINKING_BUDGETS``, and requests without one do not think.
         models: ``ModelInfo`` by exact model name, over the built-in prefix table (its
             ``defaults["max_tokens"]`` is the request's default ``max_tokens``).
+
+
+    The adapter creates and owns its SDK client (one connection pool); ``aclose()`` closes
+    it. Registered with a runtime, the adapter belongs to the runtime: ``rt.close()`` calls
+    ``aclose()`` (unless the registration was disposed first).
     """
 
     def __init__(
@@ -128,6 +156,8 @@ class AnthropicAdapter:
         thinking_budget: int | Mapping[str, int] | None = None,
         models: Mapping[str, ModelInfo] | None = None,
     ) -> None:
+        if api_key is None and base_url is not None:
+            api_key = NO_KEY  # a local server needs none; never send ANTHROPIC_API_KEY there
         self._models = dict(models or {})
         self._thinking_budget = thinking_budget
         self._client = anthropic.AsyncAnthropic(
@@ -161,7 +191,7 @@ class AnthropicAdapter:
     # --- request ---------------------------------------------------------------------
 
     def build_params(self, request: GenerateRequest) -> dict[str, Any]:
-        """The Messages API body (without ``stream``) for ``request``."""
+        """The Messages API body (without ``stream``) for ``request``, as sent on the wire."""
         info = self._info(request.model)
         max_tokens = request.max_tokens or info.defaults.get("max_tokens") or _FALLBACK_MAX_TOKENS
         system, messages = to_anthropic_messages(request.messages)
@@ -188,6 +218,8 @@ class AnthropicAdapter:
                 params["temperature"] = config.temperature
             if config.top_p is not None:
                 params["top_p"] = config.top_p
+            if config.extra:
+                params.update(config.extra)  # provider fields the request carries verbatim
         return params
 
     def _budget(self, effort: str | None) -> int | None:
@@ -205,53 +237,12 @@ class AnthropicAdapter:
 
     # --- stream ----------------------------------------------------------------------
 
-    async def stream(self, request: GenerateRequest) -> AsyncIterator[StreamChunk]:
-        signal = request.signal
-        if signal is not None and signal.aborted:
-            yield _aborted()
-            return
-        params = self.build_params(request)
-        create: Any = self._client.messages.create
-        try:
-            sdk_stream = await open_response(create(**params, stream=True), signal)
-        except AbortedError:
-            yield _aborted()
-            return
-        except Exception as exc:
-            yield _error(self._failure(exc))
-            return
-        guard = ResponseGuard(sdk_stream, signal)
-        decoder = _Decoder()
-        request_id = sdk_stream.response.headers.get("request-id")
-        try:
-            async for event in sdk_stream:
-                if signal is not None and signal.aborted:
-                    break
-                for chunk in decoder.push(event):
-                    yield chunk
-                if decoder.done:
-                    return
-            if signal is not None and signal.aborted:
-                yield _aborted()
-                return
-            yield _error(
-                LlmFailure(
-                    message="the stream ended before message_stop",
-                    code="INCOMPLETE_STREAM",
-                    retryable=True,
-                    request_id=request_id,
-                )
-            )
-        except Exception as exc:
-            if signal is not None and signal.aborted:
-                yield _aborted()
-                return
-            failure = self._failure(exc)
-            if failure.request_id is None and request_id is not None:
-                failure = _with(failure, request_id=request_id)
-            yield _error(failure)
-        finally:
-            await guard.close()
+    def stream(self, request: GenerateRequest) -> AsyncIterator[StreamChunk]:
+        call = _MessagesCall(self, request)
+        return provider_stream(call, request.signal, max_opens=MAX_CONTINUATIONS + 1)
+
+    def _open(self, params: Mapping[str, Any]) -> Awaitable[Any]:
+        return self._client.messages.create(**sdk_arguments(params), stream=True)
 
     # --- failures --------------------------------------------------------------------
 
@@ -261,7 +252,72 @@ class AnthropicAdapter:
         return failure if message == failure.message else _with(failure, message=message)
 
 
+class _MessagesCall:
+    """One Messages API request for ``provider_stream``; a paused turn (``pause_turn``) is
+    sent again with the paused content as the assistant's prefix, into the same stream."""
+
+    request_id_header = "request-id"
+
+    def __init__(self, adapter: AnthropicAdapter, request: GenerateRequest) -> None:
+        self._adapter = adapter
+        self._request = request
+        self._params: dict[str, Any] | None = None
+        self._decoder = _Decoder()
+
+    def open(self) -> Awaitable[Any]:
+        if self._params is None:
+            self._params = self._adapter.build_params(self._request)
+        return self._adapter._open(self._params)
+
+    def feed(self, event: Any) -> list[StreamChunk]:
+        return self._decoder.push(event)
+
+    @property
+    def done(self) -> bool:
+        return self._decoder.done
+
+    def end(self, request_id: str | None) -> list[StreamChunk] | None:
+        decoder = self._decoder
+        if not decoder.done:
+            failure = LlmFailure(
+                message="the stream ended before message_stop",
+                code="INCOMPLETE_STREAM",
+                retryable=True,
+                request_id=request_id,
+            )
+            return [error_finish(failure)]
+        if decoder.stop_reason == "pause_turn" and self._params is not None:
+            messages = _continued(self._params["messages"], decoder.resume())
+            self._params = {**self._params, "messages": messages}
+            return None
+        return [decoder.finish()]
+
+    def failure(self, exc: Exception) -> LlmFailure:
+        return self._adapter._failure(exc)
+
+
 # --- request translation ---------------------------------------------------------------
+
+
+def sdk_arguments(params: Mapping[str, Any]) -> dict[str, Any]:
+    """``params`` (a wire body) as keyword arguments of ``messages.create``."""
+    kwargs = {k: v for k, v in params.items() if k in _SDK_FIELDS}
+    extra = {k: v for k, v in params.items() if k not in _SDK_FIELDS}
+    if extra:
+        kwargs["extra_body"] = extra
+    return kwargs
+
+
+def _continued(
+    messages: Sequence[Mapping[str, Any]], content: list[dict[str, Any]]
+) -> list[Mapping[str, Any]]:
+    """``messages`` with ``content`` appended to the trailing assistant prefix."""
+    out = list(messages)
+    if out and out[-1].get("role") == "assistant":
+        out[-1] = {"role": "assistant", "content": [*out[-1]["content"], *content]}
+    else:
+        out.append({"role": "assistant", "content": content})
+    return out
 
 
 def to_anthropic_messages(
@@ -358,7 +414,6 @@ def _tool(tool: ToolSchema) -> dict[str, Any]:
 _STOP_KINDS: Mapping[str, FinishKind] = {
     "end_turn": "stop",
     "stop_sequence": "stop",
-    "pause_turn": "stop",
     "tool_use": "tool-calls",
     "max_tokens": "max-tokens",
     "model_context_window_exceeded": "max-tokens",
@@ -377,11 +432,20 @@ class _Open:
 
 
 class _Decoder:
-    """Folds Messages API stream events into steerloop chunks."""
+    """Folds Messages API stream events into steerloop chunks.
+
+    It also keeps the wire form of every content block, so a turn the server paused can be
+    sent back verbatim (``resume``); the chunks of the continuation carry block indices after
+    the paused ones and usage summed over the requests.
+    """
 
     def __init__(self) -> None:
         self.open: dict[int, _Open] = {}
         self.usage: dict[str, int] = {}
+        self.base: dict[str, int] = {}  # usage of the paused requests before this one
+        self.offset = 0  # block index of this response's block 0
+        self.raw: dict[int, dict[str, Any]] = {}
+        self.raw_json: dict[int, list[str]] = {}
         self.stop_reason: str | None = None
         self.done = False
 
@@ -391,19 +455,56 @@ class _Decoder:
             self._usage(getattr(event.message, "usage", None))
             return [self._usage_chunk()]
         if kind == "content_block_start":
-            return self._start(event.index, event.content_block)
+            self._record_start(event.index, event.content_block)
+            return self._start(event.index + self.offset, event.content_block)
         if kind == "content_block_delta":
-            return self._delta(event.index, event.delta)
+            self._record_delta(event.index, event.delta)
+            return self._delta(event.index + self.offset, event.delta)
         if kind == "content_block_stop":
-            return self._stop(event.index)
+            return self._stop(event.index + self.offset)
         if kind == "message_delta":
             self.stop_reason = getattr(event.delta, "stop_reason", None) or self.stop_reason
             self._usage(getattr(event, "usage", None))
             return [self._usage_chunk()]
         if kind == "message_stop":
             self.done = True
-            return [self._finish()]
         return []
+
+    def _record_start(self, index: int, block: Any) -> None:
+        dump = getattr(block, "model_dump", None)
+        self.raw[index] = dump(mode="json", exclude_none=True) if dump is not None else {}
+
+    def _record_delta(self, index: int, delta: Any) -> None:
+        raw = self.raw.get(index)
+        if raw is None:
+            return
+        kind = getattr(delta, "type", None)
+        if kind == "text_delta":
+            raw["text"] = raw.get("text", "") + delta.text
+        elif kind == "thinking_delta":
+            raw["thinking"] = raw.get("thinking", "") + delta.thinking
+        elif kind == "signature_delta":
+            raw["signature"] = raw.get("signature", "") + delta.signature
+        elif kind == "input_json_delta":
+            self.raw_json.setdefault(index, []).append(delta.partial_json or "")
+
+    def resume(self) -> list[dict[str, Any]]:
+        """The paused response's content in wire form; readies the decoder for the next."""
+        content = []
+        for index in sorted(self.raw):
+            block = self.raw[index]
+            text = "".join(self.raw_json.get(index, ()))
+            if text:
+                # Unparsable input: the server gets back what it sent at the block's start.
+                with contextlib.suppress(ValueError):
+                    block["input"] = json.loads(text)
+            content.append(block)
+        self.offset += max(self.raw, default=-1) + 1
+        for name, value in self.usage.items():
+            self.base[name] = self.base.get(name, 0) + value
+        self.usage, self.raw, self.raw_json, self.open = {}, {}, {}, {}
+        self.stop_reason, self.done = None, False
+        return content
 
     def _start(self, index: int, block: Any) -> list[StreamChunk]:
         kind = getattr(block, "type", None)
@@ -491,7 +592,7 @@ class _Decoder:
 
     def _usage_chunk(self) -> UsageChunk:
         # Anthropic's input_tokens already excludes cache reads and writes: disjoint counts.
-        u = self.usage
+        u = {k: self.base.get(k, 0) + self.usage.get(k, 0) for k in {*self.base, *self.usage}}
         return UsageChunk(
             usage=TokenUsage(
                 input_tokens=u.get("input_tokens", 0),
@@ -501,10 +602,10 @@ class _Decoder:
             )
         )
 
-    def _finish(self) -> Finish:
+    def finish(self) -> Finish:
         reason = self.stop_reason
         if reason == "refusal":
-            return _error(
+            return error_finish(
                 LlmFailure(message="the model refused to answer", code="REFUSAL", retryable=False)
             )
         return Finish(reason=FinishReason(kind=_STOP_KINDS.get(reason or "", "stop")))
@@ -513,52 +614,10 @@ class _Decoder:
 # --- failures --------------------------------------------------------------------------
 
 
-def _aborted() -> Finish:
-    return Finish(
-        reason=FinishReason(
-            kind="aborted", failure=LlmFailure(message="request aborted", code="ABORTED")
-        )
-    )
-
-
-def _error(failure: LlmFailure) -> Finish:
-    return Finish(reason=FinishReason(kind="error", failure=failure))
-
-
 def _with(failure: LlmFailure, **changes: Any) -> LlmFailure:
     fields = failure.to_json()
     fields.update(changes)
     return LlmFailure(**fields)
-
-
-_BY_TYPE: Mapping[str, tuple[str, bool]] = {
-    "rate_limit_error": ("RATE_LIMITED", True),
-    "overloaded_error": ("OVERLOADED", True),
-    "api_error": ("SERVER", True),
-    "timeout_error": ("TIMEOUT", True),
-    "conflict_error": ("CONFLICT", True),
-    "authentication_error": ("AUTH", False),
-    "permission_error": ("AUTH", False),
-    "billing_error": ("QUOTA", False),
-    "not_found_error": ("NOT_FOUND", False),
-    "request_too_large": ("INVALID_REQUEST", False),
-    "invalid_request_error": ("INVALID_REQUEST", False),
-}
-
-_BY_STATUS: Mapping[int, tuple[str, bool]] = {
-    400: ("INVALID_REQUEST", False),
-    401: ("AUTH", False),
-    402: ("QUOTA", False),
-    403: ("AUTH", False),
-    404: ("NOT_FOUND", False),
-    408: ("TIMEOUT", True),
-    409: ("CONFLICT", True),
-    413: ("INVALID_REQUEST", False),
-    429: ("RATE_LIMITED", True),
-    529: ("OVERLOADED", True),
-}
-
-_OVERFLOW_HINTS = ("prompt is too long", "context window", "context length", "too many tokens")
 
 
 def failure_of(exc: BaseException) -> LlmFailure:
@@ -592,20 +651,8 @@ def _status_failure(exc: anthropic.APIStatusError) -> LlmFailure:
         err_type = None
     if not isinstance(detail, str):
         detail = None
-    mapped = (_BY_TYPE.get(err_type) if err_type else None) or (
-        _BY_STATUS.get(status) if status is not None else None
-    )
-    if mapped is not None:
-        code, retryable = mapped
-    elif status is not None and status >= 500:
-        code, retryable = "SERVER", True
-    elif status is not None:
-        code, retryable = "INVALID_REQUEST", False
-    else:  # an SSE error event of a type we do not know: the server gave up mid-answer
-        code, retryable = "SERVER", True
     text = detail or exc.message
-    if code == "INVALID_REQUEST" and any(h in text.lower() for h in _OVERFLOW_HINTS):
-        code = "CONTEXT_OVERFLOW"
+    code, retryable = classify(status=status, error_type=err_type, text=text)
     headers = exc.response.headers
     should_retry = headers.get("x-should-retry")
     if should_retry in ("true", "false") and status is not None:

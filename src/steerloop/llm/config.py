@@ -19,8 +19,14 @@ A config file adds or adjusts providers; keys stay in the environment::
     base_url = "http://localhost:8000/v1"
     api_key_env = "VLLM_API_KEY"        # optional for local servers
     default_model = "Qwen/Qwen3-8B"
+    max_tokens = 4096                   # output cap of every request (``--max-tokens`` wins)
     [providers.vllm.models."Qwen/Qwen3-8B"]
     context_window = 32768
+    max_output_tokens = 8192            # the model's ceiling: sent as the cap when smaller
+    max_tokens = 2048                   # this model's cap, over the global one
+
+A request without its own ``max_tokens`` is sent the model's ``max_tokens``, else the smaller
+of the global ``max_tokens`` and the model's configured ``max_output_tokens`` (``max_tokens_for``).
 
 Adapters are built lazily (first request), importing their SDK only then. API keys are
 read from the environment at registration and never appear in a message, a repr or the log.
@@ -39,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._hooks import Disposer
 from ..errors import LlmError
-from ._types import GenerateRequest, LlmAdapter, LlmFailure, ModelInfo
+from ._types import ClosableAdapter, GenerateRequest, LlmAdapter, LlmFailure, ModelInfo
 from .chunks import StreamChunk
 
 if TYPE_CHECKING:
@@ -129,18 +135,31 @@ def _builtin(environ: Mapping[str, str]) -> dict[str, ProviderSpec]:
     return specs
 
 
+_MODEL_KEYS = ("context_window", "max_output_tokens", "max_tokens")
+
+
+def _positive(where: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ProviderConfigError(f"{where} must be a positive integer")
+    return value
+
+
 def _model_infos(name: str, raw: Any) -> dict[str, ModelInfo]:
     if not isinstance(raw, Mapping):
         raise ProviderConfigError(f"providers.{name}.models must be a table")
     out: dict[str, ModelInfo] = {}
     for model, facts in raw.items():
-        if not isinstance(facts, Mapping) or set(facts) - {"context_window", "max_output_tokens"}:
+        if not isinstance(facts, Mapping) or set(facts) - set(_MODEL_KEYS):
             raise ProviderConfigError(
-                f"providers.{name}.models.{model}: only context_window and max_output_tokens"
+                f"providers.{name}.models.{model}: only {', '.join(_MODEL_KEYS)}"
             )
+        where = f"providers.{name}.models.{model}"
+        limits = {k: _positive(f"{where}.{k}", facts[k]) for k in _MODEL_KEYS if k in facts}
+        cap = limits.get("max_tokens")
         out[str(model)] = ModelInfo(
-            context_window=facts.get("context_window"),
-            max_output_tokens=facts.get("max_output_tokens"),
+            context_window=limits.get("context_window"),
+            max_output_tokens=limits.get("max_output_tokens"),
+            defaults={"max_tokens": cap} if cap is not None else {},
         )
     return out
 
@@ -182,6 +201,8 @@ class ProviderConfig:
     providers: Mapping[str, ProviderSpec]
     default_model: str | None = None
     environ: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
+    max_tokens: int | None = None
+    """The global output cap (``max_tokens`` at the top of ``steerloop.toml``)."""
 
     @classmethod
     def load(
@@ -190,8 +211,10 @@ class ProviderConfig:
         *,
         model: str | None = None,
         environ: Mapping[str, str] | None = None,
+        max_tokens: int | None = None,
     ) -> ProviderConfig:
-        """Providers from the environment, adjusted by a parsed ``[providers]`` table.
+        """Providers from the environment, adjusted by a parsed ``[providers]`` table;
+        ``max_tokens`` is the global output cap.
 
         Raises:
             ProviderConfigError: a table entry is invalid.
@@ -206,13 +229,14 @@ class ProviderConfig:
         for name, table in (providers or {}).items():
             specs[name] = _spec_from_table(name, table, specs.get(name) or builtin.get(name))
         default = model or env.get("STEERLOOP_MODEL") or None
-        return cls(specs, default, env)
+        cap = _positive("max_tokens", max_tokens) if max_tokens is not None else None
+        return cls(specs, default, env, cap)
 
     @classmethod
     def from_file(
         cls, path: str | Path, *, environ: Mapping[str, str] | None = None
     ) -> ProviderConfig:
-        """Read ``model`` and ``[providers]`` from a TOML file.
+        """Read ``model``, ``max_tokens`` and ``[providers]`` from a TOML file.
 
         Raises:
             ProviderConfigError: the file is not valid TOML or an entry is invalid.
@@ -223,9 +247,25 @@ class ProviderConfig:
         except (OSError, tomllib.TOMLDecodeError) as exc:
             raise ProviderConfigError(f"{path}: {exc}") from None
         try:
-            return cls.load(data.get("providers"), model=data.get("model"), environ=environ)
+            return cls.load(
+                data.get("providers"),
+                model=data.get("model"),
+                environ=environ,
+                max_tokens=data.get("max_tokens"),
+            )
         except ProviderConfigError as exc:
             raise ProviderConfigError(f"{path}: {exc}") from None
+
+    def max_tokens_for(self, provider: str, model: str) -> int | None:
+        """The output cap a request to ``provider``/``model`` is sent when it names none:
+        the model's ``max_tokens``, else the smaller of the global ``max_tokens`` and the
+        model's configured ``max_output_tokens``; ``None`` leaves the adapter's default."""
+        spec = self.providers.get(provider)
+        info = spec.models.get(model) if spec is not None else None
+        if info is not None and isinstance(info.defaults.get("max_tokens"), int):
+            return int(info.defaults["max_tokens"])
+        caps = [c for c in (self.max_tokens, info and info.max_output_tokens) if c]
+        return min(caps) if caps else None
 
     def api_key(self, spec: ProviderSpec) -> str | None:
         return self.environ.get(spec.api_key_env) or None if spec.api_key_env else None
@@ -290,10 +330,11 @@ class ProviderConfig:
 class _LazyAdapter:
     """Builds the real adapter on first use, so the SDK is imported only when needed."""
 
-    def __init__(self, spec: ProviderSpec, key: str | None, missing: str | None) -> None:
+    def __init__(self, config: ProviderConfig, spec: ProviderSpec) -> None:
         self.spec = spec
-        self._key = key
-        self._missing = missing
+        self._config = config
+        self._key = config.api_key(spec)
+        self._missing = config.missing_key(spec)
         self._adapter: LlmAdapter | None = None
 
     def __repr__(self) -> str:
@@ -332,17 +373,26 @@ class _LazyAdapter:
         return self._adapter
 
     async def resolve_model(self, provider: str, model: str) -> ModelInfo | None:
-        return await self._build().resolve_model(provider, model)
+        info = await self._build().resolve_model(provider, model)
+        cap = self._config.max_tokens_for(self.spec.name, model)
+        if cap is None:
+            return info
+        info = info or ModelInfo()
+        return replace(info, defaults={**info.defaults, "max_tokens": cap})
 
     async def stream(self, request: GenerateRequest) -> AsyncIterator[StreamChunk]:
-        async for chunk in self._build().stream(request):
+        adapter = self._build()
+        if request.max_tokens is None:
+            cap = self._config.max_tokens_for(self.spec.name, request.model)
+            if cap is not None:
+                request = replace(request, max_tokens=cap)
+        async for chunk in adapter.stream(request):
             yield chunk
 
     async def aclose(self) -> None:
         adapter, self._adapter = self._adapter, None
-        close = getattr(adapter, "aclose", None)
-        if close is not None:
-            await close()
+        if isinstance(adapter, ClosableAdapter):
+            await adapter.aclose()
 
 
 _closing: set[asyncio.Task[None]] = set()
@@ -360,7 +410,7 @@ def register_providers(rt: Runtime, config: ProviderConfig) -> Disposer:
     adapters: list[_LazyAdapter] = []
     disposers: list[Disposer] = []
     for name, spec in config.providers.items():
-        adapter = _LazyAdapter(spec, config.api_key(spec), config.missing_key(spec))
+        adapter = _LazyAdapter(config, spec)
         adapters.append(adapter)
         disposers.append(rt.llm.register_adapter([name], adapter))
 

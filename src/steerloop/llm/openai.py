@@ -5,23 +5,20 @@ The SDK's own retries are off (``max_retries=0``): a failed request becomes a te
 ``error`` finish carrying an ``LlmFailure``, and retrying is the business of the
 ``agent/request-error`` listener (see ``steerloop.llm.retry``).
 
-Cancellation reaches the transport (G-5): the wait for the response headers is raced
-against ``request.signal``; once streaming, an abort closes the HTTP response, which wakes
-the read in flight, and the iterator ends with an ``aborted`` finish (``llm._http``, shared
-with the Anthropic adapter).
+The stream lifecycle (cancellation reaching the transport, G-5; the request id; failures)
+is ``llm._provider_stream``'s, shared with every adapter: this module supplies the body,
+the SDK call, the decoder and the SDK-exception map.
 """
 
 from __future__ import annotations
 
-import logging
 import re
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import openai
 
-from ..errors import AbortedError
 from ..messages import (
     AssistantMessage,
     Message,
@@ -32,7 +29,9 @@ from ..messages import (
     ToolResultMessage,
     UserMessage,
 )
-from ._http import NO_KEY, ResponseGuard, open_response, redact, retry_after_ms
+from ._failures import classify
+from ._http import NO_KEY, redact, retry_after_ms
+from ._provider_stream import provider_stream
 from ._types import GenerateRequest, LlmFailure, ModelInfo, TokenUsage
 from .chunks import (
     BlockEnd,
@@ -47,8 +46,6 @@ from .chunks import (
 )
 
 __all__ = ["KNOWN_MODELS", "OpenAIChatAdapter", "failure_from_exception"]
-
-_log = logging.getLogger("steerloop.llm.openai")
 
 ReasoningReplay = Literal["tool-loop", "never"]
 
@@ -73,11 +70,6 @@ KNOWN_MODELS: Mapping[str, ModelInfo] = {
 
 # Reasoning models of OpenAI take ``max_completion_tokens`` and refuse ``max_tokens``.
 _COMPLETION_TOKENS_MODELS = re.compile(r"^(o\d|gpt-5)")
-_CONTEXT_OVERFLOW = re.compile(
-    r"context[_ ]length|context window|maximum context|too many tokens|prompt is too long"
-    r"|reduce the length",
-    re.IGNORECASE,
-)
 _FINISH_KINDS: Mapping[str, Literal["stop", "tool-calls", "max-tokens"]] = {
     "stop": "stop",
     "tool_calls": "tool-calls",
@@ -101,6 +93,11 @@ class OpenAIChatAdapter:
         reasoning_replay: ``"tool-loop"`` sends a message's reasoning back as
             ``reasoning_content`` on assistant messages of the current tool loop (DeepSeek
             thinking mode requires it); ``"never"`` drops reasoning from requests.
+
+
+    The adapter creates and owns its SDK client (one connection pool); ``aclose()`` closes
+    it. Registered with a runtime, the adapter belongs to the runtime: ``rt.close()`` calls
+    ``aclose()`` (unless the registration was disposed first).
     """
 
     def __init__(
@@ -187,52 +184,40 @@ class OpenAIChatAdapter:
 
     # --- streaming --------------------------------------------------------------------
 
-    async def stream(self, request: GenerateRequest) -> AsyncIterator[StreamChunk]:
-        signal = request.signal
-        if signal is not None and signal.aborted:
-            yield _aborted()
-            return
-        try:
-            body = self.request_body(request)
-            sdk_stream = await open_response(self._client.chat.completions.create(**body), signal)
-        except AbortedError:
-            yield _aborted()
-            return
-        except (openai.OpenAIError, ValueError) as exc:
-            yield self._error(exc)
-            return
-        guard = ResponseGuard(sdk_stream, signal)
-        request_id = sdk_stream.response.headers.get("x-request-id")
-        decoder = _Decoder()
-        try:
-            async for item in sdk_stream:
-                if signal is not None and signal.aborted:
-                    break
-                for chunk in decoder.feed(item):
-                    yield chunk
-            if signal is not None and signal.aborted:
-                yield _aborted()
-                return
-            for chunk in decoder.end(request_id):
-                yield chunk
-        except Exception as exc:
-            # A read woken by the guard closing the response fails in whatever way the
-            # transport chooses; once the signal fired, that is the abort, not an error.
-            if signal is not None and signal.aborted:
-                yield _aborted()
-                return
-            if not isinstance(exc, openai.OpenAIError | ValueError):
-                raise
-            yield self._error(exc, request_id)
-        finally:
-            await guard.close()
+    def stream(self, request: GenerateRequest) -> AsyncIterator[StreamChunk]:
+        return provider_stream(_ChatCall(self, request), request.signal)
 
-    def _error(self, exc: BaseException, request_id: str | None = None) -> Finish:
-        failure = failure_from_exception(exc, secret=self._secret)
-        if failure.request_id is None and request_id is not None:
-            failure = _replace(failure, request_id=request_id)
-        _log.info("model request failed: %s (%s)", failure.message, failure.code)
-        return Finish(reason=FinishReason(kind="error", failure=failure))
+    def _open(self, request: GenerateRequest) -> Awaitable[Any]:
+        return self._client.chat.completions.create(**self.request_body(request))
+
+    def _failure(self, exc: Exception) -> LlmFailure | None:
+        if not isinstance(exc, openai.OpenAIError | ValueError):
+            return None
+        return failure_from_exception(exc, secret=self._secret)
+
+
+class _ChatCall:
+    """One chat-completions request for ``provider_stream``."""
+
+    request_id_header = "x-request-id"
+    done = False  # read to ``[DONE]``: usage arrives after the finish reason
+
+    def __init__(self, adapter: OpenAIChatAdapter, request: GenerateRequest) -> None:
+        self._adapter = adapter
+        self._request = request
+        self._decoder = _Decoder()
+
+    def open(self) -> Awaitable[Any]:
+        return self._adapter._open(self._request)
+
+    def feed(self, event: Any) -> Iterator[StreamChunk]:
+        return self._decoder.feed(event)
+
+    def end(self, request_id: str | None) -> list[StreamChunk]:
+        return list(self._decoder.end(request_id))
+
+    def failure(self, exc: Exception) -> LlmFailure | None:
+        return self._adapter._failure(exc)
 
 
 # --- wire → chunks ----------------------------------------------------------------------
@@ -471,36 +456,14 @@ def _error_body(body: Any) -> tuple[str | None, str | None, str | None]:
     )
 
 
-def _status_code(status: int, text: str, code: str | None) -> tuple[str, bool]:
-    if code == "insufficient_quota":
-        return "QUOTA", False
-    if code == "context_length_exceeded" or (
-        status in (400, 413, 422) and _CONTEXT_OVERFLOW.search(text)
-    ):
-        return "CONTEXT_OVERFLOW", False
-    if status in (401, 403):
-        return "AUTH", False
-    if status == 402:
-        return "QUOTA", False
-    if status == 404:
-        return "NOT_FOUND", False
-    if status == 408:
-        return "TIMEOUT", True
-    if status == 409:
-        return "CONFLICT", True
-    if status == 429:
-        return "RATE_LIMITED", True
-    if status >= 500:
-        return "SERVER", True
-    return "INVALID_REQUEST", False
-
-
 def failure_from_exception(exc: BaseException, *, secret: str | None = None) -> LlmFailure:
     """Map an SDK/HTTP exception to an ``LlmFailure``; ``secret`` is scrubbed from the text."""
     if isinstance(exc, openai.APIStatusError):
-        message, code, _ = _error_body(exc.body)
+        message, code, err_type = _error_body(exc.body)
         text = message or exc.message or f"HTTP {exc.status_code}"
-        kind, retryable = _status_code(exc.status_code, text, code)
+        kind, retryable = classify(
+            status=exc.status_code, error_type=err_type, error_code=code, text=text
+        )
         return LlmFailure(
             message=redact(f"HTTP {exc.status_code}: {text}", secret),
             code=kind,
@@ -521,13 +484,13 @@ def failure_from_exception(exc: BaseException, *, secret: str | None = None) -> 
         # An error object sent inside the event stream.
         message, code, err_type = _error_body(exc.body)
         stream_text = message or exc.message
-        overflow = code == "context_length_exceeded" or bool(_CONTEXT_OVERFLOW.search(stream_text))
-        rate = "rate" in (err_type or "") or "rate" in (code or "")
-        name = "CONTEXT_OVERFLOW" if overflow else "RATE_LIMITED" if rate else "SERVER"
+        name, retryable = classify(
+            status=None, error_type=err_type, error_code=code, text=stream_text
+        )
         return LlmFailure(
             message=redact(f"stream error: {stream_text}", secret),
             code=name,
-            retryable=not overflow,
+            retryable=retryable,
         )
     if isinstance(exc, ValueError):
         return LlmFailure(
@@ -538,12 +501,3 @@ def failure_from_exception(exc: BaseException, *, secret: str | None = None) -> 
     return LlmFailure(
         message=redact(f"{type(exc).__name__}: {exc}", secret), code="UNKNOWN", retryable=False
     )
-
-
-def _replace(failure: LlmFailure, **changes: Any) -> LlmFailure:
-    return LlmFailure(**{**failure.to_json(), **changes})
-
-
-def _aborted() -> Finish:
-    failure = LlmFailure(message="the request was cancelled", code="ABORTED")
-    return Finish(reason=FinishReason(kind="aborted", failure=failure))
