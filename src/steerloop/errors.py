@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .llm._types import LlmFailure
+    from ._model import LlmFailure
 
 __all__ = [
     "AbortedError",

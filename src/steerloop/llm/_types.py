@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from .._model import LlmFailure, TokenUsage
 from .._records import fast_init
 from ..messages import Message
 
@@ -25,42 +26,6 @@ __all__ = [
     "TokenUsage",
     "ToolSchema",
 ]
-
-
-@fast_init
-@dataclass(frozen=True, slots=True, kw_only=True)
-class LlmFailure:
-    """Facts of a failed model request, recorded verbatim in the log."""
-
-    message: str
-    code: str
-    status: int | None = None
-    retryable: bool | None = None
-    provider_retry_after_ms: int | None = None
-    request_id: str | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> LlmFailure:
-        names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
-
-
-@fast_init
-@dataclass(frozen=True, slots=True, kw_only=True)
-class TokenUsage:
-    """Disjoint token counts of one attempt."""
-
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cache_read_tokens: int | None = None
-    cache_write_tokens: int | None = None
-    reasoning_tokens: int | None = None
-
-    def to_json(self) -> dict[str, Any]:
-        return {k: v for k, v in dataclasses.asdict(self).items() if v is not None}
 
 
 @fast_init

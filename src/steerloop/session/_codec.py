@@ -20,19 +20,20 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, NoReturn
 
 from .._cancel import CancelCause
-from ..errors import SessionCorruptError
-from ..llm._types import LlmFailure, TokenUsage
-from ..llm.chunks import (
+from .._model import (
     BlockEnd,
     BlockStart,
     Finish,
     FinishReason,
+    LlmFailure,
     ReasoningDelta,
     StreamChunk,
     TextDelta,
+    TokenUsage,
     ToolCallDelta,
     UsageChunk,
 )
+from ..errors import SessionCorruptError
 from ..messages import (
     AssistantMessage,
     Message,

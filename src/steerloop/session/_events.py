@@ -8,9 +8,8 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias
 
 from .._cancel import CancelCause
+from .._model import LlmFailure, StreamChunk, TokenUsage, chunk_to_json
 from .._records import fast_init
-from ..llm._types import LlmFailure, TokenUsage
-from ..llm.chunks import StreamChunk, chunk_to_json
 from ..messages import (
     AssistantMessage,
     Message,
