@@ -213,6 +213,7 @@ class Agent:
             return
         task = asyncio.get_running_loop().create_task(run_driver(self, state))
         self._driver_tasks.add(task)
+        task.add_done_callback(_driver_done)
         task.add_done_callback(self._driver_tasks.discard)
         if previous is not None and not previous.done.done():
             previous.done.set_result(None)
@@ -233,3 +234,11 @@ class Agent:
 
     def report_error(self, turn: int, step: int, error: BaseException) -> None:
         self._rt.hooks.emit("agent/error", ErrorPayload(self, turn, step, error))
+
+
+def _driver_done(task: asyncio.Task[None]) -> None:
+    # A driver ends with an exception only for the host's own (KeyboardInterrupt, SystemExit),
+    # which asyncio already raised out of the event loop after the turn was closed; retrieve
+    # it so the task is not reported as "exception was never retrieved" as well.
+    if not task.cancelled():
+        task.exception()

@@ -26,13 +26,14 @@ import dataclasses
 import json
 from typing import TYPE_CHECKING, Any
 
+from .._cancel import escapes
 from .._ids import new_id
 from .._signal import AbortSignal
 from ..errors import AbortedError
 from ..messages import MessageSource, ToolCallBlock, ToolResultMessage, UserMessage
 from ..session._events import ToolCallEvent, ToolErrorInfo, ToolResultEvent
 from ..tools._define import Tool, ToolExec, ToolResult
-from ..tools._runtime import UNVALIDATED, aborted_before_dispatch, result_blocks
+from ..tools._runtime import UNVALIDATED, aborted_before_dispatch, error_result, result_blocks
 
 if TYPE_CHECKING:
     from ._agent import Agent
@@ -104,8 +105,9 @@ class ToolScheduler:
                     await self._wait_all()
                 started += 1
             await self._wait_all()
-        except Exception:
-            await self._abandon()
+        except BaseException as exc:
+            if not escapes(exc):  # the host's exceptions do not wait for stray bodies
+                await self._abandon()
             raise
         for index in range(started, len(calls)):
             self._synthesise_aborted(index)
@@ -180,6 +182,10 @@ class ToolScheduler:
         task.add_done_callback(self._on_done)
 
     def _on_done(self, task: asyncio.Task[ToolResult]) -> None:
+        if not task.cancelled():
+            # Retrieved here: a body's KeyboardInterrupt/SystemExit has already left the
+            # event loop for the host; it must not be reported a second time at GC.
+            task.exception()
         self.finished.append(task)
         if self.wakeup is not None and not self.wakeup.done():
             self.wakeup.set_result(None)
@@ -196,7 +202,7 @@ class ToolScheduler:
         while self.finished:
             task = self.finished.popleft()
             index = self.running.pop(task)
-            self.slots[index].result = task.result()
+            self.slots[index].result = _harvest(task)
         await self._commit_ready()
 
     async def _wait_all(self) -> None:
@@ -263,6 +269,20 @@ class ToolScheduler:
             seq,
             aborted_before_dispatch(),
         )
+
+
+def _harvest(task: asyncio.Task[ToolResult]) -> ToolResult:
+    """A finished body's result; one the host took (cancelled, Ctrl-C, exit) is a failure.
+
+    ``dispatch`` turns every other exception into a result, so only what already reached
+    the host ends up here; if the host goes on, the turn does too (no second raise).
+    """
+    if task.cancelled():
+        return error_result("TOOL_FAILED", "the tool's task was cancelled", "CancelledError")
+    exc = task.exception()
+    if exc is not None:
+        return error_result("TOOL_FAILED", str(exc) or type(exc).__name__, type(exc).__name__)
+    return task.result()
 
 
 def _as_tool_context(message: UserMessage, call_id: str) -> UserMessage:

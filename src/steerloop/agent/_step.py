@@ -6,8 +6,9 @@ import contextlib
 import itertools
 import weakref
 from collections.abc import AsyncIterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
+from .._cancel import escapes
 from .._ids import new_id
 from ..errors import AbortedError, LlmError
 from ..llm._assembler import BlockAssembler
@@ -88,14 +89,16 @@ class StepRunner:
                 if outcome is not _RETRY:
                     return outcome  # type: ignore[no-any-return]
                 first = False
-        except Exception as exc:
+        except BaseException as exc:
+            # Every exit closes the step: a host exception (Ctrl-C, exit, cancellation of
+            # the driver task) answers the open calls too before it goes on.
             failure = exc
             if not self.signal.aborted:
                 self.state.failed_in_step = True
             try:
                 tracker.recover(self.turn, self.step)
             except Exception as repair_exc:
-                failure = ExceptionGroup("step failed and recovery failed", [exc, repair_exc])
+                failure = BaseExceptionGroup("step failed and recovery failed", [exc, repair_exc])
                 raise failure from None
             raise
         finally:
@@ -260,12 +263,22 @@ class StepRunner:
                     break
                 if signal.aborted:
                     break
+                if not isinstance(chunk, _CHUNK_TYPES):
+                    # Recording it would put a value in the log that cannot be stored.
+                    raise LlmError(
+                        LlmFailure(
+                            message=f"the adapter yielded {_brief(chunk)}, not a stream chunk",
+                            code="BAD_RESPONSE",
+                        )
+                    )
                 record = StreamRecord(clock(), chunk)
                 records.append(record)
                 assembler.push(chunk)
                 live.chunk(record)
-        except Exception as exc:
-            raised = exc
+        except BaseException as exc:
+            if escapes(exc):
+                raise
+            raised = exc if isinstance(exc, Exception) else _stream_failure(exc)
         finally:
             await _aclose(iterator)
         if signal.aborted:
@@ -488,6 +501,30 @@ class _LiveFrames:
                     outcome=outcome,
                 )
             )
+
+
+_CHUNK_TYPES = get_args(StreamChunk)
+
+
+def _brief(value: object) -> str:
+    text = repr(value)
+    return f"{type(value).__name__} {text[:200]}{'…' if len(text) > 200 else ''}"
+
+
+def _stream_failure(exc: BaseException) -> LlmError:
+    """An adapter stream that raised a non-``Exception`` (e.g. ``GeneratorExit``) failed."""
+    text = str(exc)
+    name = type(exc).__name__
+    error = LlmError(
+        LlmFailure(
+            message=f"the adapter stream raised {name}: {text}"
+            if text
+            else f"the adapter stream raised {name}",
+            code="UNKNOWN",
+        )
+    )
+    error.__cause__ = exc
+    return error
 
 
 def _failure_of_finish(failure: LlmFailure | None, kind: str) -> LlmFailure:

@@ -251,8 +251,10 @@ class BufferedWriter(EventSink, abc.ABC):
         self._refuse()
         if event.seq != self._next:
             raise self._seq_error(event.seq)
-        self._next += 1
+        # Encode before advancing: an event that cannot encode is refused whole, and the
+        # next append reuses its seq (the session did not keep it either).
         line = dumps_event(event)
+        self._next += 1
         if self._state == "published":
             self._store_line(event.seq, line)
         else:
