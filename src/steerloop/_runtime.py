@@ -10,7 +10,7 @@ from typing import Any
 from ._hooks import HookBus
 from ._ids import Clock, IdFactory, default_clock, set_id_factory
 from .agent._config import start_configured_agents, validate_agent_entries
-from .agent._factory import AgentRegistry
+from .agent._factory import AgentRegistry, check_timeout
 from .llm._runtime import LlmService
 from .prompt import SystemPromptService
 from .session._events import SessionEvent
@@ -195,19 +195,29 @@ class Runtime:
             session_id, hooks=self.hooks, clock=self.clock, seed=seed, sink=sink, header=header
         )
 
-    async def close(self) -> None:
+    async def close(self, timeout: float | None = None) -> None:
         """Dispose every live agent and close the store.
 
         Memoised: every caller, concurrent or later, awaits the same completion and sees
-        the same outcome (C7.2-27).
+        the same outcome (C7.2-27). A tool that ignores its abort signal keeps its agent's
+        teardown waiting; ``timeout`` (seconds, per agent, from this call) bounds that wait:
+        afterwards the calls still running are recorded ``TOOL_OUTCOME_UNKNOWN``, their turn
+        is closed and the stray task is left to the event loop and reported (see
+        ``AgentHandle.dispose``). A later call's ``timeout`` also bounds a close under way.
+
+        Raises:
+            ValueError: a negative or non-numeric ``timeout``.
         """
+        bound = check_timeout(timeout)
         if self._closing is None:
-            self._closing = asyncio.ensure_future(self._close())
+            self._closing = asyncio.ensure_future(self._close(bound))
+        elif bound is not None:
+            self.agents.bound(bound)
         await asyncio.shield(self._closing)
 
-    async def _close(self) -> None:
+    async def _close(self, timeout: float | None) -> None:
         try:
-            await self.agents.close()
+            await self.agents.close(timeout)
         finally:
             await self.hooks.drain()
             if self._restore_ids is not None:

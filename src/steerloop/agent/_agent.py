@@ -9,6 +9,7 @@ driver *before* the old activity's future resolves, so ``when_idle`` follows the
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
@@ -16,6 +17,8 @@ from .._cancel import CancelCause
 from .._signal import AbortController, AbortSignal
 from ..llm._types import CallConfig
 from ..messages import UserMessage
+from ..session._events import TurnEnd, TurnEndReason
+from ..session._repair import plan_repair
 from ._decisions import ErrorPayload, StatusPayload
 from ._inbox import Inbox, InboxTarget, fold_inbox
 from ._options import AgentOptions
@@ -26,6 +29,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Agent"]
 
+_log = logging.getLogger("steerloop")
 T = TypeVar("T")
 Phase = Literal["idle", "maintenance", "running"]
 
@@ -67,6 +71,7 @@ class Agent:
         self._published = False
         self._disposing = False
         self._disposed = False
+        self._abandoned = False  # a dispose timeout left the running activity behind
         self._header_config: tuple[int, CallConfig] | None = None  # decoded latest header
         # (config, adapter defaults, tool schemas, header body) of the last request built
         self._header_body: tuple[CallConfig, dict[str, Any], Any, dict[str, Any]] | None = None
@@ -232,7 +237,41 @@ class Agent:
             if activity is not None and activity is not self._activity and not activity.done.done():
                 activity.done.set_result(None)
 
+    def abandon(self, timeout: float | None) -> None:
+        """Stop waiting for the running activity (a dispose timeout elapsed).
+
+        Same-process work cannot be killed: its task is left to the event loop. What the log
+        owes is written now — ``TOOL_OUTCOME_UNKNOWN`` for every call without a result (it
+        may still have effects), ``step/end``, ``turn/end{aborted}`` — the session is sealed
+        so the stray task can write nothing after it, and the activity converges.
+        """
+        cause = CancelCause.disposed()
+        if self._controller is not None and isinstance(self._controller.signal.reason, CancelCause):
+            cause = self._controller.signal.reason
+        turn = 0
+        for fix in plan_repair(self.session.events):
+            data = fix.data
+            if isinstance(data, TurnEnd):
+                turn = data.turn
+                data = TurnEnd(turn=turn, reason=TurnEndReason(kind="aborted", reason=cause))
+            self.session.append(
+                fix.type, data, surface_op=fix.surface_op, source_event_seqs=fix.source_event_seqs
+            )
+        self.session.seal(f"agent {self.id!r} was abandoned by a dispose timeout")
+        error = TimeoutError(
+            f"agent {self.id!r} was still running {timeout}s after it was cancelled; "
+            "its task is left to the event loop"
+        )
+        _log.warning("%s", error)
+        self.report_error(turn, 0, error)
+        self._abandoned = True
+        self._converge()
+
     def report_error(self, turn: int, step: int, error: BaseException) -> None:
+        if self._abandoned:
+            # The stray task of an abandoned activity: the agent is gone, only log it.
+            _log.warning("agent %r: stray task after abandon: %r", self.id, error)
+            return
         self._rt.hooks.emit("agent/error", ErrorPayload(self, turn, step, error))
 
 
