@@ -279,6 +279,8 @@ def _run(at: int, kind: str) -> tuple[_Injector, Any, list[Any]]:
     return inject, sessions[0] if sessions else None, problems
 
 
+# ~200 fresh event loops: bounded by its own, larger timeout on a loaded machine.
+@pytest.mark.timeout(600)
 def test_every_await_point_closes_the_turn() -> None:
     """C7.5-20: every kind of ``BaseException`` at every await point of a tool turn (two
     parallel tools, two requests, every hook) leaves a well-formed log: one `turn/end` per

@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from .._cancel import CancelCause
 from .._signal import AbortController, AbortSignal
-from ..llm._types import CallConfig
 from ..messages import UserMessage
 from ..session._events import TurnEnd, TurnEndReason
 from ..session._repair import plan_repair
 from ._decisions import ErrorPayload, StatusPayload
 from ._inbox import Inbox, InboxTarget, fold_inbox
 from ._options import AgentOptions
+from ._request import RequestBuilder
 
 if TYPE_CHECKING:
     from .._runtime import Runtime
@@ -72,11 +72,7 @@ class Agent:
         self._disposing = False
         self._disposed = False
         self._abandoned = False  # a dispose timeout left the running activity behind
-        self._header_config: tuple[int, CallConfig] | None = None  # decoded latest header
-        # (config, adapter defaults, tool schemas, header body) of the last request built
-        self._header_body: tuple[CallConfig, dict[str, Any], Any, dict[str, Any]] | None = None
-        self._requested = False  # this loop instance sent its first request
-        self._replaced_at_request = session.surface_replaced
+        self._requests = RequestBuilder(session, options)  # owns the request-header cache
         self._driver_tasks: set[asyncio.Task[None]] = set()
 
     def __repr__(self) -> str:

@@ -21,7 +21,7 @@ from ..prompt import RUNTIME_CONTEXT_PLUGIN
 from ..session._events import TurnEnd, TurnEndReason, TurnStart
 from ._decisions import PreStepDecision, PreStepPayload, TurnStoppingPayload
 from ._registry import initiator_context
-from ._step import StepRunner
+from ._step import run_step
 
 if TYPE_CHECKING:
     from ._agent import Agent
@@ -166,8 +166,8 @@ async def _turn_body(agent: Agent, state: TurnState) -> TurnEndReason:
         if not decision.messages and not owes_request:
             return _stop_reason(state)
         state.step += 1
-        outcome = await StepRunner(agent, state).run(
-            decision.messages, prompt, decision.starts_request_series
+        outcome = await run_step(
+            agent, state, decision.messages, prompt, decision.starts_request_series
         )
         if outcome == "max-tokens":
             state.max_tokens = True
