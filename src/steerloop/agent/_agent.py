@@ -60,9 +60,12 @@ class Agent:
         self.parent = parent
         self.meta = dict(meta or {})
         self._rt = runtime
+        self.services = runtime.loop_services  # what the loop uses (not the runtime itself)
         if pending is None:  # a resumed inbox is the fold of its splices
             pending = fold_inbox(session.events)
-        self.inbox = Inbox(session, runtime.hooks, self, pending["next-turn"], pending["next-step"])
+        self.inbox = Inbox(
+            session, self.services.hooks, self, pending["next-turn"], pending["next-step"]
+        )
         self._phase: Phase = "idle"
         self._reported: Literal["idle", "running"] = "idle"
         self._activity: _Activity | None = None
@@ -193,7 +196,7 @@ class Agent:
         status = self.status
         if status != self._reported:
             self._reported = status
-            self._rt.hooks.emit("agent/status", StatusPayload(self, status))
+            self.services.hooks.emit("agent/status", StatusPayload(self, status))
 
     def _start_driver(self) -> None:
         """Open the first turn synchronously, then drive the rest in a task."""
@@ -268,7 +271,7 @@ class Agent:
             # The stray task of an abandoned activity: the agent is gone, only log it.
             _log.warning("agent %r: stray task after abandon: %r", self.id, error)
             return
-        self._rt.hooks.emit("agent/error", ErrorPayload(self, turn, step, error))
+        self.services.hooks.emit("agent/error", ErrorPayload(self, turn, step, error))
 
 
 def _driver_done(task: asyncio.Task[None]) -> None:

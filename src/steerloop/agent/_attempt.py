@@ -21,6 +21,7 @@ from ..llm.chunks import StreamChunk
 from ..messages import UserMessage
 from ..session._events import StreamRecord
 from ._decisions import RequestErrorAction, RequestErrorPayload, RequestPayload
+from ._services import LoopServices
 from ._settle import (
     AttemptOutcome,
     LiveFrames,
@@ -32,7 +33,6 @@ from ._settle import (
 )
 
 if TYPE_CHECKING:
-    from .._runtime import Runtime
     from ..session._session import Session
     from ._agent import Agent
 
@@ -46,7 +46,7 @@ class StepContext:
     """What every attempt of one admitted step works with."""
 
     agent: Agent
-    rt: Runtime
+    rt: LoopServices
     session: Session
     turn: int
     step: int

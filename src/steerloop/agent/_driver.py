@@ -118,7 +118,7 @@ def _cause(signal: AbortSignal) -> CancelCause:
 
 
 async def _turn_body(agent: Agent, state: TurnState) -> TurnEndReason:
-    rt = agent.runtime
+    rt = agent.services
     signal = state.signal
     owes_request = False
     claimed = state.claimed
@@ -129,11 +129,11 @@ async def _turn_body(agent: Agent, state: TurnState) -> TurnEndReason:
         if not first:
             claimed = agent.inbox.claim("next-step", state.turn)  # the turn's own came first
         first = False
-        prompt = await rt.system_prompt.assemble(agent)
+        prompt = await rt.prompt.assemble(agent)
         signal.throw_if_aborted()
         context_text = ""
-        if rt.system_prompt.has_context_sections():
-            context_text = await rt.system_prompt.render_context(agent)
+        if rt.prompt.has_context_sections():
+            context_text = await rt.prompt.render_context(agent)
             signal.throw_if_aborted()
         batch = tuple(claimed)
         include_context = bool(batch) or owes_request

@@ -67,7 +67,7 @@ class ToolScheduler:
 
     def __init__(self, agent: Agent, turn: int, step: int, signal: AbortSignal) -> None:
         self.agent = agent
-        self.rt = agent.runtime
+        self.rt = agent.services
         self.session = agent.session
         self.turn = turn
         self.step = step
@@ -91,7 +91,7 @@ class ToolScheduler:
                 # Classify again after every wait: a commit in between may re-register tools.
                 if self._is_safe(started):
                     if cap is None:
-                        cap = self.rt.max_parallel_tool_calls
+                        cap = self.rt.limits.max_parallel_tool_calls
                     if len(self.running) >= cap:
                         await self._wait_some()
                         continue
@@ -167,17 +167,17 @@ class ToolScheduler:
         tool = self._tool(index)
         cached = self.validated.get(index)
         validated = cached[1] if cached is not None and cached[0] is tool else UNVALIDATED
-        early = await self.rt.tool_pipeline.prepare(exec, tool, parse_error, validated)
+        early = await self.rt.pipeline.prepare(exec, tool, parse_error, validated)
         if early is not None or tool is None:
             slot.result = early
             await self._commit_ready()
             return
         if not self.running and (not safe or index == len(self.calls) - 1):
             # Nothing could overlap this body: run it inline, saving a task and a wake-up.
-            slot.result = await self.rt.tool_pipeline.dispatch(exec, tool)
+            slot.result = await self.rt.pipeline.dispatch(exec, tool)
             await self._commit_ready()
             return
-        task = asyncio.get_running_loop().create_task(self.rt.tool_pipeline.dispatch(exec, tool))
+        task = asyncio.get_running_loop().create_task(self.rt.pipeline.dispatch(exec, tool))
         self.running[task] = index
         task.add_done_callback(self._on_done)
 
@@ -219,7 +219,7 @@ class ToolScheduler:
         while self.cursor < len(self.slots) and self.slots[self.cursor].result is not None:
             slot = self.slots[self.cursor]
             assert slot.exec is not None and slot.result is not None
-            result, contexts = await self.rt.tool_pipeline.finalize(slot.exec, slot.result)
+            result, contexts = await self.rt.pipeline.finalize(slot.exec, slot.result)
             self._append_result(self.calls[self.cursor], slot.call_seq, result)
             self.cursor += 1
             for message in (*slot.exec.deferred, *contexts):

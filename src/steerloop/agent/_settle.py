@@ -76,9 +76,9 @@ class LiveFrames:
 
     def __init__(self, agent: Agent) -> None:
         self.agent = agent
-        self.hooks = agent.runtime.hooks
+        self.hooks = agent.services.hooks
         self.revisions = _revision_counter(agent.runtime)
-        self.attempt_id = new_id("att")
+        self.attempt_id = agent.services.ids("att")
         self.on = self.hooks.has("agent/assistant-stream")
         self.index = 0
 

@@ -38,7 +38,7 @@ async def run_step(
     """Run step ``state.step`` of the turn; ``None`` when tool results await a request."""
     ctx = StepContext(
         agent=agent,
-        rt=agent.runtime,
+        rt=agent.services,
         session=agent.session,
         turn=state.turn,
         step=state.step,
