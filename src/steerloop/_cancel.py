@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from typing import Any, Literal
 
-__all__ = ["CancelCause"]
+__all__ = ["CancelCause", "escapes"]
 
 CancelKind = Literal["user", "parent", "hook", "disposed"]
 
@@ -50,3 +51,19 @@ class CancelCause:
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> CancelCause:
         return cls(data["kind"], data.get("reason"))
+
+
+def escapes(exc: BaseException) -> bool:
+    """Whether ``exc`` must leave the loop instead of being contained as a failure.
+
+    ``KeyboardInterrupt`` and ``SystemExit`` belong to the host, and so does a
+    ``CancelledError`` while the running task is itself being cancelled (``Task.cancel``
+    from outside, e.g. ``asyncio.run`` shutting down). Any other ``CancelledError`` (say,
+    from awaiting a task someone else cancelled) is an ordinary failure of whoever raised it.
+    """
+    if isinstance(exc, KeyboardInterrupt | SystemExit):
+        return True
+    if isinstance(exc, asyncio.CancelledError):
+        task = asyncio.current_task()
+        return task is not None and task.cancelling() > 0
+    return False

@@ -8,9 +8,10 @@ from types import TracebackType
 from typing import Any
 
 from ._hooks import HookBus
-from ._ids import Clock, IdFactory, default_clock, set_id_factory
+from ._ids import Clock, IdFactory, default_clock, new_id, set_id_factory
 from .agent._config import start_configured_agents, validate_agent_entries
-from .agent._factory import AgentRegistry
+from .agent._factory import AgentRegistry, check_timeout
+from .agent._services import LoopLimits, LoopServices
 from .llm._runtime import LlmService
 from .prompt import SystemPromptService
 from .session._events import SessionEvent
@@ -111,7 +112,7 @@ class Runtime:
         clock: Clock = default_clock,
         store: SessionStore | None = None,
     ) -> None:
-        self._max_parallel = _check_parallel(max_parallel_tool_calls)
+        self._limits = LoopLimits(_check_parallel(max_parallel_tool_calls))
         self.clock = clock
         self.store = store
         self.hooks = HookBus()
@@ -119,6 +120,17 @@ class Runtime:
         self.tools = ToolRegistry()
         self.tool_pipeline = ToolPipeline(self.hooks)
         self.system_prompt = SystemPromptService(persona)
+        # What the loop receives instead of this runtime (built once; the limits stay live).
+        self.loop_services = LoopServices(
+            hooks=self.hooks,
+            llm=self.llm,
+            tools=self.tools,
+            pipeline=self.tool_pipeline,
+            prompt=self.system_prompt,
+            clock=clock,
+            ids=new_id,
+            limits=self._limits,
+        )
         self.sessions = SessionRegistry(store, clock=clock)
         self._owns_store = False
         self.agents = AgentRegistry(self)
@@ -201,11 +213,11 @@ class Runtime:
 
     @property
     def max_parallel_tool_calls(self) -> int:
-        return self._max_parallel
+        return self._limits.max_parallel_tool_calls
 
     @max_parallel_tool_calls.setter
     def max_parallel_tool_calls(self, value: int) -> None:
-        self._max_parallel = _check_parallel(value)
+        self._limits.max_parallel_tool_calls = _check_parallel(value)
 
     def open_session(
         self,
@@ -218,19 +230,29 @@ class Runtime:
             session_id, hooks=self.hooks, clock=self.clock, seed=seed, sink=sink, header=header
         )
 
-    async def close(self) -> None:
+    async def close(self, timeout: float | None = None) -> None:
         """Dispose every live agent and close the store.
 
         Memoised: every caller, concurrent or later, awaits the same completion and sees
-        the same outcome (C7.2-27).
+        the same outcome (C7.2-27). A tool that ignores its abort signal keeps its agent's
+        teardown waiting; ``timeout`` (seconds, per agent, from this call) bounds that wait:
+        afterwards the calls still running are recorded ``TOOL_OUTCOME_UNKNOWN``, their turn
+        is closed and the stray task is left to the event loop and reported (see
+        ``AgentHandle.dispose``). A later call's ``timeout`` also bounds a close under way.
+
+        Raises:
+            ValueError: a negative or non-numeric ``timeout``.
         """
+        bound = check_timeout(timeout)
         if self._closing is None:
-            self._closing = asyncio.ensure_future(self._close())
+            self._closing = asyncio.ensure_future(self._close(bound))
+        elif bound is not None:
+            self.agents.bound(bound)
         await asyncio.shield(self._closing)
 
-    async def _close(self) -> None:
+    async def _close(self, timeout: float | None) -> None:
         try:
-            await self.agents.close()
+            await self.agents.close(timeout)
         finally:
             await self.hooks.drain()
             if self._restore_ids is not None:

@@ -588,23 +588,58 @@ async def test_blocked_turn_stops_the_driver(h: Harness) -> None:
 
 @pytest.mark.parametrize(
     ("first", "kind"),
-    [
-        (text_response("1"), "completed"),
-        (error_response("E", "bad"), "error"),
-        (max_tokens_response("cut"), "max-tokens"),
-    ],
+    [(text_response("1"), "completed"), (max_tokens_response("cut"), "max-tokens")],
 )
 async def test_other_outcomes_continue_with_queued_prompts(
     h: Harness, first: Any, kind: str
 ) -> None:
-    """C7.5-18a counterexample: after a completed, error or max-tokens turn the same driver
-    opens the next turn for queued prompts."""
+    """C7.5-18a counterexample: after a completed or max-tokens turn the same driver opens the
+    next turn for queued prompts."""
     agent = await h.agent(first, text_response("2"))
     agent.followup(user_message("u1"))
     agent.followup(user_message("u2"))
     await settle(agent)
     assert compact(agent.session, only=["T", "claim"]) == [
         "T+1", "claim(nt,u1)", f"T-1:{kind}", "T+2", "claim(nt,u2)", "T-2:completed",
+    ]  # fmt: skip
+
+
+async def test_error_turn_stops_the_driver(h: Harness) -> None:
+    """C7.5-18a, C7.5-20: an `error` turn stops the driver like a blocked one; the prompt queued
+    behind it waits for the next waking send, whose turn claims it first."""
+    agent = await h.agent(error_response("E", "bad"), text_response("2"), text_response("3"))
+    agent.followup(user_message("u1"))
+    agent.followup(user_message("u2"))
+    await settle(agent)
+    assert compact(agent.session, only=["T", "claim"]) == ["T+1", "claim(nt,u1)", "T-1:error"]
+    assert agent.status == "idle" and [label(m) for m in agent.inbox.next_turn] == ["u2"]
+    assert len(h.adapter.requests) == 1
+    agent.followup(user_message("u3"))
+    await settle(agent)
+    assert compact(agent.session, only=["T", "claim"])[3:] == [
+        "T+2", "claim(nt,u2)", "T-2:completed", "T+3", "claim(nt,u3)", "T-3:completed",
+    ]  # fmt: skip
+
+
+async def test_error_turn_leftovers_wait_for_a_latched_wake(h: Harness) -> None:
+    """C7.5-18a: a wake latched during maintenance after an `error` turn serves the prompt
+    queued behind it."""
+    agent = await h.agent(error_response("E", "bad"), text_response("2"))
+    agent.followup(user_message("u1"))
+    agent.followup(user_message("u2"))
+    await settle(agent)
+    release = asyncio.Event()
+
+    async def job(signal: AbortSignal) -> None:
+        await release.wait()
+
+    done = agent.run_maintenance(job)
+    agent.steer(user_message("s"))  # latched: maintenance is running
+    release.set()
+    await done
+    await settle(agent)
+    assert compact(agent.session, only=["T", "claim"])[3:] == [
+        "T+2", "claim(ns,s)", "claim(nt,u2)", "T-2:completed",
     ]  # fmt: skip
 
 

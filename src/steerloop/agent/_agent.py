@@ -9,17 +9,20 @@ driver *before* the old activity's future resolves, so ``when_idle`` follows the
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from .._cancel import CancelCause
 from .._owned import RuntimeOwned
 from .._signal import AbortController, AbortSignal
-from ..llm._types import CallConfig
 from ..messages import UserMessage
+from ..session._events import TurnEnd, TurnEndReason
+from ..session._repair import plan_repair
 from ._decisions import ErrorPayload, StatusPayload
 from ._inbox import Inbox, InboxTarget, fold_inbox
 from ._options import AgentOptions
+from ._request import RequestBuilder
 
 if TYPE_CHECKING:
     from .._runtime import Runtime
@@ -27,6 +30,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Agent"]
 
+_log = logging.getLogger("steerloop")
 T = TypeVar("T")
 Phase = Literal["idle", "maintenance", "running"]
 
@@ -59,10 +63,11 @@ class Agent(metaclass=RuntimeOwned):
         self.parent = parent
         self.meta = dict(meta or {})
         self._rt = runtime
+        self.services = runtime.loop_services  # what the loop uses (not the runtime itself)
         if pending is None:  # a resumed inbox is the fold of its splices
             pending = fold_inbox(session.events)
         self.inbox = Inbox._create(
-            session, runtime.hooks, self, pending["next-turn"], pending["next-step"]
+            session, self.services.hooks, self, pending["next-turn"], pending["next-step"]
         )
         self._phase: Phase = "idle"
         self._reported: Literal["idle", "running"] = "idle"
@@ -72,11 +77,8 @@ class Agent(metaclass=RuntimeOwned):
         self._published = False
         self._disposing = False
         self._disposed = False
-        self._header_config: tuple[int, CallConfig] | None = None  # decoded latest header
-        # (config, adapter defaults, tool schemas, header body) of the last request built
-        self._header_body: tuple[CallConfig, dict[str, Any], Any, dict[str, Any]] | None = None
-        self._requested = False  # this loop instance sent its first request
-        self._replaced_at_request = session.surface_replaced
+        self._abandoned = False  # a dispose timeout left the running activity behind
+        self._requests = RequestBuilder(session, options)  # owns the request-header cache
         self._driver_tasks: set[asyncio.Task[None]] = set()
 
     def __repr__(self) -> str:
@@ -197,7 +199,7 @@ class Agent(metaclass=RuntimeOwned):
         status = self.status
         if status != self._reported:
             self._reported = status
-            self._rt.hooks.emit("agent/status", StatusPayload(self, status))
+            self.services.hooks.emit("agent/status", StatusPayload(self, status))
 
     def _start_driver(self) -> None:
         """Open the first turn synchronously, then drive the rest in a task."""
@@ -218,6 +220,7 @@ class Agent(metaclass=RuntimeOwned):
             return
         task = asyncio.get_running_loop().create_task(run_driver(self, state))
         self._driver_tasks.add(task)
+        task.add_done_callback(_driver_done)
         task.add_done_callback(self._driver_tasks.discard)
         if previous is not None and not previous.done.done():
             previous.done.set_result(None)
@@ -236,5 +239,47 @@ class Agent(metaclass=RuntimeOwned):
             if activity is not None and activity is not self._activity and not activity.done.done():
                 activity.done.set_result(None)
 
+    def abandon(self, timeout: float | None) -> None:
+        """Stop waiting for the running activity (a dispose timeout elapsed).
+
+        Same-process work cannot be killed: its task is left to the event loop. What the log
+        owes is written now — ``TOOL_OUTCOME_UNKNOWN`` for every call without a result (it
+        may still have effects), ``step/end``, ``turn/end{aborted}`` — the session is sealed
+        so the stray task can write nothing after it, and the activity converges.
+        """
+        cause = CancelCause.disposed()
+        if self._controller is not None and isinstance(self._controller.signal.reason, CancelCause):
+            cause = self._controller.signal.reason
+        turn = 0
+        for fix in plan_repair(self.session.events):
+            data = fix.data
+            if isinstance(data, TurnEnd):
+                turn = data.turn
+                data = TurnEnd(turn=turn, reason=TurnEndReason(kind="aborted", reason=cause))
+            self.session.append(
+                fix.type, data, surface_op=fix.surface_op, source_event_seqs=fix.source_event_seqs
+            )
+        self.session.seal(f"agent {self.id!r} was abandoned by a dispose timeout")
+        error = TimeoutError(
+            f"agent {self.id!r} was still running {timeout}s after it was cancelled; "
+            "its task is left to the event loop"
+        )
+        _log.warning("%s", error)
+        self.report_error(turn, 0, error)
+        self._abandoned = True
+        self._converge()
+
     def report_error(self, turn: int, step: int, error: BaseException) -> None:
-        self._rt.hooks.emit("agent/error", ErrorPayload(self, turn, step, error))
+        if self._abandoned:
+            # The stray task of an abandoned activity: the agent is gone, only log it.
+            _log.warning("agent %r: stray task after abandon: %r", self.id, error)
+            return
+        self.services.hooks.emit("agent/error", ErrorPayload(self, turn, step, error))
+
+
+def _driver_done(task: asyncio.Task[None]) -> None:
+    # A driver ends with an exception only for the host's own (KeyboardInterrupt, SystemExit),
+    # which asyncio already raised out of the event loop after the turn was closed; retrieve
+    # it so the task is not reported as "exception was never retrieved" as well.
+    if not task.cancelled():
+        task.exception()

@@ -8,10 +8,11 @@ closed by exactly one ``turn/end``; failures are contained here and reported thr
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from .._cancel import CancelCause
+from .._cancel import CancelCause, escapes
 from .._signal import AbortController, AbortSignal
 from ..errors import AbortedError, LlmError
 from ..llm._types import LlmFailure
@@ -20,7 +21,7 @@ from ..prompt import RUNTIME_CONTEXT_PLUGIN
 from ..session._events import TurnEnd, TurnEndReason, TurnStart
 from ._decisions import PreStepDecision, PreStepPayload, TurnStoppingPayload
 from ._registry import initiator_context
-from ._step import StepRunner
+from ._step import run_step
 
 if TYPE_CHECKING:
     from ._agent import Agent
@@ -75,25 +76,28 @@ async def run_driver(agent: Agent, state: TurnState) -> None:
 def _continues(agent: Agent, kind: str) -> bool:
     """Whether the driver opens another turn after one that ended with ``kind``.
 
-    A blocked or aborted turn stops the driver: what is still queued stays parked until a
-    latched or new wake (C7.5-18a, C7.8-4). After an error the driver still serves queued
-    prompts (C7.5-18a), while ``next-step`` leftovers of the failed turn stay pending until
-    another waking send (C7.5-10). Otherwise any pending item opens the next turn (C7.5-18).
+    A blocked, aborted or failed (``error``) turn stops the driver: what is still queued,
+    prompts included, stays pending until the next waking send or a wake latched during an
+    abort or maintenance, whose turn claims it first (C7.5-10, C7.5-18a, C7.5-20, C7.8-4).
+    Otherwise any pending item opens the next turn (C7.5-18).
     """
-    if agent._disposing or kind in ("blocked", "aborted"):
+    if agent._disposing or kind in ("blocked", "aborted", "error"):
         return False
-    if kind == "error":
-        return bool(agent.inbox.next_turn)
     return agent.inbox.has_pending
 
 
 async def run_turn(agent: Agent, state: TurnState) -> str:
     """Run one opened turn to its single ``turn/end``; returns the end reason's kind."""
+    host_exc: BaseException | None = None
     try:
         if state.claim_error is not None:
             raise state.claim_error
         reason = await _turn_body(agent, state)
-    except Exception as exc:
+    except BaseException as exc:
+        # Every exit path writes the one turn/end; what belongs to the host (Ctrl-C, exit,
+        # cancellation of the driver task) is re-raised after it, anything else is contained.
+        if escapes(exc):
+            host_exc = exc
         if state.signal.aborted:
             reason = TurnEndReason(kind="aborted", reason=_cause(state.signal))
         else:
@@ -103,6 +107,8 @@ async def run_turn(agent: Agent, state: TurnState) -> str:
         agent.session.append("turn/end", TurnEnd(turn=state.turn, reason=reason))
     except Exception as exc:
         agent.report_error(state.turn, 0, exc)
+    if host_exc is not None:
+        raise host_exc
     return reason.kind
 
 
@@ -112,7 +118,7 @@ def _cause(signal: AbortSignal) -> CancelCause:
 
 
 async def _turn_body(agent: Agent, state: TurnState) -> TurnEndReason:
-    rt = agent.runtime
+    rt = agent.services
     signal = state.signal
     owes_request = False
     claimed = state.claimed
@@ -123,11 +129,11 @@ async def _turn_body(agent: Agent, state: TurnState) -> TurnEndReason:
         if not first:
             claimed = agent.inbox.claim("next-step", state.turn)  # the turn's own came first
         first = False
-        prompt = await rt.system_prompt.assemble(agent)
+        prompt = await rt.prompt.assemble(agent)
         signal.throw_if_aborted()
         context_text = ""
-        if rt.system_prompt.has_context_sections():
-            context_text = await rt.system_prompt.render_context(agent)
+        if rt.prompt.has_context_sections():
+            context_text = await rt.prompt.render_context(agent)
             signal.throw_if_aborted()
         batch = tuple(claimed)
         include_context = bool(batch) or owes_request
@@ -160,8 +166,8 @@ async def _turn_body(agent: Agent, state: TurnState) -> TurnEndReason:
         if not decision.messages and not owes_request:
             return _stop_reason(state)
         state.step += 1
-        outcome = await StepRunner(agent, state).run(
-            decision.messages, prompt, decision.starts_request_series
+        outcome = await run_step(
+            agent, state, decision.messages, prompt, decision.starts_request_series
         )
         if outcome == "max-tokens":
             state.max_tokens = True
@@ -206,7 +212,7 @@ def failure_of(exc: BaseException) -> LlmFailure:
         return failure_of(exc.exceptions[0])
     if isinstance(exc, LlmError):
         return exc.failure
-    if isinstance(exc, AbortedError):
+    if isinstance(exc, AbortedError | asyncio.CancelledError):
         return LlmFailure(message=_chain_text(exc), code="ABORTED")
     return LlmFailure(message=_chain_text(exc), code="UNKNOWN")
 

@@ -33,7 +33,7 @@ from ._registry import LiveAgents, current_initiator, without_initiator
 if TYPE_CHECKING:
     from .._runtime import Runtime
 
-__all__ = ["AgentHandle", "AgentRegistry", "AgentScope"]
+__all__ = ["AgentHandle", "AgentRegistry", "AgentScope", "check_timeout"]
 
 _log = logging.getLogger("steerloop")
 
@@ -124,19 +124,50 @@ class AgentHandle:
         self._lifecycle = lifecycle
         self.agent = lifecycle.agent
 
-    async def dispose(self) -> None:
-        """Tear the agent down (once; every caller awaits the same outcome)."""
-        await self._registry._dispose(self._lifecycle)
+    async def dispose(self, timeout: float | None = None) -> None:
+        """Tear the agent down (once; every caller awaits the same outcome).
+
+        A tool body that ignores its abort signal cannot be killed (same process), so without
+        ``timeout`` teardown waits for it. With ``timeout`` (seconds), once it elapses the
+        calls still running are recorded ``TOOL_OUTCOME_UNKNOWN``, the open step and turn are
+        closed (``turn/end{aborted}``), the session takes no further writes and teardown goes
+        on; the stray task is left to the event loop and reported (``agent/error`` with a
+        ``TimeoutError``, and a warning on the ``steerloop`` logger).
+
+        Raises:
+            ValueError: a negative or non-numeric ``timeout``.
+        """
+        await self._registry._dispose(self._lifecycle, check_timeout(timeout))
 
 
 class _Lifecycle:
-    __slots__ = ("agent", "published", "scope", "teardown")
+    __slots__ = ("agent", "give_up", "published", "scope", "teardown", "timeout", "timers")
 
     def __init__(self, agent: Agent, scope: AgentScope) -> None:
         self.agent = agent
         self.scope = scope
-        self.published: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        self.published: asyncio.Future[None] = loop.create_future()
         self.teardown: asyncio.Future[None] | None = None
+        # Resolved when a dispose timeout elapses: teardown stops waiting for the activity.
+        self.give_up: asyncio.Future[None] = loop.create_future()
+        self.timeout: float | None = None
+        self.timers: list[asyncio.TimerHandle] = []
+
+    def bound(self, timeout: float) -> None:
+        """Give up waiting for the agent's activity ``timeout`` seconds from now."""
+        if self.timeout is None or timeout < self.timeout:
+            self.timeout = timeout
+        self.timers.append(asyncio.get_running_loop().call_later(timeout, self._expire))
+
+    def _expire(self) -> None:
+        if not self.give_up.done():
+            self.give_up.set_result(None)
+
+    def stop_timers(self) -> None:
+        for timer in self.timers:
+            timer.cancel()
+        self.timers.clear()
 
 
 class AgentRegistry:
@@ -395,8 +426,14 @@ class AgentRegistry:
 
     # --- teardown --------------------------------------------------------------------
 
-    def _dispose(self, lifecycle: _Lifecycle) -> Awaitable[None]:
-        """Start the lifecycle's teardown once; every caller awaits the same outcome."""
+    def _dispose(self, lifecycle: _Lifecycle, timeout: float | None = None) -> Awaitable[None]:
+        """Start the lifecycle's teardown once; every caller awaits the same outcome.
+
+        A ``timeout`` bounds the wait for the agent's activity, from now, even when an
+        earlier call started the teardown without one.
+        """
+        if timeout is not None:
+            lifecycle.bound(timeout)
         if lifecycle.teardown is None:
             lifecycle.teardown = asyncio.ensure_future(self._teardown(lifecycle))
         return asyncio.shield(lifecycle.teardown)
@@ -410,13 +447,13 @@ class AgentRegistry:
             agent.cancel(CancelCause.disposed())
         except Exception as exc:
             errors.append(exc)
-        await agent.when_idle()
+        await _idle_or_give_up(agent, lifecycle)
         for child in self.children(agent):
             child_lifecycle = self._lifecycles.get(child.id)
             if child_lifecycle is None or child_lifecycle.agent is not child:
                 continue
             try:
-                await self._dispose(child_lifecycle)
+                await self._dispose(child_lifecycle, lifecycle.timeout)
             except Exception as exc:
                 errors.append(exc)
         errors += lifecycle.scope._close()
@@ -424,6 +461,7 @@ class AgentRegistry:
             await agent.session.close()
         except Exception as exc:
             errors.append(exc)
+        lifecycle.stop_timers()
         self._live.remove(agent)
         agent._disposed = True
         self._rt.hooks.emit("agent/disposed", AgentPayload(agent))
@@ -435,15 +473,25 @@ class AgentRegistry:
         if errors:
             raise ExceptionGroup(f"disposing agent {agent.id!r} failed", errors)
 
-    async def close(self) -> None:
-        """Stop accepting work, dispose every live agent, wait for creations to settle."""
+    def bound(self, timeout: float) -> None:
+        """Bound the teardown wait of every live agent (``rt.close(timeout=...)``)."""
+        for agent in list(self._live.agents.values()):
+            lifecycle = self._lifecycles.get(agent.id)
+            if lifecycle is not None:
+                lifecycle.bound(timeout)
+
+    async def close(self, timeout: float | None = None) -> None:
+        """Stop accepting work, dispose every live agent, wait for creations to settle.
+
+        ``timeout`` bounds each agent's teardown wait as in ``AgentHandle.dispose``.
+        """
         self._closing.abort(RuntimeError("runtime closing"))
         errors: list[Exception] = []
         lifecycles = [
             lc for a in list(self._live.agents.values()) if (lc := self._lifecycles.get(a.id))
         ]
         results = await asyncio.gather(
-            *(self._dispose(lc) for lc in lifecycles), return_exceptions=True
+            *(self._dispose(lc, timeout) for lc in lifecycles), return_exceptions=True
         )
         errors += [r for r in results if isinstance(r, Exception)]
         # A close() called from inside a creation (its own task) cannot wait for that one.
@@ -455,6 +503,25 @@ class AgentRegistry:
             raise errors[0]
         if errors:
             raise ExceptionGroup("closing the runtime failed", errors)
+
+
+def check_timeout(timeout: object) -> float | None:
+    """``None`` or a finite number of seconds ≥ 0."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout >= 0:
+        raise ValueError(f"timeout must be None or a number of seconds >= 0, not {timeout!r}")
+    return float(timeout)
+
+
+async def _idle_or_give_up(agent: Agent, lifecycle: _Lifecycle) -> None:
+    """Wait until ``agent`` is idle, or until the lifecycle gives up; then abandon what runs."""
+    while (activity := agent._activity) is not None:
+        # Plain futures: nothing is wrapped in a task, nothing is cancelled.
+        await asyncio.wait((activity.done, lifecycle.give_up), return_when="FIRST_COMPLETED")
+        if lifecycle.give_up.done() and agent._activity is not None:
+            agent.abandon(lifecycle.timeout)
+            return
 
 
 def _validate(session_id: object, options: object) -> None:

@@ -25,13 +25,20 @@ import collections
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
+from .._cancel import escapes
 from .._ids import new_id
 from .._signal import AbortSignal
 from ..errors import AbortedError
 from ..messages import MessageSource, ToolCallBlock, ToolResultMessage, UserMessage
 from ..session._events import ToolCallEvent, ToolErrorInfo, ToolResultEvent
 from ..tools._define import Tool, ToolExec, ToolResult
-from ..tools._runtime import UNVALIDATED, aborted_before_dispatch, parse_arguments, result_blocks
+from ..tools._runtime import (
+    UNVALIDATED,
+    aborted_before_dispatch,
+    error_result,
+    parse_arguments,
+    result_blocks,
+)
 
 if TYPE_CHECKING:
     from ._agent import Agent
@@ -55,7 +62,7 @@ class ToolScheduler:
 
     def __init__(self, agent: Agent, turn: int, step: int, signal: AbortSignal) -> None:
         self.agent = agent
-        self.rt = agent.runtime
+        self.rt = agent.services
         self.session = agent.session
         self.turn = turn
         self.step = step
@@ -79,7 +86,7 @@ class ToolScheduler:
                 # Classify again after every wait: a commit in between may re-register tools.
                 if self._is_safe(started):
                     if cap is None:
-                        cap = self.rt.max_parallel_tool_calls
+                        cap = self.rt.limits.max_parallel_tool_calls
                     if len(self.running) >= cap:
                         await self._wait_some()
                         continue
@@ -93,8 +100,9 @@ class ToolScheduler:
                     await self._wait_all()
                 started += 1
             await self._wait_all()
-        except Exception:
-            await self._abandon()
+        except BaseException as exc:
+            if not escapes(exc):  # the host's exceptions do not wait for stray bodies
+                await self._abandon()
             raise
         for index in range(started, len(calls)):
             self._synthesise_aborted(index)
@@ -154,21 +162,25 @@ class ToolScheduler:
         tool = self._tool(index)
         cached = self.validated.get(index)
         validated = cached[1] if cached is not None and cached[0] is tool else UNVALIDATED
-        early = await self.rt.tool_pipeline.prepare(exec, tool, parse_error, validated)
+        early = await self.rt.pipeline.prepare(exec, tool, parse_error, validated)
         if early is not None or tool is None:
             slot.result = early
             await self._commit_ready()
             return
         if not self.running and (not safe or index == len(self.calls) - 1):
             # Nothing could overlap this body: run it inline, saving a task and a wake-up.
-            slot.result = await self.rt.tool_pipeline.dispatch(exec, tool)
+            slot.result = await self.rt.pipeline.dispatch(exec, tool)
             await self._commit_ready()
             return
-        task = asyncio.get_running_loop().create_task(self.rt.tool_pipeline.dispatch(exec, tool))
+        task = asyncio.get_running_loop().create_task(self.rt.pipeline.dispatch(exec, tool))
         self.running[task] = index
         task.add_done_callback(self._on_done)
 
     def _on_done(self, task: asyncio.Task[ToolResult]) -> None:
+        if not task.cancelled():
+            # Retrieved here: a body's KeyboardInterrupt/SystemExit has already left the
+            # event loop for the host; it must not be reported a second time at GC.
+            task.exception()
         self.finished.append(task)
         if self.wakeup is not None and not self.wakeup.done():
             self.wakeup.set_result(None)
@@ -185,7 +197,7 @@ class ToolScheduler:
         while self.finished:
             task = self.finished.popleft()
             index = self.running.pop(task)
-            self.slots[index].result = task.result()
+            self.slots[index].result = _harvest(task)
         await self._commit_ready()
 
     async def _wait_all(self) -> None:
@@ -202,7 +214,7 @@ class ToolScheduler:
         while self.cursor < len(self.slots) and self.slots[self.cursor].result is not None:
             slot = self.slots[self.cursor]
             assert slot.exec is not None and slot.result is not None
-            result, contexts = await self.rt.tool_pipeline.finalize(slot.exec, slot.result)
+            result, contexts = await self.rt.pipeline.finalize(slot.exec, slot.result)
             self._append_result(self.calls[self.cursor], slot.call_seq, result)
             self.cursor += 1
             for message in (*slot.exec.deferred, *contexts):
@@ -252,6 +264,20 @@ class ToolScheduler:
             seq,
             aborted_before_dispatch(),
         )
+
+
+def _harvest(task: asyncio.Task[ToolResult]) -> ToolResult:
+    """A finished body's result; one the host took (cancelled, Ctrl-C, exit) is a failure.
+
+    ``dispatch`` turns every other exception into a result, so only what already reached
+    the host ends up here; if the host goes on, the turn does too (no second raise).
+    """
+    if task.cancelled():
+        return error_result("TOOL_FAILED", "the tool's task was cancelled", "CancelledError")
+    exc = task.exception()
+    if exc is not None:
+        return error_result("TOOL_FAILED", str(exc) or type(exc).__name__, type(exc).__name__)
+    return task.result()
 
 
 def _as_tool_context(message: UserMessage, call_id: str) -> UserMessage:

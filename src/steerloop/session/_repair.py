@@ -1,5 +1,8 @@
 """Restore repair (C7.2-9, EVENTS.md §2.7): close a log whose last turn never closed.
 
+Only the last turn is repaired; malformed structure anywhere before it is refused with
+``SessionCorruptError`` (``check_structure``).
+
 A crashed process can leave the log ending inside a turn. Before a new lifecycle (resume or
 fork) writes anything, the Session appends, in this order:
 
@@ -21,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._ids import new_id
+from ..errors import SessionCorruptError
 from ..messages import TextBlock, ToolCallBlock, ToolResultMessage
 from ._events import (
     AssistantMessageEvent,
@@ -39,6 +43,7 @@ __all__ = [
     "NOT_STARTED_TEXT",
     "OUTCOME_UNKNOWN_TEXT",
     "RepairEvent",
+    "check_structure",
     "conservative_result",
     "plan_repair",
 ]
@@ -77,8 +82,66 @@ class RepairEvent:
     source_event_seqs: tuple[int, ...] | None = None
 
 
+def check_structure(events: Sequence[SessionEvent]) -> None:
+    """Refuse a log whose turns are malformed anywhere but in an open last turn.
+
+    Only the last turn may be open (a crash; ``plan_repair`` closes it). Earlier damage —
+    a turn that never ended, a turn nested in another, a step left open or outside a turn,
+    a tool call of a closed step without its result — cannot be repaired without inserting
+    events into committed history, so it is refused.
+
+    Raises:
+        SessionCorruptError: naming the seq of the first offending event.
+    """
+    open_turn: int | None = None
+    open_step: StepBoundary | None = None
+    unanswered: dict[str, int] = {}  # call id -> seq of the assistant message asking for it
+
+    def corrupt(event: SessionEvent, what: str) -> SessionCorruptError:
+        return SessionCorruptError(f"malformed log at seq {event.seq} ({event.type}): {what}")
+
+    def close_step(event: SessionEvent) -> None:
+        if unanswered:
+            call_id, seq = next(iter(unanswered.items()))
+            raise corrupt(event, f"tool call {call_id!r} of seq {seq} has no tool/result")
+
+    for event in events:
+        data = event.data
+        if event.type == "turn/start" and isinstance(data, TurnStart):
+            if open_turn is not None:
+                raise corrupt(event, f"turn {data.turn} starts inside open turn {open_turn}")
+            open_turn = data.turn
+        elif event.type == "turn/end" and isinstance(data, TurnEnd):
+            if data.turn != open_turn:
+                raise corrupt(event, f"turn {data.turn} ends but the open turn is {open_turn}")
+            if open_step is not None:
+                raise corrupt(event, f"turn ends inside open step {open_step.step}")
+            open_turn = None
+        elif event.type == "step/start" and isinstance(data, StepBoundary):
+            if open_turn is None or data.turn != open_turn:
+                raise corrupt(event, f"step {data.turn}.{data.step} is outside its turn")
+            if open_step is not None:
+                raise corrupt(event, f"step starts inside open step {open_step.step}")
+            open_step = data
+        elif event.type == "step/end" and isinstance(data, StepBoundary):
+            if data != open_step:
+                raise corrupt(event, f"step {data.turn}.{data.step} ends but was not open")
+            close_step(event)
+            open_step = None
+        elif isinstance(data, AssistantMessageEvent) and open_step is not None:
+            if not data.interrupted:
+                unanswered = {c.id: event.seq for c in data.message.tool_calls}
+        elif isinstance(data, ToolResultEvent):
+            unanswered.pop(data.message.call_id, None)
+
+
 def plan_repair(events: Sequence[SessionEvent]) -> list[RepairEvent]:
-    """The synthetic events that close ``events``' last turn; ``[]`` when it is closed."""
+    """The synthetic events that close ``events``' last turn; ``[]`` when it is closed.
+
+    Raises:
+        SessionCorruptError: damage before the last turn (``check_structure``).
+    """
+    check_structure(events)
     open_turn: int | None = None
     turn_index = 0
     for index, event in enumerate(events):

@@ -10,6 +10,7 @@ from .._hooks import HookBus
 from .._ids import Clock, default_clock
 from .._owned import RuntimeOwned
 from .._records import fast_init
+from ..errors import SessionStorageError
 from ..messages import Message, check_json
 from ._codec import KNOWN_TYPES
 from ._events import (
@@ -122,6 +123,7 @@ class Session(metaclass=RuntimeOwned):
         self._system_nodes: list[int] = []
         self._latest: dict[str, SessionEvent] = {}
         self._observers: list[Observer] = []
+        self._sealed: str | None = None
         self.last_turn = 0
         self.surface_replaced = 0
         for event in seed:
@@ -182,7 +184,13 @@ class Session(metaclass=RuntimeOwned):
         source_event_seqs: Sequence[int] | None = None,
         ignorable: bool = False,
     ) -> SessionEvent:
-        """Validate and append one event; notify ``session/event`` listeners synchronously."""
+        """Validate and append one event; notify ``session/event`` listeners synchronously.
+
+        Raises:
+            SessionStorageError: the session is sealed (``seal``).
+        """
+        if self._sealed is not None:
+            raise SessionStorageError(f"session {self.id!r} takes no more events: {self._sealed}")
         seq = len(self._events) + 1
         if (
             surface_op is None
@@ -214,6 +222,10 @@ class Session(metaclass=RuntimeOwned):
         if self._hooks.has("session/event"):
             self._hooks.emit("session/event", SessionEventPayload(self, event))
         return event
+
+    def seal(self, reason: str) -> None:
+        """Internal: refuse every later append (an abandoned activity must not write)."""
+        self._sealed = reason
 
     def observe(self, observer: Observer) -> Callable[[], None]:
         """Internal: call ``observer(event)`` for every later append until disposed."""

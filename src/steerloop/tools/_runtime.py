@@ -12,6 +12,7 @@ from typing import Any
 import jsonschema
 import pydantic
 
+from .._cancel import escapes
 from .._hooks import Disposer, HookBus
 from .._records import fast_init
 from .._signal import AbortController
@@ -208,7 +209,9 @@ class ToolPipeline:
             return None  # no policy: nothing to ask, no payload to build
         try:
             decision = await self._hooks.serial("tools/pre-execute", ToolHookPayload(exec))
-        except Exception as exc:
+        except BaseException as exc:
+            if escapes(exc):
+                raise
             return error_result(
                 "TOOL_FAILED", f"pre-execute policy failed: {_describe(exc)}", type(exc).__name__
             )
@@ -247,7 +250,12 @@ class ToolPipeline:
             if inspect.isawaitable(value):
                 value = await value
             result = _normalise(value)
-        except Exception as exc:
+        except BaseException as exc:
+            # A foreign CancelledError (the body awaited a task someone else cancelled), a
+            # GeneratorExit or any other non-Exception is the tool's failure; only what
+            # belongs to the host (Ctrl-C, exit, cancelling this very task) goes through.
+            if escapes(exc):
+                raise
             if parent.aborted:
                 return _aborted(exc)
             if timed_out:
@@ -284,7 +292,9 @@ class ToolPipeline:
             verdict = await self._hooks.waterfall(
                 "tools/post-execute", ToolHookPayload(exec, result), default
             )
-        except Exception as exc:
+        except BaseException as exc:
+            if escapes(exc):
+                raise
             result = error_result(
                 "TOOL_FAILED", f"post-execute policy failed: {_describe(exc)}", type(exc).__name__
             )
