@@ -65,7 +65,7 @@ def asks(turn: int, n: int, call_id: str) -> Writer:
 
 
 def log(*writers: Writer) -> tuple[SessionEvent, ...]:
-    session = Session("src")
+    session = Session._create("src")
     for write in writers:
         write(session)
     return tuple(session.events)
@@ -95,14 +95,14 @@ def test_damage_before_the_last_turn_is_refused(
 ) -> None:
     """Before, only the last turn was looked at: these logs loaded without complaint."""
     with pytest.raises(SessionCorruptError) as raised:
-        Session("s", seed=events)
+        Session._create("s", seed=events)
     assert f"seq {seq} " in str(raised.value) and words in str(raised.value)
 
 
 def test_an_open_last_turn_is_still_repaired() -> None:
     """C7.2-9: a well-formed log ending inside a turn is closed by repair, not refused."""
     events = log(start(1), end(1), start(2), step(2, 1, "start"), asks(2, 1, "c1"))
-    session = Session("s", seed=events)
+    session = Session._create("s", seed=events)
     assert [e.type for e in session.events[len(events) :]] == [
         "tool/result",
         "step/end",
