@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from .._hooks import HookBus
 from .._owned import RuntimeOwned
-from ..errors import SessionCorruptError
 from ..messages import UserMessage, check_json, message_to_json
-from ..session._events import InboxSpliced, SessionEvent
+from ..session._events import InboxSpliced
+from ..session._inbox_fold import fold_inbox
 from ._decisions import ClaimedPayload, InboxMessagePayload
 
 if TYPE_CHECKING:
@@ -208,40 +208,3 @@ def _check_target(target: str) -> str:
     if target not in _TARGETS:
         raise ValueError(f"target must be 'next-turn' or 'next-step', not {target!r}")
     return target
-
-
-def _is_index(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def fold_inbox(events: Iterable[SessionEvent]) -> dict[str, list[UserMessage]]:
-    """Rebuild both queues from ``agent/inbox/spliced`` events, validating each splice.
-
-    Raises:
-        SessionCorruptError: a splice is out of range or makes a pending id appear twice.
-    """
-    queues: dict[str, list[UserMessage]] = {"next-turn": [], "next-step": []}
-    for event in events:
-        if event.type != "agent/inbox/spliced":
-            continue
-        data = event.data
-        if not isinstance(data, InboxSpliced) or data.target not in queues:
-            raise SessionCorruptError(f"seq {event.seq}: malformed agent/inbox/spliced")
-        queue = queues[data.target]
-        if not (_is_index(data.start) and _is_index(data.removed_count)):
-            raise SessionCorruptError(
-                f"seq {event.seq}: splice start={data.start!r} "
-                f"removed={data.removed_count!r} are not integers"
-            )
-        if not (0 <= data.start <= len(queue)) or not (
-            0 <= data.removed_count <= len(queue) - data.start
-        ):
-            raise SessionCorruptError(
-                f"seq {event.seq}: splice start={data.start} removed={data.removed_count} "
-                f"is outside a {data.target} queue of {len(queue)}"
-            )
-        queue[data.start : data.start + data.removed_count] = data.inserted
-        ids = [m.id for q in queues.values() for m in q]
-        if len(ids) != len(set(ids)):
-            raise SessionCorruptError(f"seq {event.seq}: a pending message id appears twice")
-    return queues

@@ -64,6 +64,7 @@ from ._events import (
     TurnEndReason,
     TurnStart,
 )
+from ._inbox_fold import fold_inbox
 
 __all__ = [
     "KNOWN_TYPES",
@@ -586,9 +587,6 @@ def validate_log(events: Sequence[SessionEvent]) -> dict[str, list[UserMessage]]
             if not set(surface[start : end + 1]) <= set(event.source_event_seqs or ()):
                 raise SessionCorruptError(f"seq {event.seq}: replace does not cite what it shadows")
             surface[start : end + 1] = [event.seq]
-    # The store layer sits above the agent layer (STYLE §1): the inbox fold is the agent's.
-    from ..agent._inbox import fold_inbox
-
     return fold_inbox(events)
 
 
