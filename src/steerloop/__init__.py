@@ -22,6 +22,8 @@ from .agent import (
     Inbox,
     PreStepDecision,
     RequestErrorAction,
+    TurnResult,
+    TurnStream,
 )
 from .errors import (
     AbortedError,
@@ -94,6 +96,8 @@ __all__ = [
     "ToolResult",
     "ToolResultMessage",
     "TurnEndReason",
+    "TurnResult",
+    "TurnStream",
     "UserMessage",
     "define_tool",
     "user_message",

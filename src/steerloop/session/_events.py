@@ -39,6 +39,7 @@ __all__ = [
     "ToolResultEvent",
     "TurnEnd",
     "TurnEndReason",
+    "TurnOutput",
     "TurnStart",
     "encode",
 ]
@@ -81,6 +82,20 @@ class TurnEndReason:
 class TurnEnd:
     turn: int
     reason: TurnEndReason
+
+
+@fast_init
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TurnOutput:
+    """Payload of ``turn/output`` (log-only, ignorable): a turn's validated structured output.
+
+    ``output`` is the value's JSON form; ``message_seq`` is the ``assistant/message`` it was
+    read from (its text, or its ``final_result`` tool call).
+    """
+
+    turn: int
+    message_seq: int
+    output: Any = None
 
 
 @fast_init
