@@ -145,6 +145,14 @@ class Agent:
         output_type: type[T],
         output_retries: int = DEFAULT_OUTPUT_RETRIES,
     ) -> TurnResult[T]: ...
+    @overload
+    async def run(
+        self,
+        message: str | UserMessage,
+        *,
+        output_type: Mapping[str, Any],
+        output_retries: int = DEFAULT_OUTPUT_RETRIES,
+    ) -> TurnResult[Any]: ...
     async def run(
         self,
         message: str | UserMessage,
@@ -154,10 +162,11 @@ class Agent:
     ) -> TurnResult[Any]:
         """Send ``message`` as a followup; return the result of the turn that claims it.
 
-        With ``output_type`` the turn's answer must validate as that type (a pydantic model
-        or any ``TypeAdapter`` type); an invalid one is sent back at most ``output_retries``
-        times, then the turn ends ``error`` with code ``OUTPUT_INVALID``. Never raises for a
-        turn outcome; a message removed before a turn claimed it gives ``kind="aborted"``.
+        With ``output_type`` (a pydantic model, any ``TypeAdapter`` type, or a JSON-schema
+        dict) the turn's answer must validate; an invalid one is sent back at most
+        ``output_retries`` times, then the turn ends ``error`` with code ``OUTPUT_INVALID``.
+        Never raises for a turn outcome; a message removed before a turn claimed it gives
+        ``kind="aborted"`` and ``turn=None``.
 
         Raises:
             RuntimeError: the agent is disposed (or not published yet).

@@ -14,7 +14,7 @@ listener raises an ``LlmError`` with code ``OUTPUT_INVALID``, which the driver r
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 import jsonschema
@@ -45,16 +45,29 @@ _ANY = jsonschema.Draft202012Validator({})
 class OutputSpec(Generic[T]):
     """An output type, its object-rooted JSON schema and its validator.
 
-    Providers want an object at the root (OpenAI ``json_schema``, tool parameters), so any
-    other type is wrapped as ``{"response": <value>}``.
+    ``output_type`` is a type pydantic's ``TypeAdapter`` takes, or a JSON-schema dict (the
+    output is then the plain JSON value, checked with ``jsonschema``). Providers want an
+    object at the root (OpenAI ``json_schema``, tool parameters), so any other schema is
+    wrapped as ``{"response": <value>}``.
     """
 
     def __init__(self, output_type: Any) -> None:
-        try:
-            self.adapter: pydantic.TypeAdapter[T] = pydantic.TypeAdapter(output_type)
-            schema = dict(self.adapter.json_schema())
-        except (pydantic.PydanticUserError, TypeError) as exc:
-            raise ValueError(f"output_type {output_type!r} has no JSON schema: {exc}") from None
+        self.adapter: pydantic.TypeAdapter[T] | None = None
+        self.checker: Any = None
+        if isinstance(output_type, Mapping):
+            schema = dict(output_type)
+            checker_cls = jsonschema.validators.validator_for(schema)
+            try:
+                checker_cls.check_schema(schema)
+            except jsonschema.SchemaError as exc:
+                raise ValueError(f"invalid output schema: {exc.message}") from None
+            self.checker = checker_cls(schema)
+        else:
+            try:
+                self.adapter = pydantic.TypeAdapter(output_type)
+                schema = dict(self.adapter.json_schema())
+            except (pydantic.PydanticUserError, TypeError) as exc:
+                raise ValueError(f"output_type {output_type!r} has no JSON schema: {exc}") from None
         name = str(schema.get("title") or getattr(output_type, "__name__", "output"))
         self.wrapped = schema.get("type") != "object"
         if self.wrapped:
@@ -75,23 +88,36 @@ class OutputSpec(Generic[T]):
             ValueError: the text is not JSON or does not validate; the message lists why.
         """
         try:
-            if not self.wrapped:
-                return self.adapter.validate_json(text)
             data = json.loads(text)
-            if not isinstance(data, dict) or "response" not in data:
-                raise ValueError('expected an object with the field "response"')
-            return self.adapter.validate_json(json.dumps(data["response"]))
-        except pydantic.ValidationError as exc:
-            raise ValueError(_describe(exc)) from None
         except json.JSONDecodeError as exc:
             raise ValueError(f"invalid JSON: {exc}") from None
+        if self.wrapped:
+            if not isinstance(data, dict) or "response" not in data:
+                raise ValueError('expected an object with the field "response"')
+            data = data["response"]
+        return self.from_json(data)
 
     def from_json(self, value: Any) -> T:
-        """Validate a logged ``turn/output`` value again (resume, replay)."""
-        return self.adapter.validate_json(json.dumps(value))
+        """Validate a JSON value (also a logged ``turn/output`` one, on resume or replay).
+
+        Raises:
+            ValueError: it does not validate; the message lists why.
+        """
+        if self.adapter is None:
+            error = jsonschema.exceptions.best_match(self.checker.iter_errors(value))
+            if error is not None:
+                where = ".".join(str(p) for p in error.absolute_path) or "(root)"
+                raise ValueError(f"{where}: {error.message}")
+            return value  # type: ignore[no-any-return]
+        try:
+            return self.adapter.validate_json(json.dumps(value))
+        except pydantic.ValidationError as exc:
+            raise ValueError(_describe(exc)) from None
 
     def to_json(self, value: T) -> Any:
         """The plain JSON form of a validated value, as the log stores it."""
+        if self.adapter is None:
+            return value
         return json.loads(self.adapter.dump_json(value))
 
 
