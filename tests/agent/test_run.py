@@ -7,6 +7,7 @@ or error turn (C7.5-18, C7.5-18a, C7.5-20) comes with its counterexample.
 from __future__ import annotations
 
 import asyncio
+import itertools
 from typing import Any
 
 import pytest
@@ -32,7 +33,6 @@ from steerloop.tools import define_tool
 
 from ..conftest import Harness, compact, label, settle, u, within
 from ..logcheck import assert_well_formed
-
 
 OPTIONS = AgentOptions(provider="mock", model="m")
 
@@ -149,7 +149,7 @@ async def test_queued_runs_get_one_turn_each_in_send_order(h: Harness) -> None:
         "T+2", "claim(nt,b)", "T-2:completed", "T+3", "claim(nt,c)", "T-3:completed",
     ]  # fmt: skip
     ranges = [(r.start_seq, r.end_seq) for r in reversed(results)]
-    assert all(a[1] < b[0] for a, b in zip(ranges, ranges[1:], strict=False))
+    assert all(a[1] < b[0] for a, b in itertools.pairwise(ranges))
 
 
 async def test_cancel_resolves_queued_runs_aborted_and_the_running_one_with_its_turn(
