@@ -162,6 +162,8 @@ class OutputController(Generic[T]):
             description="Give your final answer: call this once, with the answer as arguments.",
             parameters=spec.schema,
             execute=self._final_result,
+            # No side effect: approval policies treat it as a read, and it may run with others.
+            concurrency_safe=True,
             validator=_ANY,
         )
         self._tool_disposer: Disposer | None = None
