@@ -36,6 +36,7 @@ class Weather(pydantic.BaseModel):
 
 
 PARIS = {"city": "Paris", "celsius": 21.5}
+PARIS_WEATHER = Weather(city="Paris", celsius=21.5)
 
 
 def native(h: Harness) -> None:
@@ -56,7 +57,7 @@ async def test_tool_mode_retries_through_a_logged_next_step_message(h: Harness) 
         f"ins(ns,{WRONG_TOOL})", f"claim(ns,{WRONG_TOOL})", "S+1.2", f"user({WRONG_TOOL})",
         "msg", "call(c2)", "result(c2)", "S-1.2", "turn/output", "T-1:completed",
     ]  # fmt: skip
-    assert result.kind == "completed" and result.output == Weather(**PARIS)
+    assert result.kind == "completed" and result.output == PARIS_WEATHER
     retry = events_of(agent.session, "user/message")[1].data
     assert (retry.source.kind, retry.source.plugin) == ("plugin", "steerloop/output")
     (output,) = events_of(agent.session, "turn/output")
@@ -86,7 +87,7 @@ async def test_the_final_result_tool_belongs_to_its_turn_only(h: Harness) -> Non
     after = asyncio.ensure_future(agent.run("c"))
     results = await within(asyncio.gather(plain, structured, after))
     assert [r.turn for r in results] == [1, 2, 3]
-    assert [r.output for r in results] == [None, Weather(**PARIS), None]
+    assert [r.output for r in results] == [None, PARIS_WEATHER, None]
     assert [[t.name for t in r.tools] for r in h.adapter.requests] == [[], ["final_result"], []]
     assert compact(agent.session, only=["hdr", "T-", "turn/output"]) == [
         "hdr(initial)", "T-1:completed", "hdr(change)", "turn/output", "T-2:completed",
@@ -115,7 +116,7 @@ async def test_native_mode_asks_with_output_schema_and_validates_the_text(h: Har
         "msg", "S-1.1", f"ins(ns,{retry})", f"claim(ns,{retry})", "S+1.2", f"user({retry})",
         "msg", "S-1.2", "turn/output", "T-1:completed",
     ]  # fmt: skip
-    assert result.output == Weather(**PARIS) and result.text == json.dumps(PARIS)
+    assert result.output == PARIS_WEATHER and result.text == json.dumps(PARIS)
     schema = Weather.model_json_schema()
     assert [r.config.output_schema for r in h.adapter.requests[:2]] == [schema, schema]  # type: ignore[union-attr]
     assert all(r.tools == () for r in h.adapter.requests)
@@ -196,7 +197,8 @@ async def test_a_json_schema_dict_is_an_output_type(h: Harness) -> None:
 
 async def test_hostile_final_result_arguments_never_break_the_turn(h: Harness) -> None:
     """Arguments that are not JSON get the pipeline's ``INVALID_ARGS`` result (the step owes
-    a request, no retry is spent); a second call in the same step wins over the first."""
+    a request, no retry is spent); a second call in the same step wins over the first (the
+    calls have no side effect, so they run together)."""
     agent = await h.agent(
         tool_call_response("c1", "final_result", "{not json"),
         tool_calls_response([("c2", "final_result", {"city": 1}), ("c3", "final_result", PARIS)]),
@@ -204,9 +206,9 @@ async def test_hostile_final_result_arguments_never_break_the_turn(h: Harness) -
     result = await within(agent.run("weather?", output_type=Weather, output_retries=0))
     assert compact(agent.session, only=["call", "result", "S", "turn/output", "T-"]) == [
         "S+1.1", "call(c1)", "result(c1,INVALID_ARGS)", "S-1.1", "S+1.2", "call(c2)",
-        "result(c2)", "call(c3)", "result(c3)", "S-1.2", "turn/output", "T-1:completed",
+        "call(c3)", "result(c2)", "result(c3)", "S-1.2", "turn/output", "T-1:completed",
     ]  # fmt: skip
-    assert result.output == Weather(**PARIS)
+    assert result.output == PARIS_WEATHER
 
 
 async def test_a_steer_during_a_structured_turn_is_answered_in_it(h: Harness) -> None:
@@ -223,7 +225,7 @@ async def test_a_steer_during_a_structured_turn_is_answered_in_it(h: Harness) ->
         "claim(nt,weather?)", "S+1.1", "call(c1)", "claim(ns,in Fahrenheit? no, Celsius)",
         "S+1.2", "call(c2)", "turn/output", "T-1:completed",
     ]  # fmt: skip
-    assert result.output == Weather(**PARIS)
+    assert result.output == PARIS_WEATHER
 
 
 async def test_turn_output_round_trips_through_the_codec(h: Harness) -> None:

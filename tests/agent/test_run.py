@@ -72,7 +72,8 @@ async def test_run_returns_the_result_of_the_turn_that_claims_the_message(h: Har
         start_seq=2,
         end_seq=len(events),
     )
-    assert events[result.start_seq - 1].type == "turn/start"  # type: ignore[operator]
+    assert result.start_seq is not None
+    assert events[result.start_seq - 1].type == "turn/start"
     assert events[-1].type == "turn/end"
     assert TurnResult.from_session(agent.session, 1) == result
     assert_well_formed(agent.session)
