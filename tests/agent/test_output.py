@@ -21,7 +21,7 @@ from steerloop.llm import ModelInfo
 from steerloop.session._codec import event_from_json
 from steerloop.testing import text_response, tool_call_response, tool_calls_response
 
-from ..conftest import Harness, compact, events_of, label, within
+from ..conftest import Harness, compact, events_of, label, settle, within
 from ..logcheck import assert_well_formed
 
 WRONG_TOOL = (
@@ -243,3 +243,30 @@ async def test_turn_output_round_trips_through_the_codec(h: Harness) -> None:
     for broken in ({"turn": 1, "output": 1}, {"turn": 0, "message_seq": 1}):
         with pytest.raises(SessionCorruptError, match=f"seq {event.seq}"):
             event_from_json({**raw, "data": broken})
+
+
+async def test_cancelling_the_waiting_task_does_not_stop_the_structured_turn(
+    h: Harness,
+) -> None:
+    """The caller gives up waiting (``Task.cancel`` of its own await): the turn still asks
+    with the tool, validates, retries and records its output; only ``agent.cancel()`` would
+    stop it."""
+    release = asyncio.Event()
+
+    async def slow(request: Any) -> Any:
+        await release.wait()
+        return tool_call_response("c1", "final_result", {"city": "Paris"})
+
+    agent = await h.agent(slow, tool_call_response("c2", "final_result", PARIS))
+    waiting = asyncio.ensure_future(agent.run("weather?", output_type=Weather))
+    await asyncio.sleep(0)
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    release.set()
+    await settle(agent)
+    assert compact(agent.session, only=["ins(ns", "turn/output", "T-"]) == [
+        f"ins(ns,{WRONG_TOOL})", "turn/output", "T-1:completed",
+    ]  # fmt: skip
+    assert TurnResult.from_session(agent.session, 1, Weather).output == PARIS_WEATHER
+    assert not h.rt.hooks.has("agent/turn-stopping")

@@ -170,8 +170,8 @@ class _TurnWatch:
             self._resolve(TurnResult(kind="aborted"))
 
     def _disposed(self, payload: Any) -> None:
-        if self.turn is None:
-            self._resolve(TurnResult(kind="aborted"))
+        # Disposal closes every turn first; this only settles a watch nothing else settled.
+        self._resolve(TurnResult(kind="aborted", turn=self.turn))
 
     def _event(self, payload: SessionEventPayload) -> None:
         event = payload.event
@@ -236,11 +236,10 @@ async def run(
 ) -> TurnResult[Any]:
     """Send ``message`` as a followup and wait for the turn that claims it (see the module)."""
     watch = _send(agent, message, output_type, output_retries, _TurnWatch)
-    try:
-        # Cancelling the awaiting task stops the wait, not the turn (that is agent.cancel()).
-        return await asyncio.shield(watch.future)
-    finally:
-        watch.close()
+    # Cancelling the awaiting task stops the wait only: the turn goes on (agent.cancel()
+    # stops it), and so does the watch, which validates a structured turn's output and
+    # removes its listeners once the turn has ended.
+    return await asyncio.shield(watch.future)
 
 
 class TurnStream(_TurnWatch):
@@ -251,9 +250,9 @@ class TurnStream(_TurnWatch):
     was removed before any turn claimed it). It never blocks the agent: the buffer holds at
     most ``max_buffer`` items, and when it is full new live frames are dropped (counted in
     ``dropped_frames``) while durable events are always kept (the session holds them in
-    memory anyway). Stopping early does not cancel the turn (``agent.cancel()`` does);
-    ``aclose()`` releases the listeners at once, otherwise they go when the turn ends.
-    ``await stream.result()`` gives the ``TurnResult``.
+    memory anyway). Stopping early does not cancel the turn (``agent.cancel()`` does):
+    ``aclose()`` (or ``contextlib.aclosing``) stops the buffering at once; the remaining
+    listeners go when the turn ends. ``await stream.result()`` gives the ``TurnResult``.
     """
 
     def __init__(
@@ -271,9 +270,8 @@ class TurnStream(_TurnWatch):
         self._closed = False
         self._ready = asyncio.Event()
         super().__init__(agent, message, controller)
-        self._disposers.append(
-            agent.runtime.hooks.on("agent/assistant-stream", self._frame, owner=agent.id)
-        )
+        self._frames = agent.runtime.hooks.on("agent/assistant-stream", self._frame, owner=agent.id)
+        self._disposers.append(self._frames)
 
     def on_event(self, event: SessionEvent) -> None:
         if self._done or self._closed:
@@ -323,21 +321,16 @@ class TurnStream(_TurnWatch):
         return self._items.popleft()
 
     async def aclose(self) -> None:
-        """Stop following the turn (the turn itself goes on)."""
+        """Stop yielding and drop what is buffered; the turn goes on, ``result()`` still
+        resolves when it ends."""
         self._closed = True
+        self._frames()
         self._items.clear()
         self._pending.clear()
         self._ready.set()
-        self.close()
 
     async def result(self) -> TurnResult[Any]:
-        """The turn's result.
-
-        Raises:
-            RuntimeError: the stream was closed before its turn ended.
-        """
-        if self._closed and not self.future.done():
-            raise RuntimeError("the stream was closed before its turn ended")
+        """The turn's result, once its ``turn/end`` is written (also after ``aclose()``)."""
         return await asyncio.shield(self.future)
 
 
