@@ -206,8 +206,6 @@ def _send(
     output_retries: int,
     make: Callable[[Agent, UserMessage, OutputController[Any] | None], W],
 ) -> W:
-    if agent._disposed:
-        raise RuntimeError(f"agent {agent.id!r} is disposed")
     msg = user_message(message) if isinstance(message, str) else message
     if not isinstance(msg, UserMessage):
         raise ValueError(f"run() takes a str or a UserMessage, not {type(message).__name__}")
@@ -220,7 +218,7 @@ def _send(
         controller = OutputController(agent, OutputSpec(output_type), output_retries)
     watch = make(agent, msg, controller)
     try:
-        agent.followup(msg)
+        agent.followup(msg)  # RuntimeError on a disposed (or unpublished) agent
     except BaseException:
         watch.close()
         raise
