@@ -372,3 +372,12 @@ async def test_stream_of_a_cancelled_message_ends_empty(h: Harness) -> None:
     assert (await within(running.result())).kind == "aborted"
     with pytest.raises(ValueError, match="max_buffer"):
         agent.stream("x", max_buffer=0)
+
+
+async def test_turn_result_is_frozen_and_read_only_from_closed_turns(h: Harness) -> None:
+    agent = await h.agent(text_response("hi"))
+    result = await within(agent.run("hello"))
+    with pytest.raises(AttributeError):
+        result.text = "changed"  # type: ignore[misc]
+    with pytest.raises(ValueError, match="no closed turn 2"):
+        TurnResult.from_session(agent.session, 2)
