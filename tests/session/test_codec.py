@@ -272,7 +272,12 @@ LOG_ONLY: dict[str, st.SearchStrategy[Any]] = {
         system_prompt_update=st.sampled_from([None, "in-history"]),
     ),
     "session/end-seed": st.builds(SessionEndSeed, inherited=st.booleans()),
-    "turn/output": st.builds(TurnOutput, turn=turns, message_seq=turns, output=json_values),
+    "turn/output": st.builds(
+        TurnOutput,
+        turn=turns,
+        message_seq=turns,
+        output=st.none() | small | texts | st.dictionaries(texts, small, max_size=2),
+    ),
 }
 SURFACE: dict[str, st.SearchStrategy[Any]] = {
     "user/message": user_messages,
