@@ -59,6 +59,8 @@ EXPECTED_ALL = [
     "ToolResult",
     "ToolResultMessage",
     "TurnEndReason",
+    "TurnResult",
+    "TurnStream",
     "UserMessage",
     "define_tool",
     "tool",

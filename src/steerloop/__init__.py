@@ -22,6 +22,8 @@ from .agent import (
     Inbox,
     PreStepDecision,
     RequestErrorAction,
+    TurnResult,
+    TurnStream,
 )
 from .errors import (
     AbortedError,
@@ -103,6 +105,8 @@ __all__ = [
     "ToolResult",
     "ToolResultMessage",
     "TurnEndReason",
+    "TurnResult",
+    "TurnStream",
     "UserMessage",
     "define_tool",
     "tool",

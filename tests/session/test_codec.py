@@ -58,6 +58,7 @@ from steerloop.session._events import (
     ToolResultEvent,
     TurnEnd,
     TurnEndReason,
+    TurnOutput,
     TurnStart,
 )
 from steerloop.testing import (
@@ -95,6 +96,7 @@ async def run_everything() -> tuple[Runtime, Any]:
         reasoning_response("think", "done"),
         error_response("rate_limited", "slow down", retryable=True, retry_after_ms=10),
         max_tokens_response("cut", tool_calls=[("c9", "t", '{"x":')]),
+        tool_call_response("c8", "final_result", {"response": [1, "é", None]}),
         HANG,
     )
     agent.inject(user_message("ctx", source={"kind": "plugin", "plugin": "p"}))
@@ -103,6 +105,7 @@ async def run_everything() -> tuple[Runtime, Any]:
     for text in ("u2", "u3"):
         agent.followup(user_message(text))
         await settle(agent)
+    await within(agent.run("structured", output_type=list[int | str | None]))  # turn/output
     streaming = asyncio.Event()
 
     def on_frame(payload: Any) -> None:
@@ -269,6 +272,12 @@ LOG_ONLY: dict[str, st.SearchStrategy[Any]] = {
         system_prompt_update=st.sampled_from([None, "in-history"]),
     ),
     "session/end-seed": st.builds(SessionEndSeed, inherited=st.booleans()),
+    "turn/output": st.builds(
+        TurnOutput,
+        turn=turns,
+        message_seq=turns,
+        output=st.none() | small | texts | st.dictionaries(texts, small, max_size=2),
+    ),
 }
 SURFACE: dict[str, st.SearchStrategy[Any]] = {
     "user/message": user_messages,

@@ -5,6 +5,7 @@ from ._decisions import PreStepDecision, RequestErrorAction
 from ._factory import AgentHandle, AgentRegistry, AgentScope
 from ._inbox import Inbox
 from ._options import AgentOptions
+from ._run import TurnResult, TurnStream
 
 __all__ = [
     "Agent",
@@ -15,4 +16,6 @@ __all__ = [
     "Inbox",
     "PreStepDecision",
     "RequestErrorAction",
+    "TurnResult",
+    "TurnStream",
 ]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
 from .._cancel import CancelCause
 from .._owned import RuntimeOwned
@@ -23,6 +23,7 @@ from ._decisions import ErrorPayload, StatusPayload
 from ._inbox import Inbox, InboxTarget, fold_inbox
 from ._options import AgentOptions
 from ._request import RequestBuilder
+from ._run import DEFAULT_OUTPUT_RETRIES, DEFAULT_STREAM_BUFFER, TurnResult, TurnStream, run, stream
 
 if TYPE_CHECKING:
     from .._runtime import Runtime
@@ -138,6 +139,71 @@ class Agent(metaclass=RuntimeOwned):
                 self._wake_latched = True
         elif self._phase == "idle":
             self._start_driver()
+
+    # --- one call (agent/_run.py) ----------------------------------------------------
+
+    @overload
+    async def run(self, message: str | UserMessage) -> TurnResult[None]: ...
+    @overload
+    async def run(
+        self,
+        message: str | UserMessage,
+        *,
+        output_type: type[T],
+        output_retries: int = DEFAULT_OUTPUT_RETRIES,
+    ) -> TurnResult[T]: ...
+    @overload
+    async def run(
+        self,
+        message: str | UserMessage,
+        *,
+        output_type: Mapping[str, Any],
+        output_retries: int = DEFAULT_OUTPUT_RETRIES,
+    ) -> TurnResult[Any]: ...
+    async def run(
+        self,
+        message: str | UserMessage,
+        *,
+        output_type: Any = None,
+        output_retries: int = DEFAULT_OUTPUT_RETRIES,
+    ) -> TurnResult[Any]:
+        """Send ``message`` as a followup; return the result of the turn that claims it.
+
+        With ``output_type`` (a pydantic model, any ``TypeAdapter`` type, or a JSON-schema
+        dict) the turn's answer must validate; an invalid one is sent back at most
+        ``output_retries`` times, then the turn ends ``error`` with code ``OUTPUT_INVALID``.
+        Never raises for a turn outcome; a message removed before a turn claimed it gives
+        ``kind="aborted"`` and ``turn=None``.
+
+        Raises:
+            RuntimeError: the agent is disposed (or not published yet).
+            ValueError: a bad message, ``output_type`` or ``output_retries``.
+        """
+        return await run(self, message, output_type=output_type, output_retries=output_retries)
+
+    def stream(
+        self,
+        message: str | UserMessage,
+        *,
+        output_type: Any = None,
+        output_retries: int = DEFAULT_OUTPUT_RETRIES,
+        max_buffer: int = DEFAULT_STREAM_BUFFER,
+    ) -> TurnStream:
+        """Send ``message`` like ``run`` and iterate the live frames and durable events of
+        the turn that claims it, ending after its ``turn/end``. Stopping early does not
+        cancel the turn; a slow consumer loses live frames past ``max_buffer``, never events.
+
+        Raises:
+            RuntimeError: the agent is disposed (or not published yet).
+            ValueError: a bad message, ``output_type``, ``output_retries`` or ``max_buffer``.
+        """
+        return stream(
+            self,
+            message,
+            output_type=output_type,
+            output_retries=output_retries,
+            max_buffer=max_buffer,
+        )
 
     # --- cancel ----------------------------------------------------------------------
 

@@ -362,6 +362,12 @@ def run(
     max_tokens: MaxTokensOption = None,
     no_tools: NoToolsOption = False,
     no_retry: NoRetryOption = False,
+    output_schema: Annotated[
+        Path | None,
+        typer.Option(
+            "--output-schema", help="A JSON-schema file; print the validated JSON answer."
+        ),
+    ] = None,
 ) -> None:
     """Run one turn (or a goal); the exit status follows the turn's end reason.
 
@@ -372,7 +378,13 @@ def run(
 
     if prompt is None and goal is None:
         raise typer.BadParameter("give a PROMPT, --goal TEXT, or both")
-    console = Console(stderr=json_lines)
+    schema = None
+    if output_schema is not None:
+        if prompt is None or goal is not None:
+            raise typer.BadParameter("--output-schema takes a PROMPT and no --goal")
+        schema = _read_schema(output_schema)
+    # The validated JSON is stdout's last line; rendered events go to stderr then.
+    console = Console(stderr=json_lines or schema is not None)
     settings = _settings(store)
     mode = _approve_mode(settings, approve)
     if mode == "ask" and not sys.stdin.isatty():
@@ -390,11 +402,22 @@ def run(
                 console=console,
                 goal=goal,
                 full=full,
+                output_schema=schema,
             )
         )
     except (ValueError, SteerloopError) as exc:
         raise _fail(console, str(exc), 2) from None
     raise typer.Exit(_EXIT_CODES.get(kind, 1))
+
+
+def _read_schema(path: Path) -> dict[str, Any]:
+    try:
+        schema = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise typer.BadParameter(f"cannot read the output schema {path}: {exc}") from None
+    if not isinstance(schema, dict):
+        raise typer.BadParameter(f"the output schema {path} is not a JSON object")
+    return schema
 
 
 @app.command()

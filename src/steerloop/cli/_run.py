@@ -76,11 +76,13 @@ async def run_once(
     console: Console,
     goal: str | None = None,
     full: bool = False,
+    output_schema: dict[str, Any] | None = None,
 ) -> str:
     """Run ``prompt`` as one turn, then pursue ``goal`` if given; returns the outcome kind.
 
     With ``json_lines``, every session event and every live stream frame is written to
-    stdout as one JSON line the moment it happens.
+    stdout as one JSON line the moment it happens. With ``output_schema`` the turn's answer
+    must match it; the validated JSON is printed on stdout as the last line.
     """
     renderer = EventRenderer(console)
 
@@ -112,7 +114,12 @@ async def run_once(
         goal_kind: str | None = None
         try:
             first_new = len(agent.session.events)
-            if prompt:
+            if output_schema is not None:
+                result = await agent.run(prompt, output_type=output_schema)
+                if result.turn is not None and result.kind == "completed":
+                    sys.stdout.write(json.dumps(result.output, ensure_ascii=False) + "\n")
+                    sys.stdout.flush()
+            elif prompt:
                 agent.followup(user_message(prompt))
             if goal is None:
                 await agent.when_idle()

@@ -31,7 +31,13 @@ __all__ = [
 @fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CallConfig:
-    """The frozen route of one request; return ``config.replace(...)`` from ``agent/request``."""
+    """The frozen route of one request; return ``config.replace(...)`` from ``agent/request``.
+
+    ``output_schema`` (a JSON schema whose root is an object) asks the model for a JSON answer
+    matching it, the provider's native way; set it only where ``ModelInfo.json_schema_output``
+    says the model supports that. It is per turn: ``from_json`` (which restores the route of
+    the last logged header for a later request) leaves it out, so it never outlives its turn.
+    """
 
     provider: str | None = None
     model: str | None = None
@@ -40,6 +46,7 @@ class CallConfig:
     temperature: float | None = None
     top_p: float | None = None
     extra: Mapping[str, Any] | None = None
+    output_schema: Mapping[str, Any] | None = None
 
     def replace(self, **changes: Any) -> CallConfig:
         return dataclasses.replace(self, **changes)
@@ -49,13 +56,17 @@ class CallConfig:
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             if value is not None:
-                out[f.name] = dict(value) if f.name == "extra" else value
+                out[f.name] = dict(value) if f.name in _MAPPINGS else value
         return out
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> CallConfig:
-        names = {f.name for f in dataclasses.fields(cls)}
+        names = {f.name for f in dataclasses.fields(cls)} - _PER_TURN
         return cls(**{k: v for k, v in data.items() if k in names})
+
+
+_MAPPINGS = frozenset({"extra", "output_schema"})
+_PER_TURN = frozenset({"output_schema"})
 
 
 @fast_init
@@ -71,13 +82,18 @@ class RetryPolicy:
 @fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ModelInfo:
-    """What an adapter knows about a model: limits and adapter defaults."""
+    """What an adapter knows about a model: limits and adapter defaults.
+
+    ``json_schema_output``: the adapter sends ``CallConfig.output_schema`` the provider's
+    native way (OpenAI ``response_format``); otherwise structured output uses a tool.
+    """
 
     context_window: int | None = None
     max_output_tokens: int | None = None
     defaults: Mapping[str, Any] = field(default_factory=dict)
     reads_in_history_system: bool = False
     retry_policy: RetryPolicy = field(default_factory=RetryPolicy)
+    json_schema_output: bool = False
 
 
 @fast_init

@@ -54,18 +54,30 @@ ReasoningReplay = Literal["tool-loop", "never"]
 KNOWN_MODELS: Mapping[str, ModelInfo] = {
     "deepseek-chat": ModelInfo(context_window=128_000, max_output_tokens=8_192),
     "deepseek-reasoner": ModelInfo(context_window=128_000, max_output_tokens=65_536),
-    "gpt-4o": ModelInfo(context_window=128_000, max_output_tokens=16_384),
-    "gpt-4o-mini": ModelInfo(context_window=128_000, max_output_tokens=16_384),
+    "gpt-4o": ModelInfo(context_window=128_000, max_output_tokens=16_384, json_schema_output=True),
+    "gpt-4o-mini": ModelInfo(
+        context_window=128_000, max_output_tokens=16_384, json_schema_output=True
+    ),
     "gpt-4-turbo": ModelInfo(context_window=128_000, max_output_tokens=4_096),
-    "gpt-4.1": ModelInfo(context_window=1_047_576, max_output_tokens=32_768),
-    "gpt-4.1-mini": ModelInfo(context_window=1_047_576, max_output_tokens=32_768),
-    "gpt-4.1-nano": ModelInfo(context_window=1_047_576, max_output_tokens=32_768),
-    "gpt-5": ModelInfo(context_window=400_000, max_output_tokens=128_000),
+    "gpt-4.1": ModelInfo(
+        context_window=1_047_576, max_output_tokens=32_768, json_schema_output=True
+    ),
+    "gpt-4.1-mini": ModelInfo(
+        context_window=1_047_576, max_output_tokens=32_768, json_schema_output=True
+    ),
+    "gpt-4.1-nano": ModelInfo(
+        context_window=1_047_576, max_output_tokens=32_768, json_schema_output=True
+    ),
+    "gpt-5": ModelInfo(context_window=400_000, max_output_tokens=128_000, json_schema_output=True),
     "o1": ModelInfo(context_window=200_000, max_output_tokens=100_000),
     "o1-mini": ModelInfo(context_window=128_000, max_output_tokens=65_536),
-    "o3": ModelInfo(context_window=200_000, max_output_tokens=100_000),
-    "o3-mini": ModelInfo(context_window=200_000, max_output_tokens=100_000),
-    "o4-mini": ModelInfo(context_window=200_000, max_output_tokens=100_000),
+    "o3": ModelInfo(context_window=200_000, max_output_tokens=100_000, json_schema_output=True),
+    "o3-mini": ModelInfo(
+        context_window=200_000, max_output_tokens=100_000, json_schema_output=True
+    ),
+    "o4-mini": ModelInfo(
+        context_window=200_000, max_output_tokens=100_000, json_schema_output=True
+    ),
 }
 
 # Reasoning models of OpenAI take ``max_completion_tokens`` and refuse ``max_tokens``.
@@ -180,6 +192,11 @@ class OpenAIChatAdapter:
                 body["top_p"] = config.top_p
             if config.extra:
                 body["extra_body"] = dict(config.extra)
+            if config.output_schema is not None:
+                schema = config.output_schema
+                name = re.sub(r"[^A-Za-z0-9_-]", "_", str(schema.get("title") or "output"))[:64]
+                format_ = {"name": name, "schema": dict(schema)}
+                body["response_format"] = {"type": "json_schema", "json_schema": format_}
         return body
 
     # --- streaming --------------------------------------------------------------------

@@ -62,6 +62,7 @@ from ._events import (
     ToolResultEvent,
     TurnEnd,
     TurnEndReason,
+    TurnOutput,
     TurnStart,
 )
 from ._inbox_fold import fold_inbox
@@ -320,6 +321,14 @@ def _turn_end(data: Mapping[str, Json]) -> TurnEnd:
     )
 
 
+def _turn_output(data: Mapping[str, Json]) -> TurnOutput:
+    return TurnOutput(
+        turn=_int(data, "turn", minimum=1),
+        message_seq=_int(data, "message_seq", minimum=1),
+        output=_json(data.get("output"), "output"),
+    )
+
+
 def _step(data: Mapping[str, Json]) -> StepBoundary:
     return StepBoundary(turn=_int(data, "turn", minimum=1), step=_int(data, "step", minimum=1))
 
@@ -422,6 +431,7 @@ def _context(data: Mapping[str, Json]) -> RequestContext:
 _DECODERS: dict[str, Callable[[Mapping[str, Json]], Any]] = {
     "turn/start": lambda d: TurnStart(turn=_int(d, "turn", minimum=1)),
     "turn/end": _turn_end,
+    "turn/output": _turn_output,
     "step/start": _step,
     "step/end": _step,
     "user/message": lambda d: _message(d, UserMessage, "user/message"),

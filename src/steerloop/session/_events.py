@@ -38,6 +38,7 @@ __all__ = [
     "ToolResultEvent",
     "TurnEnd",
     "TurnEndReason",
+    "TurnOutput",
     "TurnStart",
     "encode",
 ]
@@ -80,6 +81,20 @@ class TurnEndReason:
 class TurnEnd:
     turn: int
     reason: TurnEndReason
+
+
+@fast_init
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TurnOutput:
+    """Payload of ``turn/output`` (log-only, ignorable): a turn's validated structured output.
+
+    ``output`` is the value's JSON form; ``message_seq`` is the ``assistant/message`` it was
+    read from (its text, or its ``final_result`` tool call).
+    """
+
+    turn: int
+    message_seq: int
+    output: Any = None
 
 
 @fast_init
