@@ -1,0 +1,301 @@
+"""One live connection to an MCP server: connect, list tools, call, reconnect after a death.
+
+The SDK's client is built on anyio: it must be entered and left in one task, so each
+connection runs in a task of its own that holds the client open until it is told to stop or
+the transport reaches end-of-stream. Calls are made from the callers' tasks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+from collections.abc import AsyncIterator, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
+from typing import Any, TextIO
+
+import anyio
+import httpx2
+import mcp_types as types
+from mcp.client import Client, IncomingMessage
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+from mcp_types import CONNECTION_CLOSED
+
+from .._signal import AbortSignal
+from ..errors import AbortedError
+from ._config import MCPServer, server_environment
+
+__all__ = ["Connection", "ServerGoneError"]
+
+_log = logging.getLogger("steerloop.mcp")
+
+# Bound for letting a connection task leave its client (the SDK bounds each shutdown step
+# itself: closing stdin, SIGTERM, SIGKILL of the process group, ~6 s in all).
+_CLOSE_TIMEOUT = 15.0
+
+
+class ServerGoneError(ConnectionError):
+    """The connection to an MCP server ended while a request was on its way."""
+
+
+class _WatchedReader:
+    """A transport's read stream that reports its end-of-stream (the server went away)."""
+
+    def __init__(self, inner: Any, on_end: Callable[[], None]) -> None:
+        self._inner = inner
+        self._on_end = on_end
+
+    async def receive(self) -> Any:
+        try:
+            return await self._inner.receive()
+        except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+            self._on_end()
+            raise
+
+    def __aiter__(self) -> _WatchedReader:
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            return await self.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    async def __aenter__(self) -> _WatchedReader:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+class Connection:
+    """The client side of one server: ``tools()`` lists, ``call()`` calls, ``close()`` ends.
+
+    A connection found dead (end-of-stream, a transport failure) is replaced by a fresh one
+    at the next request; a request that was on its way when it died is never re-sent.
+    """
+
+    def __init__(
+        self,
+        server: MCPServer,
+        on_tools_changed: Callable[[], None],
+        errlog: TextIO | None = None,
+    ) -> None:
+        self.server = server
+        self._on_tools_changed = on_tools_changed
+        self._errlog = errlog
+        self._client: Client | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._stop: asyncio.Event | None = None
+        self._dead = True
+        self._closed = False
+        self._lock = asyncio.Lock()
+        self.last_error: str | None = None
+
+    @property
+    def alive(self) -> bool:
+        return not self._dead and self._client is not None
+
+    # --- connecting ------------------------------------------------------------------
+
+    async def _connected(self, signal: AbortSignal | None) -> Client:
+        async with self._lock:
+            if self._closed:
+                raise ServerGoneError(f"MCP server {self.server.name!r} is closed")
+            if self._client is not None and not self._dead:
+                return self._client
+            await self._stop_task()
+            ready: asyncio.Future[Client] = asyncio.get_running_loop().create_future()
+            self._stop = asyncio.Event()
+            self._task = asyncio.ensure_future(self._run(ready, self._stop))
+            waiter = asyncio.wait_for(asyncio.shield(ready), self.server.timeout)
+            try:
+                client = await (waiter if signal is None else signal.race(waiter))
+            except BaseException as exc:
+                await self._stop_task()
+                if isinstance(exc, asyncio.TimeoutError):
+                    self.last_error = f"no answer within {self.server.timeout}s"
+                    raise ServerGoneError(
+                        f"MCP server {self.server.name!r} did not connect within "
+                        f"{self.server.timeout}s"
+                    ) from None
+                if not isinstance(exc, AbortedError):
+                    self.last_error = _describe(exc)
+                raise
+            self._client = client
+            self._dead = False
+            self.last_error = None
+            return client
+
+    async def _run(self, ready: asyncio.Future[Client], stop: asyncio.Event) -> None:
+        """Hold one client open until ``stop`` is set (by close, or end-of-stream)."""
+
+        def ended() -> None:
+            self._dead = True
+            stop.set()
+
+        try:
+            async with AsyncExitStack() as stack:
+                transport = await self._transport(stack, ended)
+                client = Client(
+                    transport,
+                    # Bounds every request the SDK makes on its own (discover, initialize,
+                    # the re-list after a header mismatch); calls are bounded by the signal.
+                    read_timeout_seconds=self.server.timeout,
+                    message_handler=self._on_message,
+                    # No response cache: a list is always fresh after list_changed.
+                    cache=None,
+                )
+                await stack.enter_async_context(client)
+                if not ready.done():
+                    ready.set_result(client)
+                await stop.wait()
+        except BaseException as exc:  # noqa: BLE001 — handed to the waiter, or logged
+            self._dead = True
+            if not ready.done():
+                ready.set_exception(exc)
+            elif not isinstance(exc, asyncio.CancelledError):
+                _log.warning("MCP server %r: connection ended: %s", self.server.name, exc)
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+        finally:
+            self._dead = True
+            if not ready.done():
+                ready.set_exception(ServerGoneError("connection ended before it was ready"))
+
+    async def _transport(self, stack: AsyncExitStack, ended: Callable[[], None]) -> Any:
+        server = self.server
+        if server.transport == "stdio":
+            assert server.command is not None
+            params = StdioServerParameters(
+                command=server.command,
+                args=list(server.args),
+                env=server_environment(server),
+                cwd=server.cwd,
+            )
+            inner = stdio_client(params, errlog=self._errlog or sys.stderr)
+        else:
+            assert server.url is not None
+            http = await stack.enter_async_context(
+                httpx2.AsyncClient(
+                    headers=dict(server.headers),
+                    timeout=httpx2.Timeout(30.0, read=server.timeout + 5.0),
+                )
+            )
+            inner = streamable_http_client(server.url, http_client=http)
+        return _watched(inner, ended)
+
+    async def _stop_task(self) -> None:
+        """End the connection task (bounded); its client closes the transport and process."""
+        task, stop = self._task, self._stop
+        self._task = self._stop = None
+        self._client = None
+        self._dead = True
+        if task is None or stop is None:
+            return
+        stop.set()
+        done, _ = await asyncio.wait({task}, timeout=_CLOSE_TIMEOUT)
+        if not done:
+            # The SDK bounds its own shutdown; a task still running here is wedged in a
+            # transport. Leaving it would leak the process, so the task is cancelled (its
+            # cancel scopes run their shielded cleanup).
+            task.cancel()
+            await asyncio.wait({task}, timeout=_CLOSE_TIMEOUT)
+        elif not task.cancelled() and task.exception() is not None:
+            pass  # logged by _run
+
+    async def close(self) -> None:
+        """Close the connection for good (bounded); a stdio server's process group ends."""
+        self._closed = True
+        async with self._lock:
+            await self._stop_task()
+
+    # --- requests --------------------------------------------------------------------
+
+    def _on_message(self, message: IncomingMessage) -> Any:
+        if isinstance(message, types.ToolListChangedNotification):
+            self._on_tools_changed()
+        return _checkpoint()
+
+    async def list_tools(self, signal: AbortSignal | None = None) -> list[types.Tool]:
+        """Every tool of the server, all pages, in the server's order."""
+        client = await self._connected(signal)
+        tools: list[types.Tool] = []
+        cursor: str | None = None
+        for _ in range(1000):  # a paginator that never ends must not hang us
+            try:
+                page = await self._request(
+                    client, signal, lambda c=cursor: client.list_tools(cursor=c)
+                )
+            except Exception as exc:
+                self._note_failure(exc)
+                raise
+            tools.extend(page.tools)
+            cursor = page.next_cursor
+            if not cursor:
+                return tools
+        raise ServerGoneError(f"MCP server {self.server.name!r}: tools/list never ended")
+
+    async def call(
+        self, name: str, arguments: dict[str, Any], signal: AbortSignal
+    ) -> types.CallToolResult:
+        """Call tool ``name``; the signal's abort cancels the request on the server.
+
+        Raises:
+            AbortedError: the signal aborted (the SDK sent the server its cancellation).
+            ServerGoneError: the connection ended while the call was on its way.
+        """
+        client = await self._connected(signal)
+        try:
+            return await self._request(client, signal, lambda: client.call_tool(name, arguments))
+        except Exception as exc:
+            self._note_failure(exc)
+            raise
+
+    async def _request(self, client: Client, signal: AbortSignal | None, send: Any) -> Any:
+        if signal is None:
+            return await send()
+        signal.throw_if_aborted()
+        # The SDK cancels a request when its caller's cancel scope is cancelled: it then
+        # sends notifications/cancelled to the server. Aborting the signal cancels this
+        # scope, which is that cooperative path (no task is cancelled from outside it).
+        scope = anyio.CancelScope()
+        dispose = signal.add_listener(lambda _reason: scope.cancel())
+        try:
+            with scope:
+                return await send()
+        finally:
+            dispose()
+            if scope.cancelled_caught:
+                raise AbortedError(signal.reason)
+
+    def _note_failure(self, exc: BaseException) -> None:
+        if isinstance(exc, MCPError) and exc.error.code != CONNECTION_CLOSED:
+            return  # the server answered: the connection is fine
+        if isinstance(exc, AbortedError):
+            return
+        self._dead = True
+        self.last_error = _describe(exc)
+        if isinstance(exc, MCPError) or self._stop is not None and self._stop.is_set():
+            raise ServerGoneError(
+                f"MCP server {self.server.name!r} went away during the call ({_describe(exc)})"
+            ) from exc
+
+
+@asynccontextmanager
+async def _watched(inner: Any, ended: Callable[[], None]) -> AsyncIterator[tuple[Any, Any]]:
+    async with inner as (read, write):
+        yield _WatchedReader(read, ended), write
+
+
+async def _checkpoint() -> None:
+    await anyio.lowlevel.checkpoint()
+
+
+def _describe(exc: BaseException) -> str:
+    return str(exc) or type(exc).__name__
