@@ -10,9 +10,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
-from typing import Any, TextIO
+from functools import partial
+from typing import Any, TextIO, TypeVar
 
 import anyio
 import httpx2
@@ -20,14 +21,18 @@ import mcp_types as types
 from mcp.client import Client, IncomingMessage
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.client.subscriptions import ToolsListChanged
 from mcp.shared.exceptions import MCPError
 from mcp_types import CONNECTION_CLOSED
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from .._signal import AbortSignal
 from ..errors import AbortedError
 from ._config import MCPServer, server_environment
 
-__all__ = ["Connection", "ServerGoneError"]
+__all__ = ["Connection", "MCPConnectionError"]
+
+T = TypeVar("T")
 
 _log = logging.getLogger("steerloop.mcp")
 
@@ -35,9 +40,13 @@ _log = logging.getLogger("steerloop.mcp")
 # itself: closing stdin, SIGTERM, SIGKILL of the process group, ~6 s in all).
 _CLOSE_TIMEOUT = 15.0
 
+#: Seconds a server may take to start and complete its handshake, at least (a Python or Node
+#: server can take several seconds to import on a loaded machine).
+CONNECT_TIMEOUT = 30.0
 
-class ServerGoneError(ConnectionError):
-    """The connection to an MCP server ended while a request was on its way."""
+
+class MCPConnectionError(ConnectionError):
+    """An MCP server could not be reached, or its connection ended during a request."""
 
 
 class _WatchedReader:
@@ -106,27 +115,30 @@ class Connection:
     async def _connected(self, signal: AbortSignal | None) -> Client:
         async with self._lock:
             if self._closed:
-                raise ServerGoneError(f"MCP server {self.server.name!r} is closed")
+                raise MCPConnectionError(f"MCP server {self.server.name!r} is closed")
             if self._client is not None and not self._dead:
                 return self._client
             await self._stop_task()
             ready: asyncio.Future[Client] = asyncio.get_running_loop().create_future()
             self._stop = asyncio.Event()
             self._task = asyncio.ensure_future(self._run(ready, self._stop))
-            waiter = asyncio.wait_for(asyncio.shield(ready), self.server.timeout)
+            bound = max(self.server.timeout, CONNECT_TIMEOUT)
+            waiter = asyncio.wait_for(asyncio.shield(ready), bound)
             try:
                 client = await (waiter if signal is None else signal.race(waiter))
             except BaseException as exc:
                 await self._stop_task()
                 if isinstance(exc, asyncio.TimeoutError):
-                    self.last_error = f"no answer within {self.server.timeout}s"
-                    raise ServerGoneError(
-                        f"MCP server {self.server.name!r} did not connect within "
-                        f"{self.server.timeout}s"
+                    self.last_error = f"no answer within {bound}s"
+                    raise MCPConnectionError(
+                        f"MCP server {self.server.name!r} did not connect within {bound}s"
                     ) from None
-                if not isinstance(exc, AbortedError):
-                    self.last_error = _describe(exc)
-                raise
+                if isinstance(exc, AbortedError | asyncio.CancelledError):
+                    raise
+                self.last_error = _describe(exc)
+                raise MCPConnectionError(
+                    f"MCP server {self.server.name!r} could not connect: {self.last_error}"
+                ) from exc
             self._client = client
             self._dead = False
             self.last_error = None
@@ -146,7 +158,7 @@ class Connection:
                     transport,
                     # Bounds every request the SDK makes on its own (discover, initialize,
                     # the re-list after a header mismatch); calls are bounded by the signal.
-                    read_timeout_seconds=self.server.timeout,
+                    read_timeout_seconds=max(self.server.timeout, CONNECT_TIMEOUT),
                     message_handler=self._on_message,
                     # No response cache: a list is always fresh after list_changed.
                     cache=None,
@@ -154,8 +166,12 @@ class Connection:
                 await stack.enter_async_context(client)
                 if not ready.done():
                     ready.set_result(client)
-                await stop.wait()
-        except BaseException as exc:  # noqa: BLE001 — handed to the waiter, or logged
+                async with anyio.create_task_group() as group:
+                    if _announces_tool_changes(client):
+                        group.start_soon(self._listen, client)
+                    await stop.wait()
+                    group.cancel_scope.cancel()
+        except BaseException as exc:  # handed to the waiter, or logged
             self._dead = True
             if not ready.done():
                 ready.set_exception(exc)
@@ -166,7 +182,7 @@ class Connection:
         finally:
             self._dead = True
             if not ready.done():
-                ready.set_exception(ServerGoneError("connection ended before it was ready"))
+                ready.set_exception(MCPConnectionError("connection ended before it was ready"))
 
     async def _transport(self, stack: AsyncExitStack, ended: Callable[[], None]) -> Any:
         server = self.server
@@ -217,7 +233,18 @@ class Connection:
 
     # --- requests --------------------------------------------------------------------
 
+    async def _listen(self, client: Client) -> None:
+        """Follow tool-list changes on a 2026-07-28 connection (``subscriptions/listen``)."""
+        try:
+            async with client.listen(tools_list_changed=True) as subscription:
+                async for event in subscription:
+                    if isinstance(event, ToolsListChanged):
+                        self._on_tools_changed()
+        except Exception as exc:  # a lost subscription: the next connection listens again
+            _log.debug("MCP server %r: tool-change subscription ended: %s", self.server.name, exc)
+
     def _on_message(self, message: IncomingMessage) -> Any:
+        # Connections older than 2026-07-28 announce changes as plain notifications.
         if isinstance(message, types.ToolListChangedNotification):
             self._on_tools_changed()
         return _checkpoint()
@@ -229,9 +256,7 @@ class Connection:
         cursor: str | None = None
         for _ in range(1000):  # a paginator that never ends must not hang us
             try:
-                page = await self._request(
-                    client, signal, lambda c=cursor: client.list_tools(cursor=c)
-                )
+                page = await self._request(signal, partial(client.list_tools, cursor=cursor))
             except Exception as exc:
                 self._note_failure(exc)
                 raise
@@ -239,7 +264,7 @@ class Connection:
             cursor = page.next_cursor
             if not cursor:
                 return tools
-        raise ServerGoneError(f"MCP server {self.server.name!r}: tools/list never ended")
+        raise MCPConnectionError(f"MCP server {self.server.name!r}: tools/list never ended")
 
     async def call(
         self, name: str, arguments: dict[str, Any], signal: AbortSignal
@@ -248,16 +273,16 @@ class Connection:
 
         Raises:
             AbortedError: the signal aborted (the SDK sent the server its cancellation).
-            ServerGoneError: the connection ended while the call was on its way.
+            MCPConnectionError: the connection ended while the call was on its way.
         """
         client = await self._connected(signal)
         try:
-            return await self._request(client, signal, lambda: client.call_tool(name, arguments))
+            return await self._request(signal, lambda: client.call_tool(name, arguments))
         except Exception as exc:
             self._note_failure(exc)
             raise
 
-    async def _request(self, client: Client, signal: AbortSignal | None, send: Any) -> Any:
+    async def _request(self, signal: AbortSignal | None, send: Callable[[], Awaitable[T]]) -> T:
         if signal is None:
             return await send()
         signal.throw_if_aborted()
@@ -271,8 +296,8 @@ class Connection:
                 return await send()
         finally:
             dispose()
-            if scope.cancelled_caught:
-                raise AbortedError(signal.reason)
+        # Reached only when the scope swallowed its own cancellation: the signal aborted.
+        raise AbortedError(signal.reason)
 
     def _note_failure(self, exc: BaseException) -> None:
         if isinstance(exc, MCPError) and exc.error.code != CONNECTION_CLOSED:
@@ -280,11 +305,21 @@ class Connection:
         if isinstance(exc, AbortedError):
             return
         self._dead = True
-        self.last_error = _describe(exc)
-        if isinstance(exc, MCPError) or self._stop is not None and self._stop.is_set():
-            raise ServerGoneError(
-                f"MCP server {self.server.name!r} went away during the call ({_describe(exc)})"
-            ) from exc
+        cause = exc.error.message if isinstance(exc, MCPError) else _describe(exc)
+        self.last_error = cause
+        # Whatever the request was, it is not re-sent: the server may have acted on it.
+        raise MCPConnectionError(
+            f"MCP server {self.server.name!r} went away during the call: {cause}"
+        ) from exc
+
+
+def _announces_tool_changes(client: Client) -> bool:
+    tools = client.server_capabilities.tools
+    return (
+        client.protocol_version in MODERN_PROTOCOL_VERSIONS
+        and tools is not None
+        and bool(tools.list_changed)
+    )
 
 
 @asynccontextmanager
@@ -298,4 +333,8 @@ async def _checkpoint() -> None:
 
 
 def _describe(exc: BaseException) -> str:
-    return str(exc) or type(exc).__name__
+    """The message of ``exc``, or of the failures an exception group wraps."""
+    if isinstance(exc, BaseExceptionGroup):
+        return "; ".join(_describe(e) for e in exc.exceptions)
+    text = str(exc)
+    return f"{text} ({type(exc).__name__})" if text else type(exc).__name__

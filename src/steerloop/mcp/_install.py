@@ -98,7 +98,9 @@ class _Server:
                     timeout=self.config.timeout,
                 )
             except ToolDefinitionError as exc:
-                raise ToolDefinitionError(f"MCP server {server!r}, tool {spec.name!r}: {exc}") from None
+                raise ToolDefinitionError(
+                    f"MCP server {server!r}, tool {spec.name!r}: {exc}"
+                ) from None
             tools.append(tool)
         return tools
 
@@ -175,7 +177,8 @@ class MCPTools:
                 continue
             for other in self._servers.values():
                 if other is not of and tool.name in other.names:
-                    return f"tool name {tool.name!r} is already used by MCP server {other.config.name!r}"
+                    used_by = other.config.name
+                    return f"tool name {tool.name!r} is already used by MCP server {used_by!r}"
             if self.rt.tools.get(tool.name) is not None:
                 return f"tool name {tool.name!r} is already registered"
         return None
