@@ -17,6 +17,7 @@ from ..errors import SessionPersistenceError, SteerloopError
 from ..messages import TextBlock
 from ..session._events import SessionEvent
 from ..session._sqlite import _sqlite_path
+from ._mcp import mcp_app
 from ._render import EventRenderer
 from ._settings import Settings, load_settings
 
@@ -30,6 +31,7 @@ app = typer.Typer(
 )
 sessions_app = typer.Typer(help="Browse stored sessions.", no_args_is_help=True)
 app.add_typer(sessions_app, name="sessions")
+app.add_typer(mcp_app, name="mcp")
 
 StoreOption = Annotated[
     str | None, typer.Option("--store", help="Store URL (default: the embedded SQLite store).")

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rich.console import Console
+
 from .._runtime import Runtime
 from ..agent._factory import AgentHandle
 from ..agent._options import AgentOptions
@@ -16,6 +18,7 @@ from ..llm.config import ProviderConfig, ProviderConfigError, register_providers
 from ..llm.retry import install_retry
 from ..tools._define import ToolExec
 from ..workspace import install_approval, workspace_tools
+from ._mcp import install_configured_mcp
 from ._settings import Settings
 
 __all__ = ["Live", "open_live"]
@@ -71,7 +74,12 @@ async def open_live(
     for tool in workspace_tools(workspace):
         rt.tools.register(tool)
     install_approval(rt, approve, ask)  # type: ignore[arg-type]
+    await install_configured_mcp(rt, settings.mcp_servers, _warn)
     options = AgentOptions(provider=provider, model=name)
     sid = session_id or f"chat-{time.strftime('%Y%m%d-%H%M%S')}"
     handle = await rt.agents.restore_or_create(session_id=sid, agent_options=options, setup=setup)
     return Live(rt, handle, provider, name)
+
+
+def _warn(message: str) -> None:
+    Console(stderr=True).print(f"[yellow]warning:[/yellow] {message}")

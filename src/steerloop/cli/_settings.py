@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ._mcp import parse_mcp_table
+
 __all__ = ["Settings", "default_store_url", "load_settings"]
 
 
@@ -36,10 +38,12 @@ class Settings:
     max_parallel_tool_calls: int = 10
     approve: str = "ask"
     providers: dict[str, Any] = field(default_factory=dict)
+    #: ``[mcp.servers.NAME]`` tables, checked (see ``_mcp.parse_mcp_table``).
+    mcp_servers: dict[str, dict[str, Any]] = field(default_factory=dict)
     source: Path | None = None
 
 
-_KEYS = {"store", "model", "persona", "max_parallel_tool_calls", "approve", "providers"}
+_KEYS = {"store", "model", "persona", "max_parallel_tool_calls", "approve", "providers", "mcp"}
 
 
 def load_settings(cwd: Path | None = None) -> Settings:
@@ -67,6 +71,7 @@ def load_settings(cwd: Path | None = None) -> Settings:
                 max_parallel_tool_calls=parallel,
                 approve=data.get("approve", "ask"),
                 providers=dict(data.get("providers", {})),
+                mcp_servers=parse_mcp_table(path, data.get("mcp")),
                 source=path,
             )
     return Settings()
