@@ -104,6 +104,7 @@ class Connection:
         self._dead = True
         self._closed = False
         self._lock = asyncio.Lock()
+        self._connections = 0
         self.last_error: str | None = None
 
     @property
@@ -139,6 +140,10 @@ class Connection:
                 raise MCPConnectionError(
                     f"MCP server {self.server.name!r} could not connect: {self.last_error}"
                 ) from exc
+            if self._connections:
+                # A new server process (or session) may offer other tools than the last.
+                self._on_tools_changed()
+            self._connections += 1
             self._client = client
             self._dead = False
             self.last_error = None
@@ -222,8 +227,6 @@ class Connection:
             # cancel scopes run their shielded cleanup).
             task.cancel()
             await asyncio.wait({task}, timeout=_CLOSE_TIMEOUT)
-        elif not task.cancelled() and task.exception() is not None:
-            pass  # logged by _run
 
     async def close(self) -> None:
         """Close the connection for good (bounded); a stdio server's process group ends."""
