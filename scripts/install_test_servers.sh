@@ -5,4 +5,4 @@ set -eu
 cd "$(dirname "$0")/.."
 mkdir -p .test-servers
 npm install --prefix .test-servers --no-audit --no-fund --silent \
-    @modelcontextprotocol/server-everything@">=2025.1.0"
+    @modelcontextprotocol/server-everything@">=2026.8.31"

@@ -3,7 +3,9 @@ names, schemas, results, validation, cancellation, timeouts, deaths, list change
 
 from __future__ import annotations
 
+import asyncio
 import json
+import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -325,3 +327,32 @@ async def test_a_server_that_cannot_start_is_a_clear_error(rt: Runtime, tmp_path
     ):
         await install_mcp(rt, [refused])
     assert rt.tools.list() == ()
+
+
+async def test_a_call_cancelled_while_the_server_starts_stops_the_start(
+    rt: Runtime, tmp_path: Path, errlog: IO[str]
+) -> None:
+    """A server that never completes its handshake: the caller's signal ends the wait
+    (bounded by the SDK's shutdown, not the 30 s connect bound), and the half-started
+    process is ended."""
+    from steerloop import AbortController
+    from steerloop.errors import AbortedError
+    from steerloop.mcp._connection import Connection
+
+    pid_file = tmp_path / "pid"
+    mute = MCPServer.stdio(
+        "mute",
+        command=sys.executable,
+        args=["-c", f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid()))"
+              "; time.sleep(600)"],
+    )  # fmt: skip
+    connection = Connection(mute, lambda: None, errlog)
+    controller = AbortController()
+    pending = asyncio.ensure_future(connection.list_tools(controller.signal))
+    await eventually(lambda: pid_file.exists() and pid_file.read_text())
+    controller.abort("stop")
+    with pytest.raises(AbortedError):
+        await asyncio.wait_for(pending, 20)
+    pid = int(pid_file.read_text())
+    await eventually(lambda: not alive(pid), 20)
+    await connection.close()

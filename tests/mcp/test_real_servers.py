@@ -22,6 +22,7 @@ from steerloop import CancelCause, user_message
 from steerloop.mcp import MCPServer, install_mcp
 from steerloop.messages import TextBlock, ToolResultMessage
 from steerloop.testing import text_response, tool_call_response, tool_calls_response
+from steerloop.tools import ToolHookPayload
 
 from ..conftest import Harness, compact, events_of, settle
 from .helpers import START, eventually, everything_bin
@@ -250,3 +251,67 @@ async def test_everything_over_streamable_http(h: Harness, http_everything: str)
     assert installed.status("web") == "connected"
     await installed.close()
     assert installed.tools("web") == ()
+
+
+def start_everything_http(port: int, log: IO[str]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [everything_bin(), "streamableHttp"],
+        env={**os.environ, "PORT": str(port)},
+        stdout=log,
+        stderr=log,
+        start_new_session=True,
+    )
+
+
+async def test_an_http_server_that_dies_fails_the_call_and_the_next_call_reconnects(
+    h: Harness, tmp_path: Path
+) -> None:
+    """The HTTP server is killed during a long call: TOOL_FAILED with the cause; once it
+    is back on its address, the next call opens a new session and succeeds."""
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/mcp"
+
+    def accepting() -> bool:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        except OSError:
+            return False
+        return True
+
+    with (tmp_path / "http-server.txt").open("w") as log:
+        process = start_everything_http(port, log)
+        try:
+            await eventually(accepting)
+            installed = await install_mcp(h.rt, [MCPServer.http("web", url=url)])
+            agent = await h.agent(
+                tool_call_response(
+                    "c1", "web__trigger-long-running-operation", {"duration": 60, "steps": 60}
+                ),
+                tool_call_response("c2", "web__echo", {"message": "back"}),
+                text_response("done"),
+            )
+            restarted = asyncio.Event()
+
+            async def hold_c2(payload: ToolHookPayload) -> None:
+                # c2 waits until the server is back on its address.
+                if payload.exec.call_id == "c2":
+                    await asyncio.wait_for(restarted.wait(), START)
+
+            h.rt.hooks.on("tools/pre-execute", hold_c2)
+            agent.followup(user_message("u1"))
+            await eventually(lambda: compact(agent.session, only=("call(",)) == ["call(c1)"])
+            os.killpg(process.pid, signal.SIGKILL)
+            await asyncio.to_thread(process.wait, 10)
+            await eventually(lambda: len(compact(agent.session, only=("result(",))) == 1)
+            process = start_everything_http(port, log)
+            await eventually(accepting)
+            restarted.set()
+            await settle(agent, START)
+        finally:
+            os.killpg(process.pid, signal.SIGKILL)
+            await asyncio.to_thread(process.wait, 10)
+    assert compact(agent.session, only=("result(",)) == ["result(c1,TOOL_FAILED)", "result(c2)"]
+    (failure,) = texts(results(h, 1)["c1"])
+    assert failure.startswith("MCP server 'web' went away during the call: ")
+    assert texts(results(h, 2)["c2"]) == ["Echo: back"]
+    await installed.close()

@@ -101,6 +101,8 @@ class Connection:
         self._client: Client | None = None
         self._task: asyncio.Task[None] | None = None
         self._stop: asyncio.Event | None = None
+        self._ready: asyncio.Future[Client] | None = None
+        self._scope: anyio.CancelScope | None = None
         self._dead = True
         self._closed = False
         self._lock = asyncio.Lock()
@@ -122,6 +124,8 @@ class Connection:
             await self._stop_task()
             ready: asyncio.Future[Client] = asyncio.get_running_loop().create_future()
             self._stop = asyncio.Event()
+            self._ready = ready
+            self._scope = None
             self._task = asyncio.ensure_future(self._run(ready, self._stop))
             bound = max(self.server.timeout, CONNECT_TIMEOUT)
             waiter = asyncio.wait_for(asyncio.shield(ready), bound)
@@ -156,6 +160,15 @@ class Connection:
             self._dead = True
             stop.set()
 
+        with anyio.CancelScope() as scope:
+            if self._stop is stop:  # still the current connection
+                self._scope = scope
+            if not stop.is_set():
+                await self._hold(ready, stop, ended)
+
+    async def _hold(
+        self, ready: asyncio.Future[Client], stop: asyncio.Event, ended: Callable[[], None]
+    ) -> None:
         try:
             async with AsyncExitStack() as stack:
                 transport = await self._transport(stack, ended)
@@ -213,19 +226,23 @@ class Connection:
 
     async def _stop_task(self) -> None:
         """End the connection task (bounded); its client closes the transport and process."""
-        task, stop = self._task, self._stop
-        self._task = self._stop = None
+        task, stop, ready = self._task, self._stop, self._ready
+        self._task = self._stop = self._ready = None
         self._client = None
         self._dead = True
         if task is None or stop is None:
             return
         stop.set()
+        scope = self._scope
+        if scope is not None and not (ready is not None and ready.done()):
+            # Still connecting: nothing to wind down in order. Cancelling the connection's
+            # scope interrupts the handshake; the SDK's process shutdown is shielded.
+            scope.cancel()
         done, _ = await asyncio.wait({task}, timeout=_CLOSE_TIMEOUT)
-        if not done:
-            # The SDK bounds its own shutdown; a task still running here is wedged in a
-            # transport. Leaving it would leak the process, so the task is cancelled (its
-            # cancel scopes run their shielded cleanup).
-            task.cancel()
+        if not done and scope is not None:
+            # The SDK bounds each step of its shutdown, so this is a transport wedged
+            # elsewhere; its scope is cancelled rather than the process leaked.
+            scope.cancel()
             await asyncio.wait({task}, timeout=_CLOSE_TIMEOUT)
 
     async def close(self) -> None:
