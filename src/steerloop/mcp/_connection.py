@@ -8,7 +8,10 @@ the transport reaches end-of-stream. Calls are made from the callers' tasks.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
+import signal
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
@@ -169,9 +172,12 @@ class Connection:
     async def _hold(
         self, ready: asyncio.Future[Client], stop: asyncio.Event, ended: Callable[[], None]
     ) -> None:
+        groups: list[int] = []
         try:
             async with AsyncExitStack() as stack:
-                transport = await self._transport(stack, ended)
+                # Pushed first, so it runs last: after the SDK's shutdown of the transport.
+                stack.callback(_kill_groups, groups)
+                transport = await self._transport(stack, ended, groups)
                 client = Client(
                     transport,
                     # Bounds every request the SDK makes on its own (discover, initialize,
@@ -202,7 +208,9 @@ class Connection:
             if not ready.done():
                 ready.set_exception(MCPConnectionError("connection ended before it was ready"))
 
-    async def _transport(self, stack: AsyncExitStack, ended: Callable[[], None]) -> Any:
+    async def _transport(
+        self, stack: AsyncExitStack, ended: Callable[[], None], groups: list[int]
+    ) -> Any:
         server = self.server
         if server.transport == "stdio":
             assert server.command is not None
@@ -213,6 +221,7 @@ class Connection:
                 cwd=server.cwd,
             )
             inner = stdio_client(params, errlog=self._errlog or sys.stderr)
+            return _watched(inner, ended, groups)
         else:
             assert server.url is not None
             http = await stack.enter_async_context(
@@ -222,7 +231,7 @@ class Connection:
                 )
             )
             inner = streamable_http_client(server.url, http_client=http)
-        return _watched(inner, ended)
+        return _watched(inner, ended, None)
 
     async def _stop_task(self) -> None:
         """End the connection task (bounded); its client closes the transport and process."""
@@ -320,9 +329,16 @@ class Connection:
         raise AbortedError(signal.reason)
 
     def _note_failure(self, exc: BaseException) -> None:
-        if isinstance(exc, MCPError) and exc.error.code != CONNECTION_CLOSED:
-            return  # the server answered: the connection is fine
-        if isinstance(exc, AbortedError):
+        """Mark the connection dead after a transport failure, and say so.
+
+        Anything else (an error answer, a malformed result) leaves the connection as it is
+        and propagates unchanged: the tool call ends ``TOOL_FAILED`` with its message.
+        """
+        if isinstance(exc, MCPError):
+            lost = exc.error.code == CONNECTION_CLOSED
+        else:
+            lost = self._dead or isinstance(exc, _TRANSPORT_ERRORS)
+        if not lost:
             return
         self._dead = True
         cause = exc.error.message if isinstance(exc, MCPError) else _describe(exc)
@@ -331,6 +347,16 @@ class Connection:
         raise MCPConnectionError(
             f"MCP server {self.server.name!r} went away during the call: {cause}"
         ) from exc
+
+
+#: Failures of the transport itself (the connection, not the server's answer).
+_TRANSPORT_ERRORS = (
+    OSError,
+    anyio.BrokenResourceError,
+    anyio.ClosedResourceError,
+    anyio.EndOfStream,
+    httpx2.TransportError,
+)
 
 
 def _announces_tool_changes(client: Client) -> bool:
@@ -342,10 +368,56 @@ def _announces_tool_changes(client: Client) -> bool:
     )
 
 
+# The SDK starts a stdio server as the leader of a new session and process group, and kills
+# that group only when the server outlives its stdin; a server that exits at once leaves its
+# children running. So the group is noted when the server starts and killed after the SDK's
+# shutdown. Spawns are serialised so that the one new session leader among our children is
+# the server just started (Linux: /proc; elsewhere the SDK's own shutdown is all there is).
+_SPAWN_LOCK = asyncio.Lock()
+
+
 @asynccontextmanager
-async def _watched(inner: Any, ended: Callable[[], None]) -> AsyncIterator[tuple[Any, Any]]:
-    async with inner as (read, write):
+async def _watched(
+    inner: Any, ended: Callable[[], None], groups: list[int] | None
+) -> AsyncIterator[tuple[Any, Any]]:
+    async with AsyncExitStack() as stack:
+        if groups is None:
+            read, write = await stack.enter_async_context(inner)
+        else:
+            async with _SPAWN_LOCK:
+                before = _session_leaders()
+                read, write = await stack.enter_async_context(inner)
+                groups.extend(_session_leaders() - before)
         yield _WatchedReader(read, ended), write
+
+
+def _session_leaders() -> set[int]:
+    """Our child processes that lead a session of their own (Linux; empty elsewhere)."""
+    me = os.getpid()
+    found: set[int] = set()
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return found
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        # pid (comm) state ppid pgrp session ...; comm may hold spaces and parentheses.
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        if len(fields) > 3 and int(fields[1]) == me and int(fields[3]) == int(entry):
+            found.add(int(entry))
+    return found
+
+
+def _kill_groups(groups: list[int]) -> None:
+    for pgid in groups:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGKILL)
 
 
 async def _checkpoint() -> None:
