@@ -23,6 +23,7 @@ def test_every_documented_hook_has_its_mode() -> None:
         "agent/created", "agent/disposed", "agent/status", "agent/error",
         "agent/session-start", "agent/inbox/inserted", "agent/inbox/claimed",
         "agent/inbox/discarded", "agent/assistant-stream", "session/event", "tools/result",
+        "runtime/closing",  # awaited by Runtime.close(); plugins release what they hold
     ]  # fmt: skip
     waterfall = ["agent/pre-step", "agent/request", "agent/request-error", "tools/post-execute"]
     serial = ["agent/turn-stopping", "tools/pre-execute"]

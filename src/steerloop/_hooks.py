@@ -42,6 +42,9 @@ HOOK_MODES: dict[str, HookMode] = {
     "tools/pre-execute": "serial",
     "tools/post-execute": "waterfall",
     "tools/result": "emit",
+    # Awaited by Runtime.close() once every agent is disposed, before the store closes:
+    # plugins holding connections or processes release them here.
+    "runtime/closing": "emit",
 }
 
 

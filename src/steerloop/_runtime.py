@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable, Coroutine, Generator, Mapping, Sequence
 from types import TracebackType
 from typing import Any
@@ -20,6 +21,8 @@ from .session._store import SessionStore, open_store
 from .tools._runtime import ToolPipeline, ToolRegistry
 
 __all__ = ["Runtime", "SessionRegistry"]
+
+_log = logging.getLogger("steerloop")
 
 
 class SessionRegistry:
@@ -254,6 +257,10 @@ class Runtime:
         try:
             await self.agents.close(timeout)
         finally:
+            try:
+                await self.hooks.emit_awaited("runtime/closing", self)
+            except Exception:
+                _log.exception("a runtime/closing listener raised")
             await self.hooks.drain()
             if self._restore_ids is not None:
                 self._restore_ids()

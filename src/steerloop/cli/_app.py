@@ -20,6 +20,7 @@ from ..errors import SessionPersistenceError, SteerloopError
 from ..messages import TextBlock
 from ..session._events import SessionEvent
 from ..session._sqlite import _sqlite_path
+from ._mcp import mcp_app
 from ._render import EventRenderer
 from ._session_setup import LiveOptions
 from ._settings import Settings, load_settings, store_url
@@ -38,6 +39,7 @@ sessions_app = typer.Typer(
     help="Browse stored sessions.", no_args_is_help=True, rich_markup_mode=None
 )
 app.add_typer(sessions_app, name="sessions")
+app.add_typer(mcp_app, name="mcp")
 
 StoreOption = Annotated[
     str | None,

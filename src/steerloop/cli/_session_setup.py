@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rich.console import Console
+
 from .._runtime import Runtime
 from ..agent._factory import AgentHandle
 from ..agent._options import AgentOptions
@@ -15,6 +17,7 @@ from ..llm.config import ProviderConfig, register_providers
 from ..llm.retry import install_retry
 from ..tools._define import ToolExec
 from ..workspace import install_approval, workspace_tools
+from ._mcp import install_configured_mcp
 from ._naming import new_session_id
 from ._settings import Settings
 
@@ -105,6 +108,7 @@ async def open_live(
         for tool in workspace_tools(workspace):
             rt.tools.register(tool)
     install_approval(rt, options.approve, ask)  # type: ignore[arg-type]
+    await install_configured_mcp(rt, settings.mcp_servers, _warn)
     agent_options = AgentOptions(
         provider=provider,
         model=name,
@@ -115,3 +119,7 @@ async def open_live(
         session_id=sid, agent_options=agent_options, setup=setup
     )
     return Live(rt, handle, provider, name, config)
+
+
+def _warn(message: str) -> None:
+    Console(stderr=True).print(f"[yellow]warning:[/yellow] {message}")

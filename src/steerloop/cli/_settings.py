@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ._mcp import parse_mcp_table
+
 __all__ = ["Settings", "default_store_url", "load_settings", "store_url"]
 
 
@@ -57,6 +59,8 @@ class Settings:
     max_tokens: int | None = None  # cap on output tokens per request
     approve: str = "ask"
     providers: dict[str, Any] = field(default_factory=dict)
+    #: ``[mcp.servers.NAME]`` tables, checked (see ``_mcp.parse_mcp_table``).
+    mcp_servers: dict[str, dict[str, Any]] = field(default_factory=dict)
     source: Path | None = None
 
 
@@ -101,6 +105,7 @@ _READERS: dict[str, Callable[[Any], Any]] = {
     "max_tokens": _positive_int("max_tokens"),
     "approve": _approve,
     "providers": _table("providers"),
+    "mcp": lambda value: value,  # checked by parse_mcp_table, which names the file
 }
 
 
@@ -124,5 +129,7 @@ def load_settings(cwd: Path | None = None) -> Settings:
                     raise ValueError(f"{path}: {exc}") from None
             if "store" in values:  # a relative path is relative to the file that names it
                 values["store"] = store_url(values["store"], path.parent)
+            if "mcp" in values:
+                values["mcp_servers"] = parse_mcp_table(path, values.pop("mcp"))
             return Settings(**values, source=path)
     return Settings()

@@ -1,0 +1,14 @@
+"""MCP servers as a tool source, over the official ``mcp`` SDK (extra ``steerloop[mcp]``)."""
+
+from ._config import ENV_ALLOW_LIST, MCPServer
+from ._connection import MCPConnectionError
+from ._install import MCPTools, install_mcp, result_from_mcp
+
+__all__ = [
+    "ENV_ALLOW_LIST",
+    "MCPConnectionError",
+    "MCPServer",
+    "MCPTools",
+    "install_mcp",
+    "result_from_mcp",
+]

@@ -1,0 +1,432 @@
+"""One live connection to an MCP server: connect, list tools, call, reconnect after a death.
+
+The SDK's client is built on anyio: it must be entered and left in one task, so each
+connection runs in a task of its own that holds the client open until it is told to stop or
+the transport reaches end-of-stream. Calls are made from the callers' tasks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
+from functools import partial
+from typing import Any, TextIO, TypeVar
+
+import anyio
+import httpx2
+import mcp_types as types
+from mcp.client import Client, IncomingMessage
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.client.subscriptions import ToolsListChanged
+from mcp.shared.exceptions import MCPError
+from mcp_types import CONNECTION_CLOSED
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+from .._signal import AbortSignal
+from ..errors import AbortedError
+from ._config import MCPServer, server_environment
+
+__all__ = ["Connection", "MCPConnectionError"]
+
+T = TypeVar("T")
+
+_log = logging.getLogger("steerloop.mcp")
+
+# Bound for letting a connection task leave its client (the SDK bounds each shutdown step
+# itself: closing stdin, SIGTERM, SIGKILL of the process group, ~6 s in all).
+_CLOSE_TIMEOUT = 15.0
+
+#: Seconds a server may take to start and complete its handshake, at least (a Python or Node
+#: server can take several seconds to import on a loaded machine).
+CONNECT_TIMEOUT = 30.0
+
+
+class MCPConnectionError(ConnectionError):
+    """An MCP server could not be reached, or its connection ended during a request."""
+
+
+class _WatchedReader:
+    """A transport's read stream that reports its end-of-stream (the server went away)."""
+
+    def __init__(self, inner: Any, on_end: Callable[[], None]) -> None:
+        self._inner = inner
+        self._on_end = on_end
+
+    async def receive(self) -> Any:
+        try:
+            return await self._inner.receive()
+        except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+            self._on_end()
+            raise
+
+    def __aiter__(self) -> _WatchedReader:
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            return await self.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    async def __aenter__(self) -> _WatchedReader:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+class Connection:
+    """The client side of one server: ``tools()`` lists, ``call()`` calls, ``close()`` ends.
+
+    A connection found dead (end-of-stream, a transport failure) is replaced by a fresh one
+    at the next request; a request that was on its way when it died is never re-sent.
+    """
+
+    def __init__(
+        self,
+        server: MCPServer,
+        on_tools_changed: Callable[[], None],
+        errlog: TextIO | None = None,
+    ) -> None:
+        self.server = server
+        self._on_tools_changed = on_tools_changed
+        self._errlog = errlog
+        self._client: Client | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._stop: asyncio.Event | None = None
+        self._ready: asyncio.Future[Client] | None = None
+        self._scope: anyio.CancelScope | None = None
+        self._dead = True
+        self._closed = False
+        self._lock = asyncio.Lock()
+        self._connections = 0
+        self.last_error: str | None = None
+
+    @property
+    def alive(self) -> bool:
+        return not self._dead and self._client is not None
+
+    # --- connecting ------------------------------------------------------------------
+
+    async def _connected(self, signal: AbortSignal | None) -> Client:
+        async with self._lock:
+            if self._closed:
+                raise MCPConnectionError(f"MCP server {self.server.name!r} is closed")
+            if self._client is not None and not self._dead:
+                return self._client
+            await self._stop_task()
+            ready: asyncio.Future[Client] = asyncio.get_running_loop().create_future()
+            self._stop = asyncio.Event()
+            self._ready = ready
+            self._scope = None
+            self._task = asyncio.ensure_future(self._run(ready, self._stop))
+            bound = max(self.server.timeout, CONNECT_TIMEOUT)
+            waiter = asyncio.wait_for(asyncio.shield(ready), bound)
+            try:
+                client = await (waiter if signal is None else signal.race(waiter))
+            except BaseException as exc:
+                await self._stop_task()
+                if isinstance(exc, asyncio.TimeoutError):
+                    self.last_error = f"no answer within {bound}s"
+                    raise MCPConnectionError(
+                        f"MCP server {self.server.name!r} did not connect within {bound}s"
+                    ) from None
+                if isinstance(exc, AbortedError | asyncio.CancelledError):
+                    raise
+                self.last_error = _describe(exc)
+                raise MCPConnectionError(
+                    f"MCP server {self.server.name!r} could not connect: {self.last_error}"
+                ) from exc
+            if self._connections:
+                # A new server process (or session) may offer other tools than the last.
+                self._on_tools_changed()
+            self._connections += 1
+            self._client = client
+            self._dead = False
+            self.last_error = None
+            return client
+
+    async def _run(self, ready: asyncio.Future[Client], stop: asyncio.Event) -> None:
+        """Hold one client open until ``stop`` is set (by close, or end-of-stream)."""
+
+        def ended() -> None:
+            self._dead = True
+            stop.set()
+
+        with anyio.CancelScope() as scope:
+            if self._stop is stop:  # still the current connection
+                self._scope = scope
+            if not stop.is_set():
+                await self._hold(ready, stop, ended)
+
+    async def _hold(
+        self, ready: asyncio.Future[Client], stop: asyncio.Event, ended: Callable[[], None]
+    ) -> None:
+        groups: list[int] = []
+        try:
+            async with AsyncExitStack() as stack:
+                # Pushed first, so it runs last: after the SDK's shutdown of the transport.
+                stack.callback(_kill_groups, groups)
+                transport = await self._transport(stack, ended, groups)
+                client = Client(
+                    transport,
+                    # Bounds every request the SDK makes on its own (discover, initialize,
+                    # the re-list after a header mismatch); calls are bounded by the signal.
+                    read_timeout_seconds=max(self.server.timeout, CONNECT_TIMEOUT),
+                    message_handler=self._on_message,
+                    # No response cache: a list is always fresh after list_changed.
+                    cache=None,
+                )
+                await stack.enter_async_context(client)
+                if not ready.done():
+                    ready.set_result(client)
+                async with anyio.create_task_group() as group:
+                    if _announces_tool_changes(client):
+                        group.start_soon(self._listen, client)
+                    await stop.wait()
+                    group.cancel_scope.cancel()
+        except BaseException as exc:  # handed to the waiter, or logged
+            self._dead = True
+            if not ready.done():
+                ready.set_exception(exc)
+            elif not isinstance(exc, asyncio.CancelledError):
+                _log.warning("MCP server %r: connection ended: %s", self.server.name, exc)
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+        finally:
+            self._dead = True
+            if not ready.done():
+                ready.set_exception(MCPConnectionError("connection ended before it was ready"))
+
+    async def _transport(
+        self, stack: AsyncExitStack, ended: Callable[[], None], groups: list[int]
+    ) -> Any:
+        server = self.server
+        if server.transport == "stdio":
+            assert server.command is not None
+            params = StdioServerParameters(
+                command=server.command,
+                args=list(server.args),
+                env=server_environment(server),
+                cwd=server.cwd,
+            )
+            inner = stdio_client(params, errlog=self._errlog or sys.stderr)
+            return _watched(inner, ended, groups)
+        else:
+            assert server.url is not None
+            http = await stack.enter_async_context(
+                httpx2.AsyncClient(
+                    headers=dict(server.headers),
+                    timeout=httpx2.Timeout(30.0, read=server.timeout + 5.0),
+                )
+            )
+            inner = streamable_http_client(server.url, http_client=http)
+        return _watched(inner, ended, None)
+
+    async def _stop_task(self) -> None:
+        """End the connection task (bounded); its client closes the transport and process."""
+        task, stop, ready = self._task, self._stop, self._ready
+        self._task = self._stop = self._ready = None
+        self._client = None
+        self._dead = True
+        if task is None or stop is None:
+            return
+        stop.set()
+        scope = self._scope
+        if scope is not None and not (ready is not None and ready.done()):
+            # Still connecting: nothing to wind down in order. Cancelling the connection's
+            # scope interrupts the handshake; the SDK's process shutdown is shielded.
+            scope.cancel()
+        done, _ = await asyncio.wait({task}, timeout=_CLOSE_TIMEOUT)
+        if not done and scope is not None:
+            # The SDK bounds each step of its shutdown, so this is a transport wedged
+            # elsewhere; its scope is cancelled rather than the process leaked.
+            scope.cancel()
+            await asyncio.wait({task}, timeout=_CLOSE_TIMEOUT)
+
+    async def close(self) -> None:
+        """Close the connection for good (bounded); a stdio server's process group ends."""
+        self._closed = True
+        async with self._lock:
+            await self._stop_task()
+
+    # --- requests --------------------------------------------------------------------
+
+    async def _listen(self, client: Client) -> None:
+        """Follow tool-list changes on a 2026-07-28 connection (``subscriptions/listen``)."""
+        try:
+            async with client.listen(tools_list_changed=True) as subscription:
+                async for event in subscription:
+                    if isinstance(event, ToolsListChanged):
+                        self._on_tools_changed()
+        except Exception as exc:  # a lost subscription: the next connection listens again
+            _log.debug("MCP server %r: tool-change subscription ended: %s", self.server.name, exc)
+
+    def _on_message(self, message: IncomingMessage) -> Any:
+        # Connections older than 2026-07-28 announce changes as plain notifications.
+        if isinstance(message, types.ToolListChangedNotification):
+            self._on_tools_changed()
+        return _checkpoint()
+
+    async def list_tools(self, signal: AbortSignal | None = None) -> list[types.Tool]:
+        """Every tool of the server, all pages, in the server's order."""
+        client = await self._connected(signal)
+        tools: list[types.Tool] = []
+        cursor: str | None = None
+        for _ in range(1000):  # a paginator that never ends must not hang us
+            try:
+                page = await self._request(signal, partial(client.list_tools, cursor=cursor))
+            except Exception as exc:
+                self._note_failure(exc)
+                raise
+            tools.extend(page.tools)
+            cursor = page.next_cursor
+            if not cursor:
+                return tools
+        raise MCPConnectionError(f"MCP server {self.server.name!r}: tools/list never ended")
+
+    async def call(
+        self, name: str, arguments: dict[str, Any], signal: AbortSignal
+    ) -> types.CallToolResult:
+        """Call tool ``name``; the signal's abort cancels the request on the server.
+
+        Raises:
+            AbortedError: the signal aborted (the SDK sent the server its cancellation).
+            MCPConnectionError: the connection ended while the call was on its way.
+        """
+        client = await self._connected(signal)
+        try:
+            return await self._request(signal, lambda: client.call_tool(name, arguments))
+        except Exception as exc:
+            self._note_failure(exc)
+            raise
+
+    async def _request(self, signal: AbortSignal | None, send: Callable[[], Awaitable[T]]) -> T:
+        if signal is None:
+            return await send()
+        signal.throw_if_aborted()
+        # The SDK cancels a request when its caller's cancel scope is cancelled: it then
+        # sends notifications/cancelled to the server. Aborting the signal cancels this
+        # scope, which is that cooperative path (no task is cancelled from outside it).
+        scope = anyio.CancelScope()
+        dispose = signal.add_listener(lambda _reason: scope.cancel())
+        try:
+            with scope:
+                return await send()
+        finally:
+            dispose()
+        # Reached only when the scope swallowed its own cancellation: the signal aborted.
+        raise AbortedError(signal.reason)
+
+    def _note_failure(self, exc: BaseException) -> None:
+        """Mark the connection dead after a transport failure, and say so.
+
+        Anything else (an error answer, a malformed result) leaves the connection as it is
+        and propagates unchanged: the tool call ends ``TOOL_FAILED`` with its message.
+        """
+        if isinstance(exc, MCPError):
+            lost = exc.error.code == CONNECTION_CLOSED
+        else:
+            lost = self._dead or isinstance(exc, _TRANSPORT_ERRORS)
+        if not lost:
+            return
+        self._dead = True
+        cause = exc.error.message if isinstance(exc, MCPError) else _describe(exc)
+        self.last_error = cause
+        # Whatever the request was, it is not re-sent: the server may have acted on it.
+        raise MCPConnectionError(
+            f"MCP server {self.server.name!r} went away during the call: {cause}"
+        ) from exc
+
+
+#: Failures of the transport itself (the connection, not the server's answer).
+_TRANSPORT_ERRORS = (
+    OSError,
+    anyio.BrokenResourceError,
+    anyio.ClosedResourceError,
+    anyio.EndOfStream,
+    httpx2.TransportError,
+)
+
+
+def _announces_tool_changes(client: Client) -> bool:
+    tools = client.server_capabilities.tools
+    return (
+        client.protocol_version in MODERN_PROTOCOL_VERSIONS
+        and tools is not None
+        and bool(tools.list_changed)
+    )
+
+
+# The SDK starts a stdio server as the leader of a new session and process group, and kills
+# that group only when the server outlives its stdin; a server that exits at once leaves its
+# children running. So the group is noted when the server starts and killed after the SDK's
+# shutdown. Spawns are serialised so that the one new session leader among our children is
+# the server just started (Linux: /proc; elsewhere the SDK's own shutdown is all there is).
+_SPAWN_LOCK = asyncio.Lock()
+
+
+@asynccontextmanager
+async def _watched(
+    inner: Any, ended: Callable[[], None], groups: list[int] | None
+) -> AsyncIterator[tuple[Any, Any]]:
+    async with AsyncExitStack() as stack:
+        if groups is None:
+            read, write = await stack.enter_async_context(inner)
+        else:
+            async with _SPAWN_LOCK:
+                before = _session_leaders()
+                read, write = await stack.enter_async_context(inner)
+                groups.extend(_session_leaders() - before)
+        yield _WatchedReader(read, ended), write
+
+
+def _session_leaders() -> set[int]:
+    """Our child processes that lead a session of their own (Linux; empty elsewhere)."""
+    me = os.getpid()
+    found: set[int] = set()
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return found
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        # pid (comm) state ppid pgrp session ...; comm may hold spaces and parentheses.
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        if len(fields) > 3 and int(fields[1]) == me and int(fields[3]) == int(entry):
+            found.add(int(entry))
+    return found
+
+
+def _kill_groups(groups: list[int]) -> None:
+    for pgid in groups:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, signal.SIGKILL)
+
+
+async def _checkpoint() -> None:
+    await anyio.lowlevel.checkpoint()
+
+
+def _describe(exc: BaseException) -> str:
+    """The message of ``exc``, or of the failures an exception group wraps."""
+    if isinstance(exc, BaseExceptionGroup):
+        return "; ".join(_describe(e) for e in exc.exceptions)
+    text = str(exc)
+    return f"{text} ({type(exc).__name__})" if text else type(exc).__name__
