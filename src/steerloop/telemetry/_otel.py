@@ -363,13 +363,13 @@ class Telemetry:
             elif chunk.kind == "usage" and usage is None:
                 usage = chunk.usage
         span = chat.span
+        message = event.type == "assistant/message"
+        if message and data.message.source.model:
+            chat.attrs[RESPONSE_MODEL] = data.message.source.model
+            span.set_attribute(RESPONSE_MODEL, data.message.source.model)
         if usage is not None:
             self._usage(chat, usage)
-        if event.type == "assistant/message":
-            source = data.message.source
-            if source.model:
-                chat.attrs[RESPONSE_MODEL] = source.model
-                span.set_attribute(RESPONSE_MODEL, source.model)
+        if message:
             if data.interrupted:
                 chat.outcome = ("cancelled", None)
                 return
