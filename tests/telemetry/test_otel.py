@@ -30,6 +30,7 @@ from steerloop.testing import (
     ScriptedAdapter,
     error_response,
     hang_after,
+    raise_after,
     text_response,
     tool_call_response,
     tool_calls_response,
@@ -520,3 +521,37 @@ def test_attribute_names_are_the_conventions_names() -> None:
         gm.GEN_AI_CLIENT_OPERATION_DURATION,
         gm.GEN_AI_CLIENT_OPERATION_TIME_TO_FIRST_CHUNK,
     )
+
+
+async def test_a_stream_that_raises_fails_its_attempt_with_the_turns_error_code(
+    h: Harness, otel: Otel
+) -> None:
+    otel.install(h.rt)
+    agent = await h.agent(raise_after(text_response("par")[:2], RuntimeError("boom")))
+    agent.followup(u("go"))
+    await within(agent.when_idle())
+    turn, chat = otel.spans()
+    for span in (turn, chat):
+        assert span.status.status_code == StatusCode.ERROR
+        assert (span.attributes or {})["error.type"] == "UNKNOWN"
+    # The attempt ended when its stream did, before the turn closed.
+    assert (chat.end_time or 0) <= (turn.end_time or 0)
+    durations = otel.points("gen_ai.client.operation.duration")
+    assert [(p.count, p.attributes.get("error.type")) for p in durations] == [(1, "UNKNOWN")]
+
+
+def test_the_public_surface_is_api_md_s() -> None:
+    """``install_otel(rt, tracer_provider=None, meter_provider=None, capture_content=False)``."""
+    import inspect
+
+    import steerloop.telemetry as telemetry
+
+    assert list(telemetry.__all__) == sorted(telemetry.__all__)
+    assert {"install_otel", "link_next_turn"} <= set(telemetry.__all__)
+    params = inspect.signature(telemetry.install_otel).parameters
+    assert [(p.name, p.default) for p in params.values()] == [
+        ("rt", inspect.Parameter.empty),
+        ("tracer_provider", None),
+        ("meter_provider", None),
+        ("capture_content", False),
+    ]

@@ -24,7 +24,6 @@ from typing import Any
 
 from opentelemetry import metrics, trace
 from opentelemetry.context import Context
-from opentelemetry.metrics._internal import _ProxyMeterProvider
 from opentelemetry.trace import Link, Span, SpanContext, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
@@ -72,6 +71,14 @@ _CANCEL_CODES = frozenset({"ABORTED", "ABORTED_BEFORE_DISPATCH"})
 _SECONDS = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92)
 _TOKENS = tuple(float(4**i) for i in range(14))
 
+try:  # the API's stand-in until the application sets a meter provider
+    from opentelemetry.metrics._internal import _ProxyMeterProvider as _Unset
+except ImportError:  # pragma: no cover - another API layout: treat every provider as live
+
+    class _Unset:  # type: ignore[no-redef]
+        pass
+
+
 _pending_links: weakref.WeakKeyDictionary[Any, SpanContext] = weakref.WeakKeyDictionary()
 
 
@@ -93,7 +100,7 @@ def link_next_turn(agent: Any, headers: Mapping[str, str]) -> bool:
 class _Chat:
     """One attempt: its span, timing and settled outcome."""
 
-    __slots__ = ("attrs", "end_ns", "first", "outcome", "span", "start")
+    __slots__ = ("attrs", "elapsed", "end_ns", "first", "outcome", "span", "start")
 
     def __init__(self, span: Span, attrs: dict[str, Any]) -> None:
         self.span = span
@@ -101,7 +108,8 @@ class _Chat:
         self.start = time.perf_counter()
         self.first = False
         self.outcome: tuple[str, Any] | None = None
-        self.end_ns: int | None = None
+        self.end_ns: int | None = None  # when the stream ended (the span's end)
+        self.elapsed: float | None = None  # seconds from start to the stream's end
 
 
 class _Turn:
@@ -212,6 +220,7 @@ class Telemetry:
             chat = turn.chats.pop(frame.attempt_id, None)
             if chat is not None:
                 chat.end_ns = time.time_ns()
+                chat.elapsed = time.perf_counter() - chat.start
                 if chat.outcome is None:
                     turn.pending.append(chat)
                 else:
@@ -247,7 +256,7 @@ class Telemetry:
             return True
         provider = metrics.get_meter_provider()
         # The API's default before the application sets a provider, or the explicit no-op.
-        return not isinstance(provider, (metrics.NoOpMeterProvider, _ProxyMeterProvider))
+        return not isinstance(provider, (metrics.NoOpMeterProvider, _Unset))
 
     def _unwatch_frames(self) -> None:
         frames, self.frames = self.frames, None
@@ -416,7 +425,8 @@ class Telemetry:
             span.set_attribute(ERROR_TYPE, code)
             span.set_status(Status(StatusCode.ERROR, redacted(message) if message else None))
             attrs[ERROR_TYPE] = code
-        self.duration.record(time.perf_counter() - chat.start, attrs)
+        elapsed = chat.elapsed if chat.elapsed is not None else time.perf_counter() - chat.start
+        self.duration.record(elapsed, attrs)
         span.end(end_time=chat.end_ns)
 
     # --- tool calls -------------------------------------------------------------------
