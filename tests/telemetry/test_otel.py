@@ -555,3 +555,16 @@ def test_the_public_surface_is_api_md_s() -> None:
         ("meter_provider", None),
         ("capture_content", False),
     ]
+
+
+async def test_a_disposed_agent_leaves_no_state_behind(h: Harness, otel: Otel) -> None:
+    telemetry = otel.install(h.rt)
+    handle = await h.rt.agents.create(
+        session_id="s-2", agent_options=AgentOptions(provider="mock", model="m")
+    )
+    h.adapter.add(text_response("hi"))
+    handle.agent.followup(u("go"))
+    await within(handle.agent.when_idle())
+    assert telemetry.models == {"s-2": ("mock", "m")} and telemetry.turns == {}
+    await handle.dispose()
+    assert telemetry.models == {}

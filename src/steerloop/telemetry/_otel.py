@@ -173,7 +173,10 @@ class Telemetry:
         }
         self.hooks = rt.hooks
         self.meter_provider = meter_provider
-        self.disposers: list[Disposer] = [rt.hooks.on("session/event", self._on_event)]
+        self.disposers: list[Disposer] = [
+            rt.hooks.on("session/event", self._on_event),
+            rt.hooks.on("agent/disposed", self._on_disposed),
+        ]
         # Registered only while a recorded turn is open: with no listener the loop builds no
         # frames at all, so an application without an SDK pays for none.
         self.frames: Disposer | None = None
@@ -202,6 +205,9 @@ class Telemetry:
         handler = self.handlers.get(event.type)
         if handler is not None:
             handler(payload.session, event)
+
+    def _on_disposed(self, payload: Any) -> None:
+        self.models.pop(payload.agent.id, None)
 
     def _on_frame(self, payload: Any) -> None:
         frame = payload.frame
