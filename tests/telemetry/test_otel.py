@@ -568,3 +568,26 @@ async def test_a_disposed_agent_leaves_no_state_behind(h: Harness, otel: Otel) -
     assert telemetry.models == {"s-2": ("mock", "m")} and telemetry.turns == {}
     await handle.dispose()
     assert telemetry.models == {}
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        {"parent_session": 5, "origin": "tool"},
+        {"parent_session": "s-1", "origin": {"call_id": ["c1"]}},
+        {"parent_session": "gone", "origin": {"call_id": "c1"}},
+    ],
+)
+async def test_a_hostile_session_header_gives_a_root_turn(
+    h: Harness, otel: Otel, header: dict[str, Any]
+) -> None:
+    """Stored header fields of the wrong kind or naming nothing live are ignored."""
+    otel.install(h.rt)
+
+    def setup(scope: Any) -> None:
+        scope.agent.session.header.update(header)
+
+    agent = await h.agent(text_response("hi"), session_id="s-x", setup=setup)
+    agent.followup(u("go"))
+    await within(agent.when_idle())
+    assert otel.tree() == [("invoke_agent#s-x", None), ("chat m", "invoke_agent#s-x")]
