@@ -429,20 +429,78 @@ async def test_dispose_ends_open_spans_and_stops_emitting(h: Harness, otel: Otel
     assert [p.count for p in otel.points("gen_ai.client.operation.duration")] == counts
 
 
-async def test_without_an_sdk_nothing_is_tracked_and_no_frames_are_built(h: Harness) -> None:
-    """With the API's default providers a turn records nothing, so the stream hook that
-    would make the loop build a frame per chunk stays unregistered."""
+async def test_without_an_sdk_no_per_event_listener_is_registered(h: Harness) -> None:
+    """With the API's default providers nothing could be recorded, so neither the per-event
+    hook nor the stream hook (which makes the loop build a frame per chunk) is listened to;
+    only ``agent/status`` is, to notice a provider set later."""
     dispose = install_otel(h.rt)
-    seen: list[bool] = []
+    seen: list[tuple[bool, bool]] = []
     h.rt.hooks.on(
-        "agent/turn-stopping", lambda p: seen.append(h.rt.hooks.has("agent/assistant-stream"))
+        "agent/turn-stopping",
+        lambda p: seen.append(
+            (h.rt.hooks.has("session/event"), h.rt.hooks.has("agent/assistant-stream"))
+        ),
     )
     agent = await h.agent(text_response("hi"))
     agent.followup(u("go"))
     await within(agent.when_idle())
-    assert seen == [False]
+    assert seen == [(False, False)]
     assert dispose.turns == {}
     dispose()
+    assert not h.rt.hooks.has("agent/status")
+
+
+LATE_PROVIDER = """
+import asyncio, json
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from steerloop import AgentOptions, Runtime, user_message
+from steerloop.telemetry import install_otel
+from steerloop.testing import ScriptedAdapter, text_response
+
+async def main():
+    rt = await Runtime.open()
+    rt.llm.register_adapter(["mock"], ScriptedAdapter([text_response("a"), text_response("b")]))
+    install_otel(rt)
+    handle = await rt.agents.create(
+        session_id="late", agent_options=AgentOptions(provider="mock", model="m"))
+    handle.agent.followup(user_message("before"))
+    await handle.agent.when_idle()
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    trace.set_tracer_provider(provider)
+    handle.agent.followup(user_message("after"))
+    await handle.agent.when_idle()
+    await rt.close()
+    print(json.dumps([s.name for s in exporter.get_finished_spans()]))
+
+asyncio.run(main())
+"""
+
+
+async def test_a_global_provider_set_after_install_applies_from_the_next_turn(
+    tmp_path: Any,
+) -> None:
+    """In a subprocess, since the global tracer provider can be set only once."""
+    import json
+    import os
+    import sys
+
+    script = tmp_path / "late.py"
+    script.write_text(LATE_PROVIDER, encoding="utf-8")
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        str(script),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    out, err = await within(proc.communicate(), 60)
+    assert proc.returncode == 0, err.decode()
+    assert json.loads(out) == ["chat m", "invoke_agent"]
 
 
 async def test_traceparent_links_the_next_turn_only(h: Harness, otel: Otel) -> None:

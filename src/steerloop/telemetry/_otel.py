@@ -172,20 +172,47 @@ class Telemetry:
             "tool/result": self._tool_result,
         }
         self.hooks = rt.hooks
+        self.tracer_provider = tracer_provider
         self.meter_provider = meter_provider
-        self.disposers: list[Disposer] = [
-            rt.hooks.on("session/event", self._on_event),
-            rt.hooks.on("agent/disposed", self._on_disposed),
-        ]
+        self.disposers: list[Disposer] = []
         # Registered only while a recorded turn is open: with no listener the loop builds no
-        # frames at all, so an application without an SDK pays for none.
+        # frames at all.
         self.frames: Disposer | None = None
+        # With neither provider configured nothing could be recorded: listen per event only
+        # once one is (checked whenever an agent starts running), so an application without
+        # an SDK pays two calls per busy period, not several per step.
+        self.watch: Disposer | None = None
+        if self._configured():
+            self._go_live()
+        else:
+            self.watch = rt.hooks.on("agent/status", self._on_status)
+
+    def _configured(self) -> bool:
+        provider = self.tracer_provider or trace.get_tracer_provider()
+        unset = (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
+        return not isinstance(provider, unset) or self._metrics_live()
+
+    def _go_live(self) -> None:
+        self.disposers += [
+            self.hooks.on("session/event", self._on_event),
+            self.hooks.on("agent/disposed", self._on_disposed),
+        ]
+
+    def _on_status(self, payload: Any) -> None:
+        # "running" is reported before the turn/start it leads to is written.
+        if self.watch is not None and payload.status == "running" and self._configured():
+            self.watch()
+            self.watch = None
+            self._go_live()
 
     # --- disposal ---------------------------------------------------------------------
 
     def __call__(self) -> None:
         """Stop emitting; spans still open are ended now so none is left half-open."""
         disposers, self.disposers = self.disposers, []
+        if self.watch is not None:
+            disposers.append(self.watch)
+            self.watch = None
         for dispose in disposers:
             dispose()
         self._unwatch_frames()
@@ -258,9 +285,7 @@ class Telemetry:
             self.frames = self.hooks.on("agent/assistant-stream", self._on_frame)
 
     def _metrics_live(self) -> bool:
-        if self.meter_provider is not None:
-            return True
-        provider = metrics.get_meter_provider()
+        provider = self.meter_provider or metrics.get_meter_provider()
         # The API's default before the application sets a provider, or the explicit no-op.
         return not isinstance(provider, (metrics.NoOpMeterProvider, _Unset))
 
