@@ -5,7 +5,8 @@ of one async ``echo`` call each plus a final answer, in-memory store (S1). Modes
 interleaved so drift hits all alike: ``none`` (no telemetry), ``installed`` (``install_otel``
 with no SDK configured: the API's no-op providers) and ``sdk`` (an SDK ``TracerProvider``
 with a ``SimpleSpanProcessor`` into an ``InMemorySpanExporter`` and a ``MeterProvider`` with
-an ``InMemoryMetricReader``). Prints µs per step and each mode's ratio to ``none``.
+an ``InMemoryMetricReader``). Prints µs per step, wall clock and this process's CPU time
+(the latter is steadier on a shared machine), and each mode's median ratio to ``none``.
 """
 
 from __future__ import annotations
@@ -44,8 +45,8 @@ ECHO = define_tool(
 )
 
 
-async def run(steps: int, mode: str) -> float:
-    """Seconds per step of one S1 run with telemetry ``mode``."""
+async def run(steps: int, mode: str) -> tuple[float, float]:
+    """Wall and CPU seconds per step of one S1 run with telemetry ``mode``."""
     rt = await Runtime.open()
     rt.tools.register(ECHO)
     script = [tool_call_response(f"c{i}", "echo", {"x": i}) for i in range(steps)]
@@ -62,15 +63,15 @@ async def run(steps: int, mode: str) -> float:
         session_id="s1", agent_options=AgentOptions(provider="mock", model="m")
     )
     gc.collect()
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     handle.agent.followup(user_message("go"))
     await handle.agent.when_idle()
-    elapsed = time.perf_counter() - start
+    elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
     await rt.close()
     if mode == "sdk":
         # invoke_agent + (steps + 1) chat spans + steps execute_tool spans
         assert len(exporter.get_finished_spans()) == 2 * steps + 2
-    return elapsed / (steps + 1)
+    return elapsed / (steps + 1), cpu / (steps + 1)
 
 
 async def main() -> None:
@@ -83,19 +84,23 @@ async def main() -> None:
         f"answer, in-memory store · repeats: {args.repeats} (modes interleaved)"
     )
     modes = ("none", "installed", "sdk")
-    results: dict[str, list[float]] = {m: [] for m in modes}
+    wall: dict[str, list[float]] = {m: [] for m in modes}
+    cpu: dict[str, list[float]] = {m: [] for m in modes}
     await run(200, "sdk")  # warm-up: imports, caches
     for _ in range(args.repeats):
         for mode in modes:
-            results[mode].append(await run(args.steps, mode) * 1e6)
-    base = statistics.median(results["none"])
-    for mode in modes:
-        values = results[mode]
-        median = statistics.median(values)
-        print(
-            f"{mode:>9}: µs/step min {min(values):.1f} · median {median:.1f} · "
-            f"max {max(values):.1f} · median / none {median / base:.3f}"
-        )
+            w, c = await run(args.steps, mode)
+            wall[mode].append(w * 1e6)
+            cpu[mode].append(c * 1e6)
+    for label, results in (("wall", wall), ("cpu", cpu)):
+        base = statistics.median(results["none"])
+        for mode in modes:
+            values = results[mode]
+            median = statistics.median(values)
+            print(
+                f"{label:>4} {mode:>9}: µs/step min {min(values):.1f} · median {median:.1f} · "
+                f"max {max(values):.1f} · median / none {median / base:.3f}"
+            )
 
 
 if __name__ == "__main__":
