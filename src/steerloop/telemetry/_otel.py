@@ -8,6 +8,12 @@ sub-agent's turn finds the parent's ``execute_tool`` span through the child's se
 header (``parent_session`` + ``origin.call_id``, written by ``spawn_agent``), falling back
 to the tool call running in the context that opened the child's turn.
 
+Cost: until a tracer or meter provider is configured (explicitly or globally) only
+``agent/status`` is listened to, so an application without an SDK pays nothing per step;
+a provider set later applies from the next turn that starts. ``agent/assistant-stream``
+is listened to only while a recorded turn is open, since its listeners make the loop build
+a frame per chunk.
+
 An attempt whose stream ended without a finish (it raised, or the turn was cancelled)
 keeps its span pending until the turn ends, whose reason says which it was; the span's
 end time is still the moment the stream ended.
