@@ -21,12 +21,17 @@ T = TypeVar("T")
 NO_KEY = "no-key"
 """The placeholder key sent to servers that need none (never worth redacting)."""
 
-_SECRETS = re.compile(r"(?:sk|pk|rk)-[A-Za-z0-9_\-*]{6,}|(?<=Bearer )\S+", re.IGNORECASE)
+# A key-shaped token starts a word: "disk-usage-report" holds no ``sk-`` key.
+_SECRETS = re.compile(r"\b(?:sk|pk|rk)-[A-Za-z0-9_\-*]{6,}|(?<=Bearer )\S+", re.IGNORECASE)
+
+MIN_SECRET_LENGTH = 8
+"""A configured key shorter than this is not searched for: replacing a one-letter "key"
+everywhere would mangle every word that holds the letter, and hides nothing worth hiding."""
 
 
 def redact(text: str, secret: str | None) -> str:
     """``text`` without the adapter's own key nor anything shaped like an API key."""
-    if secret and secret != NO_KEY:
+    if secret and secret != NO_KEY and len(secret) >= MIN_SECRET_LENGTH:
         text = text.replace(secret, "***")
     return _SECRETS.sub("***", text)
 
