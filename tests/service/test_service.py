@@ -341,3 +341,18 @@ async def test_idle_session_is_unloaded_and_reloaded_by_its_next_message(
         events = await wait_for_log(client, "s", lambda ev: turn_ends(ev) == 2)
         assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
         assert user_texts(model.adapter.requests[1]) == ["first", "2nd"]
+
+
+async def test_the_feed_pings_with_a_comment_while_nothing_happens(tmp_path: Path) -> None:
+    app = create_app(sqlite_url(tmp_path), Model().profiles(), ping_seconds=0.2)
+    async with served(app) as client:
+        await client.post("/v1/sessions", json={"session_id": "s"})
+        async with (
+            asyncio.timeout(15),
+            client.stream("GET", "/v1/sessions/s/events") as answer,
+        ):
+            assert answer.headers["content-type"].startswith("text/event-stream")
+            async for line in answer.aiter_lines():
+                if line:
+                    assert line.startswith(":"), line  # nothing durable yet: only pings
+                    break

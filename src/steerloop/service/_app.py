@@ -44,6 +44,7 @@ def create_app(
     body_limit: int = 1 << 20,
     retry: bool = True,
     worker_id: str | None = None,
+    ping_seconds: float = PING_SECONDS,
 ) -> Starlette:
     """The service as a Starlette app (mountable in any ASGI host).
 
@@ -220,7 +221,7 @@ def create_app(
         await host.require(session_id)
         return EventSourceResponse(
             _feed(host, session_id, seq, n),
-            ping=int(PING_SECONDS),
+            ping=ping_seconds,
             send_timeout=30,
             headers={"Cache-Control": "no-store"},
         )
@@ -255,7 +256,7 @@ async def _feed(
 ) -> AsyncIterator[dict[str, Any]]:
     """The SSE feed: durable events after ``seq`` (then live frames of the open step after
     ``n``), pulled by this reader's own cursor: nothing is buffered for a slow reader."""
-    feed = host.feed(session_id)  # registered before the first read: no wake-up is missed
+    feed = host.feed(session_id, reader=True)  # before the first read: no wake-up is missed
     try:
         while not host.closed:
             seen = feed.version

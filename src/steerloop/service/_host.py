@@ -84,6 +84,7 @@ class _Feed:
 
     waiters: set[asyncio.Future[None]] = field(default_factory=set)
     version: int = 0
+    readers: int = 0
     after_seq: int = 0
     first_n: int = 1
     frames: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=_MAX_FRAMES))
@@ -402,19 +403,28 @@ class ServiceHost:
             if handle is None or handle.agent.status != "idle" or self.unconsumed(session_id):
                 return
             del self._handles[session_id]
+            feed = self._feeds.get(session_id)
+            if feed is not None and feed.readers <= 0:
+                del self._feeds[session_id]
             await handle.dispose()
 
     # --- the feed -------------------------------------------------------------------------
 
-    def feed(self, session_id: str) -> _Feed:
+    def feed(self, session_id: str, reader: bool = False) -> _Feed:
         feed = self._feeds.get(session_id)
         if feed is None:
             feed = self._feeds[session_id] = _Feed()
+        if reader:
+            feed.readers += 1
         return feed
 
     def release_feed(self, session_id: str) -> None:
+        """A reader leaves; the feed goes when it has no readers and no live agent."""
         feed = self._feeds.get(session_id)
-        if feed is not None and not feed.waiters and session_id not in self._handles:
+        if feed is None:
+            return
+        feed.readers -= 1
+        if feed.readers <= 0 and session_id not in self._handles:
             del self._feeds[session_id]
 
     def _on_event(self, payload: Any) -> None:
