@@ -140,6 +140,7 @@ class ServiceHost:
         self._feeds: dict[str, _Feed] = {}
         self._idle_since: dict[str, float] = {}
         self._closed = False
+        self._stop = asyncio.Event()
         self._unloader: asyncio.Task[None] | None = None
         self._disposers = [
             rt.hooks.on("session/event", self._on_event),
@@ -153,20 +154,24 @@ class ServiceHost:
             self._unloader = asyncio.get_running_loop().create_task(self._unload_idle())
 
     async def close(self) -> None:
+        """Stop accepting, let the drains and the unloader see it, then dispose every agent
+        (their turns end aborted, cause disposed)."""
         self._closed = True
+        self._stop.set()
         for dispose in self._disposers:
             dispose()
+        for feed in self._feeds.values():
+            feed.notify()
         tasks = [q.drain for q in self._queues.values() if q.drain is not None]
         if self._unloader is not None:
             tasks.append(self._unloader)
-        for task in tasks:
-            task.cancel()  # host-owned bookkeeping tasks, not agent work: see dispose below
+        # No task is cancelled: each checks ``_closed`` between commands or sweeps.
         await asyncio.gather(*tasks, return_exceptions=True)
-        for feed in self._feeds.values():
-            feed.notify()
         for handle in list(self._handles.values()):
-            with contextlib.suppress(Exception):
+            try:
                 await handle.dispose()
+            except Exception:
+                log.exception("disposing %s failed", handle.agent.id)
         self._handles.clear()
 
     @property
@@ -386,7 +391,10 @@ class ServiceHost:
         assert self.idle_unload is not None
         period = max(0.05, min(self.idle_unload / 2, 5.0))
         while not self._closed:
-            await asyncio.sleep(period)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), period)
+            if self._closed:
+                return
             now = self._clock()
             for session_id, handle in list(self._handles.items()):
                 idle_for = now - self._idle_since.get(session_id, now)
