@@ -226,6 +226,41 @@ def create_app(
             headers={"Cache-Control": "no-store"},
         )
 
+    async def agui(request: Request, host: ServiceHost) -> Response:
+        body = await _json_body(request, body_limit)
+        from ag_ui.core import RunAgentInput
+        from pydantic import ValidationError
+
+        try:
+            run_input = RunAgentInput.model_validate(body)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first.get("loc", ()))
+            raise ApiError(
+                422, "invalid_body", f"not an AG-UI RunAgentInput: {where}: {first.get('msg')}"
+            ) from None
+        session_id = _opt_str({"threadId": run_input.thread_id}, "threadId")
+        assert session_id is not None
+        text = _last_user_text(run_input.messages)
+        if text is None:
+            raise ApiError(422, "invalid_body", "the input has no user message with text")
+        if not await host.exists(session_id):
+            try:
+                await host.create(session_id, host.profile(None), None, None)
+            except ValueError as exc:
+                raise ApiError(422, "invalid_body", str(exc)) from None
+        cursor = await host.last_seq(session_id)
+        mode: Literal["followup", "steer"] = (
+            "steer" if host.status(session_id) == "running" else "followup"
+        )
+        answer = host.submit(session_id, mode, text, None, None)
+        return EventSourceResponse(
+            _agui_feed(host, session_id, run_input.run_id, cursor, answer["message_id"]),
+            ping=ping_seconds,
+            send_timeout=30,
+            headers={"Cache-Control": "no-store"},
+        )
+
     async def healthz(request: Request) -> Response:
         return JSONResponse({"ok": "host" in state, "role": role, "worker_id": ident})
 
@@ -243,6 +278,7 @@ def create_app(
         ),
         Route("/v1/sessions/{session_id:str}/log", endpoint(get_log), methods=["GET"]),
         Route("/v1/sessions/{session_id:str}/events", endpoint(events), methods=["GET"]),
+        Route("/v1/agui", endpoint(agui), methods=["POST"]),
     ]
     return Starlette(
         routes=routes,
@@ -274,6 +310,61 @@ async def _feed(
             await feed.wait(seen, PING_SECONDS)
     finally:
         host.release_feed(session_id)
+
+
+async def _agui_feed(
+    host: ServiceHost, session_id: str, run_id: str, seq: int, message_id: str
+) -> AsyncIterator[dict[str, Any]]:
+    """AG-UI events of the run that takes ``message_id``: from ``RUN_STARTED`` to the
+    ``RUN_FINISHED`` (or ``RUN_ERROR``) of the turn whose step first shows the message.
+    The SSE ``id`` is the steerloop cursor (AG-UI clients ignore it)."""
+    from ._agui import AguiRun, encode
+
+    run = AguiRun(session_id, run_id)
+    yield {"data": encode(run.started())}
+    feed = host.feed(session_id, reader=True)
+    n = 0
+    ours = False
+    try:
+        while not host.closed:
+            seen = feed.version
+            page = await host.events_after(session_id, seq, _PAGE)
+            for event in page:
+                seq, n = event["seq"], 0
+                data = event.get("data")
+                if event["type"] == "user/message" and isinstance(data, dict):
+                    ours = ours or data.get("id") == message_id
+                if event["type"] == "turn/end" and not ours:
+                    continue  # the end of a turn before ours
+                out, over = run.event(event)
+                for item in out:
+                    yield {"id": str(seq), "data": encode(item)}
+                if over:
+                    return
+            if page:
+                continue
+            frames = feed.frames_after(seq, n)
+            for n, frame in frames:
+                for item in run.frame(frame):
+                    yield {"id": f"{seq}:{n}", "data": encode(item)}
+            if frames:
+                continue
+            await feed.wait(seen, PING_SECONDS)
+    finally:
+        host.release_feed(session_id)
+
+
+def _last_user_text(messages: Sequence[Any]) -> str | None:
+    for message in reversed(messages):
+        if getattr(message, "role", None) != "user":
+            continue
+        content = message.content
+        if isinstance(content, str):
+            return content
+        parts = [getattr(p, "text", None) for p in content or ()]
+        text = "".join(p for p in parts if isinstance(p, str))
+        return text or None
+    return None
 
 
 def _authorize(request: Request, token: str | None) -> None:
