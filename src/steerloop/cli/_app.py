@@ -447,6 +447,43 @@ def chat(
         raise _fail(console, str(exc), 2) from None
 
 
+@app.command()
+def serve(
+    store: StoreOption = None,
+    host: Annotated[str, typer.Option("--host", help="Address to bind.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", help="Port (0 picks a free one).")] = 8421,
+    role: Annotated[str, typer.Option("--role", help="all, api or worker.")] = "all",
+    profiles: Annotated[
+        str | None, typer.Option("--profiles", help="MODULE:ATTR naming the profiles.")
+    ] = None,
+    token_env: Annotated[
+        str, typer.Option("--token-env", help="Env var holding the API bearer token.")
+    ] = "STEERLOOP_API_TOKEN",
+    idle_unload: Annotated[
+        float, typer.Option("--idle-unload", help="Unload a session idle this many seconds.")
+    ] = 300.0,
+    no_retry: Annotated[bool, typer.Option("--no-retry", help="No retry policy.")] = False,
+) -> None:
+    """Serve sessions over HTTP + SSE (extra steerloop[server])."""
+    from ._serve import serve_main
+
+    console = Console()
+    settings = _settings(store)
+    try:
+        serve_main(
+            settings,
+            host=host,
+            port=port,
+            role=role,
+            profiles=profiles,
+            token_env=token_env,
+            idle_unload=idle_unload,
+            retry=not no_retry,
+        )
+    except (ValueError, SteerloopError) as exc:
+        raise _fail(console, str(exc), 2) from None
+
+
 def main() -> None:
     """Entry point of the ``steerloop`` script."""
     app()

@@ -1,0 +1,119 @@
+"""``steerloop serve``: the HTTP + SSE service under uvicorn."""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from .._runtime import Runtime
+from ..agent._options import AgentOptions
+from ..llm.config import ProviderConfigError, register_providers
+from ..workspace import install_approval, workspace_tools
+from ._session_setup import resolve_route
+from ._settings import Settings
+
+__all__ = ["is_loopback", "serve_main"]
+
+log = logging.getLogger("steerloop.service")
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` binds only the loopback interface."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def default_profiles(settings: Settings) -> Any:
+    """The ``default`` profile: what ``steerloop chat`` builds (providers from the config,
+    workspace tools of the working directory). Approval is ``read-only`` until approvals
+    can be answered over HTTP. With no provider configured there is no profile, and
+    creating a session says what to configure."""
+
+    def build(rt: Runtime) -> list[Any]:
+        from ..service import Profile
+
+        try:
+            config, provider, model = resolve_route(settings, None)
+        except ProviderConfigError as exc:
+            log.warning("no default profile: %s", exc)
+            return []
+        register_providers(rt, config)
+        for tool in workspace_tools(Path.cwd()):
+            rt.tools.register(tool)
+        install_approval(rt, "read-only")
+        return [Profile(name="default", options=AgentOptions(provider=provider, model=model))]
+
+    return build
+
+
+def serve_main(
+    settings: Settings,
+    *,
+    host: str,
+    port: int,
+    role: str,
+    profiles: str | None,
+    token_env: str,
+    idle_unload: float,
+    retry: bool,
+) -> None:
+    """Run the service until interrupted; raises ``ValueError`` for a refused configuration."""
+    import uvicorn
+
+    from ..service import create_app
+    from ..service._profile import load_profiles
+
+    token = os.environ.get(token_env) or None
+    if token is None and not is_loopback(host):
+        raise ValueError(
+            f"refusing to bind {host} without a token: set {token_env} (or bind 127.0.0.1)"
+        )
+    if role not in ("all", "api", "worker"):
+        raise ValueError(f"--role must be all, api or worker, not {role!r}")
+    if idle_unload <= 0:
+        raise ValueError("--idle-unload must be > 0")
+    found: Any = default_profiles(settings)
+    if profiles is not None:
+        spec = profiles
+        sys.path.insert(0, os.getcwd())
+
+        def found(rt: Runtime) -> Any:
+            return list(load_profiles(spec, rt).values())
+
+    app = create_app(
+        settings.store,
+        found,
+        role,  # type: ignore[arg-type]
+        token=token,
+        idle_unload=idle_unload,
+        retry=retry,
+    )
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
+    server = uvicorn.Server(config)
+
+    async def announce() -> None:
+        while not server.started:
+            await asyncio.sleep(0.02)
+        bound = server.servers[0].sockets[0].getsockname()
+        print(f"steerloop serve: listening on http://{host}:{bound[1]}", flush=True)
+
+    async def main() -> None:
+        watcher = asyncio.create_task(announce())
+        try:
+            await server.serve()
+        finally:
+            watcher.cancel()  # our own printing task
+
+    try:
+        asyncio.run(main())
+    except SystemExit:  # uvicorn exits this way when the app's startup fails
+        raise ValueError("the service did not start (see the log above)") from None

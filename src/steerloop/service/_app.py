@@ -1,0 +1,454 @@
+"""The ASGI app: the HTTP + SSE surface of API.md ("Service") over a ``ServiceHost``."""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+import os
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from typing import Any, Literal
+
+from sse_starlette import EventSourceResponse
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from .._runtime import Runtime
+from ..errors import SessionPersistenceError
+from ..llm.retry import install_retry
+from ..session._json import dumps, loads
+from ._host import ApiError, ServiceHost
+from ._profile import Profile, check_profiles
+
+__all__ = ["create_app"]
+
+Role = Literal["all", "api", "worker"]
+ProfilesArg = Sequence[Profile] | Callable[[Runtime], Sequence[Profile]]
+Handler = Callable[[Request], Awaitable[Response]]
+
+PING_SECONDS = 15.0
+_PAGE = 500
+_MAX_LOG_PAGE = 5000
+
+
+def create_app(
+    store: str | None = "sqlite:///steerloop-sessions.db",
+    profiles: ProfilesArg = (),
+    role: Role = "all",
+    *,
+    token: str | None = None,
+    idle_unload: float | None = 300.0,
+    max_unconsumed: int = 100,
+    body_limit: int = 1 << 20,
+    retry: bool = True,
+    worker_id: str | None = None,
+    ping_seconds: float = PING_SECONDS,
+) -> Starlette:
+    """The service as a Starlette app (mountable in any ASGI host).
+
+    The runtime opens with the app's lifespan. ``profiles`` is a sequence of ``Profile`` or a
+    callable ``(rt) -> sequence`` called once with this process's runtime. ``token``, when
+    set, is required as ``Authorization: Bearer`` on every request but ``GET /healthz``.
+
+    Only ``role="all"`` is implemented: one process serves the API and drives the agents.
+
+    Raises:
+        ValueError: another role, or a bad argument.
+    """
+    if role != "all":
+        raise ValueError(
+            f"role {role!r} is not available yet: this version serves one process "
+            "(role 'all') per store"
+        )
+    if max_unconsumed < 1 or body_limit < 1:
+        raise ValueError("max_unconsumed and body_limit must be >= 1")
+    ident = worker_id or f"{socket.gethostname()}:{os.getpid()}"
+    state: dict[str, Any] = {}
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        rt = await Runtime.open(store=store)
+        try:
+            found = profiles(rt) if callable(profiles) else profiles
+            by_name = check_profiles(found)
+            if retry:
+                install_retry(rt)
+            host = ServiceHost(rt, by_name, idle_unload=idle_unload, max_unconsumed=max_unconsumed)
+            host.start()
+            state["host"] = host
+            try:
+                yield
+            finally:
+                state.pop("host", None)
+                await host.close()
+        finally:
+            await rt.close()
+
+    def host_of() -> ServiceHost:
+        host = state.get("host")
+        if host is None:
+            raise ApiError(503, "not_ready", "the service is not running")
+        assert isinstance(host, ServiceHost)
+        return host
+
+    def endpoint(handler: Callable[[Request, ServiceHost], Awaitable[Response]]) -> Handler:
+        async def run(request: Request) -> Response:
+            try:
+                _authorize(request, token)
+                return await handler(request, host_of())
+            except ApiError as exc:
+                return _error(exc)
+            except SessionPersistenceError as exc:
+                return _error(ApiError(500, "storage_error", str(exc)))
+
+        return run
+
+    async def create_session(request: Request, host: ServiceHost) -> Response:
+        body = await _json_body(request, body_limit)
+        _only(body, {"session_id", "profile", "meta", "input"})
+        profile = host.profile(_opt_str(body, "profile"))
+        session_id = _opt_str(body, "session_id") or _new_session_id()
+        meta = body.get("meta")
+        if meta is not None and not isinstance(meta, dict):
+            raise ApiError(422, "invalid_body", "meta must be an object")
+        first = body.get("input")
+        if first is not None and not isinstance(first, str):
+            raise ApiError(422, "invalid_body", "input must be a string")
+        try:
+            await host.create(session_id, profile, meta, first)
+        except ValueError as exc:
+            raise ApiError(422, "invalid_body", str(exc)) from None
+        return JSONResponse(
+            {"session_id": session_id, "events_url": f"/v1/sessions/{session_id}/events"},
+            status_code=201,
+        )
+
+    async def list_sessions(request: Request, host: ServiceHost) -> Response:
+        store = host.rt.sessions.persistence
+        ids = set(host.loaded())
+        if store is not None:
+            ids.update(await store.list())
+        rows = []
+        for session_id in sorted(ids):
+            updated = None
+            if store is not None and await store.exists(session_id):
+                updated = (await store.info(session_id)).last_time
+            rows.append(
+                {
+                    "session_id": session_id,
+                    "status": host.status(session_id),
+                    "last_seq": await host.last_seq(session_id),
+                    "updated_at": updated,
+                }
+            )
+        return JSONResponse({"sessions": rows})
+
+    async def get_session(request: Request, host: ServiceHost) -> Response:
+        session_id = request.path_params["session_id"]
+        await host.require(session_id)
+        profile, _version = await host.stored_profile(session_id)
+        status = host.status(session_id)
+        owner = None
+        if status != "unloaded":
+            owner = {"worker_id": ident, "host": socket.gethostname(), "pid": os.getpid()}
+        return JSONResponse(
+            {
+                "session_id": session_id,
+                "profile": profile,
+                "status": status,
+                "last_seq": await host.last_seq(session_id),
+                "owner": owner,
+                "pending_approvals": [],
+            }
+        )
+
+    async def post_message(request: Request, host: ServiceHost) -> Response:
+        session_id = request.path_params["session_id"]
+        body = await _json_body(request, body_limit)
+        _only(body, {"mode", "content", "message_id", "idempotency_key"})
+        mode = body.get("mode")
+        if mode not in ("followup", "steer", "inject"):
+            raise ApiError(
+                422, "invalid_mode", f"mode must be followup, steer or inject, not {mode!r}"
+            )
+        content = body.get("content")
+        if not isinstance(content, str):
+            raise ApiError(422, "invalid_body", "content must be a string")
+        message_id = _opt_str(body, "message_id")
+        key = _opt_str(body, "idempotency_key")
+        await host.require(session_id)
+        answer = host.submit(session_id, mode, content, message_id, key)
+        return JSONResponse(answer, status_code=202)
+
+    async def cancel(request: Request, host: ServiceHost) -> Response:
+        session_id = request.path_params["session_id"]
+        body = await _json_body(request, body_limit, allow_empty=True)
+        _only(body, {"keep_inbox"})
+        keep = body.get("keep_inbox", False)
+        if not isinstance(keep, bool):
+            raise ApiError(422, "invalid_body", "keep_inbox must be a boolean")
+        await host.require(session_id)
+        answer = host.submit(session_id, "cancel", "", None, None, keep_inbox=keep)
+        return JSONResponse(answer, status_code=202)
+
+    async def decide(request: Request, host: ServiceHost) -> Response:
+        session_id = request.path_params["session_id"]
+        call_id = request.path_params["call_id"]
+        body = await _json_body(request, body_limit)
+        _only(body, {"decision", "reason"})
+        if body.get("decision") not in ("allow", "deny"):
+            raise ApiError(422, "invalid_body", "decision must be allow or deny")
+        await host.require(session_id)
+        raise ApiError(
+            404, "approval_not_found", f"session {session_id!r} has no pending call {call_id!r}"
+        )
+
+    async def get_log(request: Request, host: ServiceHost) -> Response:
+        session_id = request.path_params["session_id"]
+        after = _int_param(request, "after", 0)
+        limit = min(_int_param(request, "limit", _PAGE), _MAX_LOG_PAGE)
+        if limit < 1:
+            raise ApiError(422, "invalid_query", "limit must be >= 1")
+        await host.require(session_id)
+        events = await host.events_after(session_id, after, limit)
+        return JSONResponse({"events": events, "last_seq": await host.last_seq(session_id)})
+
+    async def events(request: Request, host: ServiceHost) -> Response:
+        session_id = request.path_params["session_id"]
+        seq, n = _cursor(request)
+        await host.require(session_id)
+        return EventSourceResponse(
+            _feed(host, session_id, seq, n),
+            ping=ping_seconds,
+            send_timeout=30,
+            headers={"Cache-Control": "no-store"},
+        )
+
+    async def agui(request: Request, host: ServiceHost) -> Response:
+        body = await _json_body(request, body_limit)
+        from ag_ui.core import RunAgentInput
+        from pydantic import ValidationError
+
+        try:
+            run_input = RunAgentInput.model_validate(body)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first.get("loc", ()))
+            raise ApiError(
+                422, "invalid_body", f"not an AG-UI RunAgentInput: {where}: {first.get('msg')}"
+            ) from None
+        session_id = _opt_str({"threadId": run_input.thread_id}, "threadId")
+        assert session_id is not None
+        text = _last_user_text(run_input.messages)
+        if text is None:
+            raise ApiError(422, "invalid_body", "the input has no user message with text")
+        if not await host.exists(session_id):
+            try:
+                await host.create(session_id, host.profile(None), None, None)
+            except ValueError as exc:
+                raise ApiError(422, "invalid_body", str(exc)) from None
+        cursor = await host.last_seq(session_id)
+        mode: Literal["followup", "steer"] = (
+            "steer" if host.status(session_id) == "running" else "followup"
+        )
+        answer = host.submit(session_id, mode, text, None, None)
+        return EventSourceResponse(
+            _agui_feed(host, session_id, run_input.run_id, cursor, answer["message_id"]),
+            ping=ping_seconds,
+            send_timeout=30,
+            headers={"Cache-Control": "no-store"},
+        )
+
+    async def healthz(request: Request) -> Response:
+        return JSONResponse({"ok": "host" in state, "role": role, "worker_id": ident})
+
+    routes = [
+        Route("/healthz", healthz, methods=["GET"]),
+        Route("/v1/sessions", endpoint(create_session), methods=["POST"]),
+        Route("/v1/sessions", endpoint(list_sessions), methods=["GET"]),
+        Route("/v1/sessions/{session_id:str}", endpoint(get_session), methods=["GET"]),
+        Route("/v1/sessions/{session_id:str}/messages", endpoint(post_message), methods=["POST"]),
+        Route("/v1/sessions/{session_id:str}/cancel", endpoint(cancel), methods=["POST"]),
+        Route(
+            "/v1/sessions/{session_id:str}/approvals/{call_id:str}",
+            endpoint(decide),
+            methods=["POST"],
+        ),
+        Route("/v1/sessions/{session_id:str}/log", endpoint(get_log), methods=["GET"]),
+        Route("/v1/sessions/{session_id:str}/events", endpoint(events), methods=["GET"]),
+        Route("/v1/agui", endpoint(agui), methods=["POST"]),
+    ]
+    return Starlette(
+        routes=routes,
+        lifespan=lifespan,
+        exception_handlers={404: _not_found, 405: _not_allowed},
+    )
+
+
+async def _feed(
+    host: ServiceHost, session_id: str, seq: int, n: int
+) -> AsyncIterator[dict[str, Any]]:
+    """The SSE feed: durable events after ``seq`` (then live frames of the open step after
+    ``n``), pulled by this reader's own cursor: nothing is buffered for a slow reader."""
+    feed = host.feed(session_id, reader=True)  # before the first read: no wake-up is missed
+    try:
+        while not host.closed:
+            seen = feed.version
+            page = await host.events_after(session_id, seq, _PAGE)
+            for event in page:
+                seq, n = event["seq"], 0
+                yield {"event": event["type"], "id": str(seq), "data": dumps(event)}
+            if page:
+                continue
+            frames = feed.frames_after(seq, n)
+            for n, frame in frames:
+                yield {"event": "stream", "id": f"{seq}:{n}", "data": dumps(frame)}
+            if frames:
+                continue
+            await feed.wait(seen, PING_SECONDS)
+    finally:
+        host.release_feed(session_id)
+
+
+async def _agui_feed(
+    host: ServiceHost, session_id: str, run_id: str, seq: int, message_id: str
+) -> AsyncIterator[dict[str, Any]]:
+    """AG-UI events of the run that takes ``message_id``: from ``RUN_STARTED`` to the
+    ``RUN_FINISHED`` (or ``RUN_ERROR``) of the turn whose step first shows the message.
+    The SSE ``id`` is the steerloop cursor (AG-UI clients ignore it)."""
+    from ._agui import AguiRun, encode
+
+    run = AguiRun(session_id, run_id)
+    yield {"data": encode(run.started())}
+    feed = host.feed(session_id, reader=True)
+    n = 0
+    ours = False
+    try:
+        while not host.closed:
+            seen = feed.version
+            page = await host.events_after(session_id, seq, _PAGE)
+            for event in page:
+                seq, n = event["seq"], 0
+                data = event.get("data")
+                if event["type"] == "user/message" and isinstance(data, dict):
+                    ours = ours or data.get("id") == message_id
+                if event["type"] == "turn/end" and not ours:
+                    continue  # the end of a turn before ours
+                out, over = run.event(event)
+                for item in out:
+                    yield {"id": str(seq), "data": encode(item)}
+                if over:
+                    return
+            if page:
+                continue
+            frames = feed.frames_after(seq, n)
+            for n, frame in frames:
+                for item in run.frame(frame):
+                    yield {"id": f"{seq}:{n}", "data": encode(item)}
+            if frames:
+                continue
+            await feed.wait(seen, PING_SECONDS)
+    finally:
+        host.release_feed(session_id)
+
+
+def _last_user_text(messages: Sequence[Any]) -> str | None:
+    for message in reversed(messages):
+        if getattr(message, "role", None) != "user":
+            continue
+        content = message.content
+        if isinstance(content, str):
+            return content
+        parts = [getattr(p, "text", None) for p in content or ()]
+        text = "".join(p for p in parts if isinstance(p, str))
+        return text or None
+    return None
+
+
+def _authorize(request: Request, token: str | None) -> None:
+    if token is None:
+        return
+    given = request.headers.get("authorization", "")
+    scheme, _, value = given.partition(" ")
+    if scheme.lower() != "bearer" or not hmac.compare_digest(value.encode(), token.encode()):
+        raise ApiError(401, "unauthorized", "a valid 'Authorization: Bearer <token>' is required")
+
+
+def _error(exc: ApiError) -> JSONResponse:
+    return JSONResponse(
+        {"error": {"code": exc.code, "message": exc.message}},
+        status_code=exc.status,
+        headers=exc.headers,
+    )
+
+
+async def _not_found(request: Request, exc: Exception) -> Response:
+    return _error(ApiError(404, "not_found", f"no route {request.url.path}"))
+
+
+async def _not_allowed(request: Request, exc: Exception) -> Response:
+    return _error(ApiError(405, "method_not_allowed", f"{request.method} is not allowed here"))
+
+
+async def _json_body(request: Request, limit: int, allow_empty: bool = False) -> dict[str, Any]:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise ApiError(413, "body_too_large", f"the body is over {limit} bytes")
+    data = bytearray()
+    async for chunk in request.stream():
+        data += chunk
+        if len(data) > limit:
+            raise ApiError(413, "body_too_large", f"the body is over {limit} bytes")
+    if not data and allow_empty:
+        return {}
+    try:
+        body = loads(bytes(data))
+    except (ValueError, TypeError) as exc:
+        raise ApiError(400, "invalid_json", f"the body is not JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise ApiError(422, "invalid_body", "the body must be a JSON object")
+    return body
+
+
+def _only(body: dict[str, Any], allowed: set[str]) -> None:
+    extra = sorted(set(body) - allowed)
+    if extra:
+        raise ApiError(422, "invalid_body", f"unknown fields: {', '.join(extra)}")
+
+
+def _opt_str(body: dict[str, Any], key: str) -> str | None:
+    value = body.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value or len(value) > 512:
+        raise ApiError(422, "invalid_body", f"{key} must be a string of 1 to 512 characters")
+    return value
+
+
+def _int_param(request: Request, name: str, default: int) -> int:
+    raw = request.query_params.get(name)
+    if raw is None:
+        return default
+    if not raw.isdigit() or len(raw) > 18:
+        raise ApiError(422, "invalid_query", f"{name} must be a non-negative integer")
+    return int(raw)
+
+
+def _cursor(request: Request) -> tuple[int, int]:
+    """``(seq, n)`` to resume after: ``Last-Event-ID`` (``seq`` or ``seq:n``) over ``after``."""
+    last = request.headers.get("last-event-id")
+    if last is None:
+        return _int_param(request, "after", 0), 0
+    seq_text, sep, n_text = last.strip().partition(":")
+    parts = [seq_text, n_text] if sep else [seq_text]
+    if not all(p.isdigit() and len(p) <= 18 for p in parts):
+        raise ApiError(422, "invalid_last_event_id", f"Last-Event-ID {last!r} is not seq[:n]")
+    return int(seq_text), int(n_text) if sep else 0
+
+
+def _new_session_id() -> str:
+    from .._ids import new_id
+
+    return new_id("s")

@@ -1,0 +1,507 @@
+"""The in-process host of a ``--role all`` service: loads agents from profiles, applies the
+commands the API accepts in their per-session order, feeds SSE readers and unloads idle
+sessions.
+
+Commands live in memory here (the in-process equivalent of the PostgreSQL command table):
+each session has a gap-free ``cmd_seq`` counter, an ordered queue applied by one drain task
+at a time, an unconsumed count for back-pressure (429) and its idempotency answers. A process
+restart loses commands that were accepted but not yet applied; those already applied are in
+the log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from .._cancel import CancelCause
+from .._ids import new_id
+from .._runtime import Runtime
+from ..agent._agent import Agent
+from ..agent._factory import AgentHandle
+from ..errors import SessionPersistenceNotFoundError
+from ..llm.chunks import chunk_to_json
+from ..messages import user_message
+from ._profile import Profile
+
+__all__ = ["ApiError", "ServiceHost"]
+
+log = logging.getLogger("steerloop.service")
+
+MessageMode = Literal["followup", "steer", "inject"]
+_ORIGIN_KIND = "service"
+_MAX_FRAMES = 4096
+"""Live frames kept per open step; older ones are dropped (the committed
+``assistant/message`` supersedes them), so a slow reader never makes the host buffer more."""
+
+
+class ApiError(Exception):
+    """An HTTP error answer: ``{"error": {"code", "message"}}`` with ``status``."""
+
+    def __init__(
+        self, status: int, code: str, message: str, headers: dict[str, str] | None = None
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.headers = headers or {}
+
+
+@dataclass(slots=True)
+class _Command:
+    cmd_seq: int
+    kind: Literal["followup", "steer", "inject", "cancel"]
+    message_id: str | None = None
+    content: str = ""
+    keep_inbox: bool = False
+
+
+@dataclass(slots=True)
+class _Queue:
+    """One session's commands: accepted in ``cmd_seq`` order, applied in that order."""
+
+    next_seq: int = 1
+    pending: deque[_Command] = field(default_factory=deque)
+    applying: bool = False
+    drain: asyncio.Task[None] | None = None
+    answers: dict[str, tuple[int, dict[str, Any]]] = field(default_factory=dict)
+
+    @property
+    def unconsumed(self) -> int:
+        return len(self.pending) + (1 if self.applying else 0)
+
+
+@dataclass(slots=True)
+class _Feed:
+    """Wakes SSE readers of one session; holds the live frames of its open step."""
+
+    waiters: set[asyncio.Future[None]] = field(default_factory=set)
+    version: int = 0
+    readers: int = 0
+    after_seq: int = 0
+    first_n: int = 1
+    frames: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=_MAX_FRAMES))
+
+    def notify(self) -> None:
+        self.version += 1
+        for waiter in self.waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+        self.waiters.clear()
+
+    async def wait(self, seen: int, timeout: float) -> None:
+        """Return when anything happened after ``version`` was ``seen`` (or at ``timeout``)."""
+        if self.version != seen:
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.waiters.add(waiter)
+        try:
+            await asyncio.wait_for(waiter, timeout)
+        except TimeoutError:
+            pass
+        finally:
+            self.waiters.discard(waiter)
+
+    def frames_after(self, seq: int, n: int) -> list[tuple[int, dict[str, Any]]]:
+        """Live frames ``(n, frame)`` of the step that follows ``seq`` with a number > ``n``."""
+        if seq != self.after_seq:
+            return []
+        return [(i, frame) for i, frame in enumerate(self.frames, start=self.first_n) if i > n]
+
+
+class ServiceHost:
+    """Drives the agents of one process for the HTTP app (role ``all``)."""
+
+    def __init__(
+        self,
+        rt: Runtime,
+        profiles: dict[str, Profile],
+        *,
+        idle_unload: float | None = 300.0,
+        max_unconsumed: int = 100,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.rt = rt
+        self.profiles = profiles
+        self.idle_unload = idle_unload
+        self.max_unconsumed = max_unconsumed
+        self._clock = clock
+        self._handles: dict[str, AgentHandle] = {}
+        self._profile_of: dict[str, str] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._queues: dict[str, _Queue] = {}
+        self._feeds: dict[str, _Feed] = {}
+        self._idle_since: dict[str, float] = {}
+        self._closed = False
+        self._stop = asyncio.Event()
+        self._unloader: asyncio.Task[None] | None = None
+        self._disposers = [
+            rt.hooks.on("session/event", self._on_event),
+            rt.hooks.on("agent/assistant-stream", self._on_frame),
+        ]
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self.idle_unload is not None and self._unloader is None:
+            self._unloader = asyncio.get_running_loop().create_task(self._unload_idle())
+
+    async def close(self) -> None:
+        """Stop accepting, let the drains and the unloader see it, then dispose every agent
+        (their turns end aborted, cause disposed)."""
+        self._closed = True
+        self._stop.set()
+        for dispose in self._disposers:
+            dispose()
+        for feed in self._feeds.values():
+            feed.notify()
+        tasks = [q.drain for q in self._queues.values() if q.drain is not None]
+        if self._unloader is not None:
+            tasks.append(self._unloader)
+        # No task is cancelled: each checks ``_closed`` between commands or sweeps.
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for handle in list(self._handles.values()):
+            try:
+                await handle.dispose()
+            except Exception:
+                log.exception("disposing %s failed", handle.agent.id)
+        self._handles.clear()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def loaded(self) -> tuple[str, ...]:
+        return tuple(self._handles)
+
+    # --- sessions -------------------------------------------------------------------------
+
+    def profile(self, name: str | None) -> Profile:
+        name = "default" if name is None else name
+        profile = self.profiles.get(name)
+        if profile is None:
+            known = ", ".join(sorted(self.profiles)) or "none"
+            raise ApiError(422, "unknown_profile", f"no profile {name!r} (served: {known})")
+        return profile
+
+    async def exists(self, session_id: str) -> bool:
+        if session_id in self._handles:
+            return True
+        store = self.rt.sessions.persistence
+        return store is not None and await store.exists(session_id)
+
+    async def require(self, session_id: str) -> None:
+        if not await self.exists(session_id):
+            raise ApiError(404, "session_not_found", f"no session {session_id!r}")
+
+    async def create(
+        self, session_id: str, profile: Profile, meta: dict[str, Any] | None, first: str | None
+    ) -> None:
+        lock = self._lock(session_id)
+        async with lock:
+            if await self.exists(session_id):
+                raise ApiError(409, "session_exists", f"session {session_id!r} already exists")
+            handle = await self.rt.agents.create(
+                session_id=session_id,
+                agent_options=profile.options,
+                setup=self._setup(profile, meta),
+                meta=meta,
+            )
+            self._adopt(session_id, handle, profile)
+        if first is not None:
+            self.submit(session_id, "followup", first, None, None)
+
+    def _setup(self, profile: Profile, meta: dict[str, Any] | None) -> Callable[[Any], Any]:
+        def setup(scope: Any) -> Any:
+            header = scope.agent.session.header
+            if "origin" not in header:  # a resumed session keeps the profile it was made with
+                origin: dict[str, Any] = {
+                    "kind": _ORIGIN_KIND,
+                    "profile": profile.name,
+                    "profile_version": profile.version,
+                }
+                if meta:
+                    origin["meta"] = meta
+                header["origin"] = origin
+            return profile.setup(scope) if profile.setup is not None else None
+
+        return setup
+
+    def _adopt(self, session_id: str, handle: AgentHandle, profile: Profile) -> None:
+        self._handles[session_id] = handle
+        self._profile_of[session_id] = profile.name
+        self._idle_since[session_id] = self._clock()
+
+    def _lock(self, session_id: str) -> asyncio.Lock:
+        lock = self._locks.get(session_id)
+        if lock is None:
+            lock = self._locks[session_id] = asyncio.Lock()
+        return lock
+
+    async def stored_profile(self, session_id: str) -> tuple[str | None, int | None]:
+        if session_id in self._profile_of:
+            name = self._profile_of[session_id]
+            return name, self.profiles[name].version
+        store = self.rt.sessions.persistence
+        if store is None:
+            return None, None
+        try:
+            header = await store.load_header(session_id)
+        except SessionPersistenceNotFoundError:
+            return None, None
+        origin = header.get("origin")
+        if not isinstance(origin, dict) or origin.get("kind") != _ORIGIN_KIND:
+            return None, None
+        stored_name: Any = origin.get("profile")
+        stored_version: Any = origin.get("profile_version")
+        return (
+            stored_name if isinstance(stored_name, str) else None,
+            stored_version if type(stored_version) is int else None,
+        )
+
+    async def load(self, session_id: str) -> Agent:
+        """The live agent of ``session_id``, resumed from the store when unloaded."""
+        handle = self._handles.get(session_id)
+        if handle is not None:
+            return handle.agent
+        async with self._lock(session_id):
+            handle = self._handles.get(session_id)
+            if handle is not None:
+                return handle.agent
+            name, version = await self.stored_profile(session_id)
+            profile = self.profiles.get(name or "default")
+            if profile is None or (version is not None and version != profile.version):
+                raise ApiError(
+                    503,
+                    "profile_not_served",
+                    f"session {session_id!r} needs profile {name!r} version {version}, "
+                    "which this process does not serve",
+                )
+            handle = await self.rt.agents.resume(
+                resume_session_id=session_id,
+                agent_options=profile.options,
+                setup=self._setup(profile, None),
+            )
+            self._adopt(session_id, handle, profile)
+            return handle.agent
+
+    def status(self, session_id: str) -> str:
+        handle = self._handles.get(session_id)
+        if handle is None:
+            return "unloaded"
+        return str(handle.agent.status)
+
+    # --- commands -------------------------------------------------------------------------
+
+    def _queue(self, session_id: str) -> _Queue:
+        queue = self._queues.get(session_id)
+        if queue is None:
+            queue = self._queues[session_id] = _Queue()
+        return queue
+
+    def remembered(self, session_id: str, key: str | None) -> tuple[int, dict[str, Any]] | None:
+        if key is None:
+            return None
+        return self._queue(session_id).answers.get(key)
+
+    def submit(
+        self,
+        session_id: str,
+        kind: Literal["followup", "steer", "inject", "cancel"],
+        content: str,
+        message_id: str | None,
+        key: str | None,
+        keep_inbox: bool = False,
+    ) -> dict[str, Any]:
+        """Accept one command: its ``cmd_seq`` is the next of the session, it is applied
+        after every earlier one. Synchronous, so two submits never interleave."""
+        if self._closed:
+            raise ApiError(503, "shutting_down", "the service is shutting down")
+        queue = self._queue(session_id)
+        if key is not None and key in queue.answers:
+            return queue.answers[key][1]
+        if queue.unconsumed >= self.max_unconsumed:
+            raise ApiError(
+                429,
+                "too_many_commands",
+                f"session {session_id!r} has {queue.unconsumed} commands not yet applied",
+                {"Retry-After": "1"},
+            )
+        command = _Command(queue.next_seq, kind, content=content, keep_inbox=keep_inbox)
+        queue.next_seq += 1
+        answer: dict[str, Any] = {"cmd_seq": command.cmd_seq}
+        if kind != "cancel":
+            command.message_id = message_id or new_id("msg")
+            answer["message_id"] = command.message_id
+        queue.pending.append(command)
+        if key is not None:
+            queue.answers[key] = (202, answer)
+        if queue.drain is None or queue.drain.done():
+            queue.drain = asyncio.get_running_loop().create_task(self._drain(session_id))
+        return answer
+
+    async def _drain(self, session_id: str) -> None:
+        queue = self._queue(session_id)
+        while queue.pending and not self._closed:
+            queue.applying = True
+            command = queue.pending[0]
+            try:
+                agent = await self.load(session_id)
+            except Exception:
+                # Kept queued, in order: the next command accepted for it retries the load.
+                log.exception("session %s: not loaded; commands stay queued", session_id)
+                queue.applying = False
+                return
+            try:
+                self._apply(agent, command)
+            except Exception:
+                # A command the agent refuses (e.g. a message id already in the log) is
+                # dropped so it cannot block the ones after it.
+                log.exception("session %s: command %d refused", session_id, command.cmd_seq)
+            queue.pending.popleft()
+            queue.applying = False
+            self._idle_since[session_id] = self._clock()
+
+    def _apply(self, agent: Agent, command: _Command) -> None:
+        if command.kind == "cancel":
+            agent.cancel(CancelCause.user(), keep_inbox=command.keep_inbox)
+            return
+        message = user_message(command.content, id=command.message_id)
+        if command.kind == "followup":
+            agent.followup(message)
+        elif command.kind == "steer":
+            agent.steer(message)
+        else:
+            agent.inject(message)
+
+    def unconsumed(self, session_id: str) -> int:
+        queue = self._queues.get(session_id)
+        return 0 if queue is None else queue.unconsumed
+
+    # --- idle unload ----------------------------------------------------------------------
+
+    async def _unload_idle(self) -> None:
+        assert self.idle_unload is not None
+        period = max(0.05, min(self.idle_unload / 2, 5.0))
+        while not self._closed:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), period)
+            if self._closed:
+                return
+            now = self._clock()
+            for session_id, handle in list(self._handles.items()):
+                idle_for = now - self._idle_since.get(session_id, now)
+                if (
+                    handle.agent.status == "idle"
+                    and self.unconsumed(session_id) == 0
+                    and idle_for >= self.idle_unload
+                ):
+                    await self.unload(session_id)
+
+    async def unload(self, session_id: str) -> None:
+        async with self._lock(session_id):
+            handle = self._handles.get(session_id)
+            if handle is None or handle.agent.status != "idle" or self.unconsumed(session_id):
+                return
+            del self._handles[session_id]
+            feed = self._feeds.get(session_id)
+            if feed is not None and feed.readers <= 0:
+                del self._feeds[session_id]
+            await handle.dispose()
+
+    # --- the feed -------------------------------------------------------------------------
+
+    def feed(self, session_id: str, reader: bool = False) -> _Feed:
+        feed = self._feeds.get(session_id)
+        if feed is None:
+            feed = self._feeds[session_id] = _Feed()
+        if reader:
+            feed.readers += 1
+        return feed
+
+    def release_feed(self, session_id: str) -> None:
+        """A reader leaves; the feed goes when it has no readers and no live agent."""
+        feed = self._feeds.get(session_id)
+        if feed is None:
+            return
+        feed.readers -= 1
+        if feed.readers <= 0 and session_id not in self._handles:
+            del self._feeds[session_id]
+
+    def _on_event(self, payload: Any) -> None:
+        session_id = payload.session.id
+        if session_id in self._handles:
+            self._idle_since[session_id] = self._clock()
+        feed = self._feeds.get(session_id)
+        if feed is not None:
+            feed.frames.clear()
+            feed.after_seq = payload.event.seq
+            feed.first_n = 1
+            feed.notify()
+
+    def _on_frame(self, payload: Any) -> None:
+        agent = payload.agent
+        if agent.id not in self._handles:
+            return
+        feed = self.feed(agent.id)
+        after = agent.session.next_seq - 1
+        if after != feed.after_seq:
+            feed.frames.clear()
+            feed.after_seq = after
+            feed.first_n = 1
+        frame = payload.frame
+        body: dict[str, Any] = {
+            "kind": frame.kind,
+            "attempt_id": frame.attempt_id,
+            "revision": frame.revision,
+            "turn": frame.turn,
+            "step": frame.step,
+        }
+        if frame.chunk is not None:
+            body["chunk"] = chunk_to_json(frame.chunk)
+        if len(feed.frames) == feed.frames.maxlen:
+            feed.first_n += 1
+        feed.frames.append(body)
+        feed.notify()
+
+    async def events_after(self, session_id: str, after: int, limit: int) -> list[dict[str, Any]]:
+        """Durable events with seq > ``after`` in their stored JSON form (at most ``limit``).
+
+        A live session's events are served once flushed, so a reader never sees an event
+        the store could still lose."""
+        handle = self._handles.get(session_id)
+        if handle is not None:
+            session = handle.agent.session
+            if session.next_seq - 1 <= after:
+                return []
+            try:
+                await session.flush()
+            except Exception:
+                log.debug("session %s: flush for a reader failed", session_id, exc_info=True)
+            else:
+                events = session.events[after : after + limit]
+                return [event.to_json() for event in events]
+        store = self.rt.sessions.persistence
+        if store is None:
+            return []
+        try:
+            stored = await store.load(session_id)
+        except SessionPersistenceNotFoundError:
+            return []
+        return [event.to_json() for event in stored[after : after + limit]]
+
+    async def last_seq(self, session_id: str) -> int:
+        handle = self._handles.get(session_id)
+        if handle is not None:
+            return handle.agent.session.next_seq - 1
+        store = self.rt.sessions.persistence
+        if store is None:
+            return 0
+        return (await store.info(session_id)).events

@@ -1,0 +1,80 @@
+"""Profiles: how a served session's agent is built (``--profiles MODULE:ATTR``)."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from ..agent._options import AgentOptions
+
+if TYPE_CHECKING:
+    from .._runtime import Runtime
+
+__all__ = ["Profile", "load_profiles"]
+
+OnTakeover = Literal["continue", "idle"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Profile:
+    """A named recipe for a session's agent: its options, an optional ``setup(scope)`` and a
+    version stored with every session built from it (a worker serves a session only if it
+    has the profile at that version)."""
+
+    name: str
+    options: AgentOptions
+    setup: Callable[[Any], Any] | None = None
+    version: int = 1
+    on_takeover: OnTakeover = "continue"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name or len(self.name) > 200:
+            raise ValueError(f"profile name must be a non-empty string, not {self.name!r}")
+        if not isinstance(self.options, AgentOptions):
+            raise ValueError(f"profile {self.name!r}: options must be AgentOptions")
+        if type(self.version) is not int or self.version < 1:
+            raise ValueError(f"profile {self.name!r}: version must be an integer >= 1")
+        if self.on_takeover not in ("continue", "idle"):
+            raise ValueError(
+                f"profile {self.name!r}: on_takeover must be 'continue' or 'idle', "
+                f"not {self.on_takeover!r}"
+            )
+
+
+def check_profiles(profiles: Sequence[Profile]) -> dict[str, Profile]:
+    """The profiles by name; raises ``ValueError`` for a non-profile or a repeated name."""
+    by_name: dict[str, Profile] = {}
+    for profile in profiles:
+        if not isinstance(profile, Profile):
+            raise ValueError(f"not a Profile: {profile!r}")
+        if profile.name in by_name:
+            raise ValueError(f"profile {profile.name!r} is given twice")
+        by_name[profile.name] = profile
+    return by_name
+
+
+def load_profiles(spec: str, rt: Runtime) -> dict[str, Profile]:
+    """Resolve ``MODULE:ATTR``: a sequence of ``Profile``, or a callable ``(rt) -> sequence``
+    called once with this process's runtime.
+
+    Raises:
+        ValueError: a malformed spec, a missing module or attribute, or a wrong result.
+    """
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise ValueError(f"--profiles must be MODULE:ATTR, not {spec!r}")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ValueError(f"--profiles: cannot import {module_name!r}: {exc}") from None
+    try:
+        found: Any = getattr(module, attr)
+    except AttributeError:
+        raise ValueError(f"--profiles: {module_name!r} has no attribute {attr!r}") from None
+    if callable(found):
+        found = found(rt)
+    if isinstance(found, Profile) or not isinstance(found, Sequence) or isinstance(found, str):
+        raise ValueError(f"--profiles {spec}: expected a sequence of Profile, got {found!r}")
+    return check_profiles(found)

@@ -1,0 +1,148 @@
+"""``steerloop serve`` as a real process (API.md "Command line"): the embedded default on a
+fresh machine, ``--profiles MODULE:ATTR``, and the refusal of a public bind without a token."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+
+from .served import WAIT, turn_ends
+
+pytestmark = pytest.mark.timeout(90)
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _env(home: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STEERLOOP_")}
+    env.update(
+        HOME=str(home),
+        XDG_CONFIG_HOME=str(home / ".config"),
+        XDG_DATA_HOME=str(home / ".local" / "share"),
+        PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT)]),
+        **extra,
+    )
+    return env
+
+
+@contextmanager
+def serve(home: Path, *args: str, **env: str) -> Iterator[str]:
+    """Start ``steerloop serve --port 0 ARGS`` in ``home``; yield its base URL; kill it."""
+    home.mkdir(parents=True, exist_ok=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "from steerloop.cli import main; main()",
+            "serve",
+            "--port",
+            "0",
+            *args,
+        ],
+        cwd=home,
+        env=_env(home, **env),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        line = _bounded_readline(proc)
+        found = re.search(r"listening on (http://\S+)", line)
+        assert found, f"no listening line: {line!r} / {proc.stderr.read() if proc.stderr else ''}"
+        yield found.group(1)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=WAIT)
+        if proc.stdout:
+            proc.stdout.close()
+        if proc.stderr:
+            proc.stderr.close()
+
+
+def _bounded_readline(proc: subprocess.Popen[str]) -> str:
+    import selectors
+
+    assert proc.stdout is not None
+    with selectors.DefaultSelector() as sel:
+        sel.register(proc.stdout, selectors.EVENT_READ)
+        if not sel.select(timeout=60):
+            raise AssertionError("steerloop serve printed nothing within 60 s")
+    return proc.stdout.readline()
+
+
+async def _wait_turns(client: httpx.AsyncClient, sid: str, n: int) -> list[dict[str, object]]:
+    async with asyncio.timeout(WAIT):
+        while True:
+            events = (await client.get(f"/v1/sessions/{sid}/log")).json()["events"]
+            if turn_ends(events) >= n:
+                return list(events)
+            await asyncio.sleep(0.05)
+
+
+async def test_serve_with_no_flags_starts_on_a_fresh_machine(tmp_path: Path) -> None:
+    """No config, no server: the embedded SQLite store under XDG_DATA_HOME; without a
+    configured provider there is no ``default`` profile, and creating a session says so."""
+    home = tmp_path / "home"
+    with serve(home) as url:
+        async with httpx.AsyncClient(base_url=url, timeout=WAIT) as client:
+            health = (await client.get("/healthz")).json()
+            assert health["ok"] is True
+            assert health["role"] == "all"
+            answer = await client.post("/v1/sessions", json={})
+            assert answer.status_code == 422
+            assert answer.json()["error"]["code"] == "unknown_profile"
+            assert (await client.get("/v1/sessions")).json() == {"sessions": []}
+    assert (home / ".local" / "share" / "steerloop" / "sessions.db").is_file()
+
+
+async def test_serve_with_a_profiles_module_runs_turns(tmp_path: Path) -> None:
+    store = f"sqlite:///{tmp_path / 'sessions.db'}"
+    args = ("--store", store, "--profiles", "tests.service.profiles:profiles")
+    with serve(tmp_path / "home", *args) as url:
+        async with httpx.AsyncClient(base_url=url, timeout=WAIT) as client:
+            created = await client.post("/v1/sessions", json={"session_id": "s", "input": "hi"})
+            assert created.status_code == 201
+            await _wait_turns(client, "s", 1)
+            await client.post("/v1/sessions/s/messages", json={"mode": "followup", "content": "2"})
+            events = await _wait_turns(client, "s", 2)
+            texts = [
+                e["data"]["message"]["content"][0]["text"]  # type: ignore[index]
+                for e in events
+                if e["type"] == "assistant/message"
+            ]
+            assert texts == ["reply 1", "reply 2"]
+
+
+def test_a_public_bind_without_a_token_is_refused(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from steerloop.cli import main; main()",
+            "serve",
+            "--host",
+            "0.0.0.0",
+            "--port",
+            "0",
+        ],
+        cwd=home,
+        env=_env(home),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert "STEERLOOP_API_TOKEN" in done.stdout + done.stderr
+    assert "refusing" in done.stdout + done.stderr
