@@ -35,8 +35,8 @@ from ._provider_stream import error_finish, provider_stream
 from ._types import GenerateRequest, LlmFailure, ModelInfo, TokenUsage
 from .chunks import (
     BlockEnd,
-    BlockType,
     BlockStart,
+    BlockType,
     Finish,
     FinishReason,
     ReasoningDelta,
