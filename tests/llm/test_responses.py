@@ -100,7 +100,8 @@ async def agent_on(
 
 async def run(agent: Any, text: str) -> None:
     agent.followup(user_message(text))
-    await settle(agent)
+    # Bounded, but generous: a first request in a process imports the SDK's Responses types.
+    await settle(agent, 30)
 
 
 def turn_end(agent: Any) -> Any:
@@ -530,9 +531,9 @@ async def test_cancel_mid_reasoning_closes_the_stream(rt: Runtime, server: SSESe
     agent = await agent_on(rt, adapter)
     server.add(reply(events, hang_after=len(events)))
     agent.followup(user_message("u1"))
-    await asyncio.wait_for(seen.wait(), 5)
+    await asyncio.wait_for(seen.wait(), 30)
     agent.cancel(CancelCause.user())
-    await settle(agent)
+    await settle(agent, 30)
     await asyncio.wait_for(server.requests[0].client_closed.wait(), 5)
     assert compact(agent.session)[-3:] == ["msg(interrupted)", "S-1.1", "T-1:aborted"]
     msg = events_of(agent.session, "assistant/message")[0].data
