@@ -554,9 +554,13 @@ async def test_cancel_mid_reasoning_closes_the_stream(rt: Runtime, server: SSESe
 def test_only_intact_reasoning_items_of_this_provider_are_replayed() -> None:
     """Stored rows are untrusted: a reasoning block whose replay state is not an intact
     Responses item, or that another provider produced (a fork to another provider), is
-    left out instead of being sent as a malformed item."""
+    left out instead of being sent as a malformed item; an intact one goes back with the
+    fields of a reasoning input item only."""
     adapter = OpenAIResponsesAdapter(base_url="http://127.0.0.1:9", api_key=KEY)
-    good = {"kind": "openai/reasoning", "item": reasoning_item("rs_1", "ok", ENC_1)}
+    good = {
+        "kind": "openai/reasoning",
+        "item": {**reasoning_item("rs_1", "ok", ENC_1), "injected": {"x": 1}},
+    }
     bad_states: list[Any] = [
         None,
         "garbage",

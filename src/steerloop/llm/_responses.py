@@ -211,6 +211,9 @@ def _text(blocks: tuple[Any, ...]) -> str:
     return "\n\n".join(b.text for b in blocks if isinstance(b, TextBlock))
 
 
+_REASONING_FIELDS = frozenset({"id", "type", "summary", "content", "encrypted_content"})
+
+
 def _reasoning_item(block: ReasoningBlock) -> dict[str, Any] | None:
     state = block.replay_state
     if not isinstance(state, Mapping) or state.get("kind") != REASONING_ITEM:
@@ -220,7 +223,8 @@ def _reasoning_item(block: ReasoningBlock) -> dict[str, Any] | None:
         return None
     if not isinstance(item.get("id"), str):
         return None
-    return dict(item)
+    # Stored rows are untrusted: only the fields of a reasoning input item go back.
+    return {k: v for k, v in item.items() if k in _REASONING_FIELDS}
 
 
 def to_input_items(messages: tuple[Message, ...], provider: str) -> list[dict[str, Any]]:
