@@ -140,7 +140,9 @@ lookup = define_tool(
 async def test_tool_round_trip_replays_thinking_and_pairs_results(model: Model) -> None:
     """Thinking (signed and redacted), text and two tool calls; the second request of the
     tool loop carries the assistant turn with the thinking blocks unchanged and the tool_use
-    blocks, then ONE user message with both tool_results paired by tool_use_id."""
+    blocks, then ONE user message with both tool_results paired by tool_use_id. Prompt
+    caching is on by default: breakpoints on the system prompt, the last tool and the last
+    block of the last message (here the second tool_result)."""
     m = model
     m.rt.system_prompt.add_section("persona", "You are terse.")
     first = message(
@@ -165,17 +167,22 @@ async def test_tool_round_trip_replays_thinking_and_pairs_results(model: Model) 
     ]  # fmt: skip
 
     body1, body2 = m.body(0), m.body(1)
-    assert body1["system"] == "You are terse."
+    cache = {"type": "ephemeral"}
+    assert body1["system"] == [{"type": "text", "text": "You are terse.", "cache_control": cache}]
     assert body1["stream"] is True
     (tool,) = body1["tools"]
-    assert set(tool) == {"name", "description", "input_schema"}
+    assert set(tool) == {"name", "description", "input_schema", "cache_control"}
+    assert tool["cache_control"] == cache
     assert (tool["name"], tool["description"]) == ("lookup", "Look a key up")
     assert tool["input_schema"]["type"] == "object"
     assert tool["input_schema"]["properties"]["key"]["type"] == "string"
     assert body1["thinking"] == {"type": "enabled", "budget_tokens": 8192}
     assert body1["max_tokens"] == 8192 + 16384
     assert body1["messages"] == [
-        {"role": "user", "content": [{"type": "text", "text": "find x and y"}]}
+        {
+            "role": "user",
+            "content": [{"type": "text", "text": "find x and y", "cache_control": cache}],
+        }
     ]
     assert all(msg["role"] != "system" for msg in body2["messages"])
     assert body2["messages"] == [
@@ -202,6 +209,7 @@ async def test_tool_round_trip_replays_thinking_and_pairs_results(model: Model) 
                     "type": "tool_result",
                     "tool_use_id": "toolu_b",
                     "content": [{"type": "text", "text": "value of y"}],
+                    "cache_control": cache,
                 },
             ],
         },
@@ -554,7 +562,10 @@ async def test_cancel_mid_stream_closes_the_connection(model: Model) -> None:
     assert model.body(1)["messages"] == [
         {"role": "user", "content": [{"type": "text", "text": "u1"}]},
         {"role": "assistant", "content": [{"type": "text", "text": "Partial answer"}]},
-        {"role": "user", "content": [{"type": "text", "text": "u2"}]},
+        {
+            "role": "user",
+            "content": [{"type": "text", "text": "u2", "cache_control": {"type": "ephemeral"}}],
+        },
     ]
 
 

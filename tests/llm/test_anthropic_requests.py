@@ -7,6 +7,7 @@ bodies the server received and the log the run wrote.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import anthropic
@@ -217,3 +218,95 @@ async def test_a_turn_paused_too_often_ends_in_error(rt: Runtime, server: SSESer
     assert len(server.requests) == MAX_CONTINUATIONS + 1
     failure = turn_end(agent).error
     assert (failure.code, failure.retryable) == ("PAUSED", False)
+
+
+# --- prompt caching -------------------------------------------------------------------------
+
+
+def _cached_request(extra: Any = None, *, history: Any = None) -> Any:
+    from steerloop.llm import GenerateRequest, ToolSchema
+    from steerloop.messages import SystemMessage, TextBlock
+
+    tools = tuple(
+        ToolSchema(name=n, description=n, parameters={"type": "object"}) for n in ("a", "b")
+    )
+    return GenerateRequest(
+        provider="anthropic",
+        model=MODEL,
+        messages=history
+        or (SystemMessage(id="s", content=(TextBlock("sys"),)), user_message("hi")),
+        tools=tools,
+        config=CallConfig(extra=extra) if extra is not None else None,
+    )
+
+
+def test_prompt_cache_breakpoints_and_the_off_switch() -> None:
+    """Default on: ``cache_control`` on the system prompt, the last tool only and the last
+    message; ``extra["prompt_cache"]`` (never sent) switches it off or sets the object; the
+    adapter-wide ``prompt_cache=False`` turns it off, and a request can turn it back on."""
+    on = AnthropicAdapter(base_url="http://127.0.0.1:9", api_key="k")
+    off = AnthropicAdapter(base_url="http://127.0.0.1:9", api_key="k", prompt_cache=False)
+    eph = {"type": "ephemeral"}
+    hour = {"type": "ephemeral", "ttl": "1h"}
+
+    params = on.build_params(_cached_request())
+    assert params["system"] == [{"type": "text", "text": "sys", "cache_control": eph}]
+    assert params["tools"] == [
+        {"name": "a", "description": "a", "input_schema": {"type": "object"}},
+        {"name": "b", "description": "b", "input_schema": {"type": "object"}, "cache_control": eph},
+    ]
+    assert params["messages"] == [
+        {"role": "user", "content": [{"type": "text", "text": "hi", "cache_control": eph}]}
+    ]
+
+    for adapter, extra in ((on, {"prompt_cache": False}), (off, None), (off, {"top_k": 1})):
+        params = adapter.build_params(_cached_request(extra))
+        assert params["system"] == "sys"
+        assert "cache_control" not in json.dumps(params)
+        assert "prompt_cache" not in params
+
+    params = off.build_params(_cached_request({"prompt_cache": hour}))
+    assert params["system"][0]["cache_control"] == hour
+    assert params["messages"][0]["content"][0]["cache_control"] == hour
+    assert "prompt_cache" not in params
+
+
+def test_prompt_cache_skips_blocks_that_cannot_carry_a_breakpoint() -> None:
+    """A last message ending in thinking (a prefilled assistant turn) gets its breakpoint on
+    the last block that may carry one; a bad ``prompt_cache`` value is a clear error."""
+    from steerloop.messages import AssistantMessage, ReasoningBlock, TextBlock
+
+    adapter = AnthropicAdapter(base_url="http://127.0.0.1:9", api_key="k")
+    signed = ReasoningBlock("hm", {"kind": "anthropic/thinking", "signature": "sig"})
+    history = (
+        user_message("hi"),
+        AssistantMessage(id="a", content=(TextBlock("so"), signed)),
+    )
+    params = adapter.build_params(_cached_request(history=history))
+    assert params["messages"][-1]["content"] == [
+        {"type": "text", "text": "so", "cache_control": {"type": "ephemeral"}},
+        {"type": "thinking", "thinking": "hm", "signature": "sig"},
+    ]
+    with pytest.raises(ValueError, match="prompt_cache must be"):
+        adapter.build_params(_cached_request({"prompt_cache": "yes"}))
+
+
+async def test_a_bad_prompt_cache_value_fails_the_request_clearly(
+    rt: Runtime, server: SSEServer
+) -> None:
+    """``extra["prompt_cache"]`` of the wrong type: an error finish ``INVALID_REQUEST``
+    naming the key, nothing sent."""
+    from steerloop.llm.chunks import Finish
+
+    adapter = AnthropicAdapter(base_url=server.url, api_key="k")
+    try:
+        chunks = [c async for c in adapter.stream(_cached_request({"prompt_cache": "yes"}))]
+    finally:
+        await adapter.aclose()
+    assert server.requests == []
+    (finish,) = chunks
+    assert isinstance(finish, Finish)
+    failure = finish.reason.failure
+    assert failure is not None
+    assert (failure.code, failure.retryable) == ("INVALID_REQUEST", False)
+    assert failure.message.startswith("prompt_cache must be true, false or a cache_control")

@@ -383,3 +383,74 @@ async def test_the_agent_own_max_tokens_wins(rt: Runtime, server: SSEServer) -> 
     handle.agent.followup(user_message("u1"))
     await settle(handle.agent)
     assert server.requests[0].json()["max_tokens"] == 7
+
+
+# --- the Responses API ----------------------------------------------------------------------
+
+
+async def test_openai_responses_kind_serves_the_agent(rt: Runtime, server: SSEServer) -> None:
+    """``kind = "openai-responses"`` builds an ``OpenAIResponsesAdapter``: the request goes
+    to ``/responses`` (stateless, the session id as the cache key) with the provider's key."""
+    from .responses_wire import Wire, reply
+
+    wire = Wire()
+    events = wire.created() + wire.message(0, ["hello"])
+    events.append(wire.completed(Wire.usage(3, 1)))
+    server.add(reply(events))
+    config = ProviderConfig.load(
+        {"gw": {"kind": "openai-responses", "base_url": server.url, "api_key_env": "GW_KEY"}},
+        environ={"GW_KEY": SECRET},
+    )
+    dispose = register_providers(rt, config)
+    handle = await rt.agents.create(
+        session_id="s-1", agent_options=AgentOptions(provider="gw", model="gpt-4.1")
+    )
+    agent = handle.agent
+    agent.followup(user_message("u1"))
+    # Bounded, but generous: the first request imports the SDK's Responses types.
+    await settle(agent, 60)
+    assert compact(agent.session)[-3:] == ["msg", "S-1.1", "T-1:completed"]
+    (received,) = server.requests
+    assert received.path == "/responses"
+    assert received.headers["authorization"] == f"Bearer {SECRET}"
+    body = received.json()
+    assert (body["store"], body["prompt_cache_key"]) == (False, "s-1")
+    assert SECRET not in log_text(agent)
+    dispose()
+
+
+async def test_responses_first_models_of_openai_use_the_responses_api(rt: Runtime) -> None:
+    """On OpenAI's own endpoint the models the known-models table marks Responses-first
+    (reasoning models, dated variants included) go through the Responses adapter, the rest
+    through chat completions; an OpenAI-compatible server elsewhere is never switched."""
+    from steerloop.llm.openai import OpenAIChatAdapter, OpenAIResponsesAdapter
+
+    config = ProviderConfig.load(
+        {"vllm": {"base_url": "http://127.0.0.1:9/v1"}},
+        environ={"OPENAI_API_KEY": SECRET, "DEEPSEEK_API_KEY": SECRET},
+    )
+    dispose = register_providers(rt, config)
+    openai_ = rt.llm.adapter_for("openai")
+    kinds = {m: openai_.kind_for(m) for m in ("o3", "o4-mini-2025-04-16", "gpt-5", "gpt-4.1")}
+    assert kinds == {
+        "o3": "openai-responses",
+        "o4-mini-2025-04-16": "openai-responses",
+        "gpt-5": "openai-responses",
+        "gpt-4.1": "openai",
+    }
+    assert rt.llm.adapter_for("vllm").kind_for("o3") == "openai"
+    assert rt.llm.adapter_for("deepseek").kind_for("o3") == "openai"
+    # One adapter per kind, built on first use, both closed with the provider.
+    await openai_.resolve_model("openai", "o3")
+    await openai_.resolve_model("openai", "gpt-4.1")
+    built = openai_._adapters
+    assert isinstance(built["openai-responses"], OpenAIResponsesAdapter)
+    assert isinstance(built["openai"], OpenAIChatAdapter)
+    await openai_.aclose()
+    assert openai_._adapters == {}
+    dispose()
+
+
+def test_unknown_kind_names_the_responses_kind() -> None:
+    with pytest.raises(ProviderConfigError, match="'openai-responses'"):
+        ProviderConfig.load({"x": {"kind": "grpc"}}, environ={})

@@ -55,7 +55,7 @@ from .chunks import (
     UsageChunk,
 )
 
-__all__ = ["DEFAULT_THINKING_BUDGETS", "AnthropicAdapter"]
+__all__ = ["DEFAULT_THINKING_BUDGETS", "PROMPT_CACHE", "AnthropicAdapter"]
 
 THINKING = "anthropic/thinking"
 REDACTED_THINKING = "anthropic/redacted_thinking"
@@ -67,6 +67,15 @@ DEFAULT_THINKING_BUDGETS: Mapping[str, int] = {
     "high": 24576,
 }
 """``reasoning_effort`` → ``budget_tokens`` when the adapter is given no table of its own."""
+
+PROMPT_CACHE = "prompt_cache"
+"""The ``CallConfig.extra`` key steering prompt caching for one request (never sent): ``False``
+turns it off, ``True`` asks for the default, a mapping is the ``cache_control`` object itself
+(``{"type": "ephemeral", "ttl": "1h"}``)."""
+
+_EPHEMERAL: Mapping[str, Any] = {"type": "ephemeral"}
+# Block types a ``cache_control`` breakpoint may sit on (thinking blocks may not).
+_CACHEABLE = frozenset({"text", "image", "document", "tool_use", "tool_result"})
 
 MAX_CONTINUATIONS = 8
 """How many times one stream resends a turn the server paused (``stop_reason: pause_turn``)."""
@@ -139,6 +148,12 @@ class AnthropicAdapter:
             ``DEFAULT_THINKING_BUDGETS``, and requests without one do not think.
         models: ``ModelInfo`` by exact model name, over the built-in prefix table (its
             ``defaults["max_tokens"]`` is the request's default ``max_tokens``).
+        prompt_cache: prompt caching. On (``True``) every request carries ``cache_control``
+            breakpoints on the system prompt, the last tool and the last block of the last
+            message (the history is append-only, so the next request of the session reads
+            that prefix from the cache); a mapping is the ``cache_control`` object to send
+            (a ``ttl``); ``False`` sends none. A request's ``extra["prompt_cache"]`` (same
+            values) overrides it.
 
 
     The adapter creates and owns its SDK client (one connection pool); ``aclose()`` closes
@@ -155,10 +170,12 @@ class AnthropicAdapter:
         timeout: float = 600.0,
         thinking_budget: int | Mapping[str, int] | None = None,
         models: Mapping[str, ModelInfo] | None = None,
+        prompt_cache: bool | Mapping[str, Any] = True,
     ) -> None:
         if api_key is None and base_url is not None:
             api_key = NO_KEY  # a local server needs none; never send ANTHROPIC_API_KEY there
         self._models = dict(models or {})
+        self._cache = _cache_control(prompt_cache)
         self._thinking_budget = thinking_budget
         self._client = anthropic.AsyncAnthropic(
             base_url=base_url,
@@ -213,13 +230,18 @@ class AnthropicAdapter:
                 params["thinking"] = {"type": "enabled", "budget_tokens": budget}
         params["max_tokens"] = max_tokens
         config = request.config
+        cache = self._cache
         if config is not None:
             if config.temperature is not None:
                 params["temperature"] = config.temperature
             if config.top_p is not None:
                 params["top_p"] = config.top_p
-            if config.extra:
-                params.update(config.extra)  # provider fields the request carries verbatim
+            extra = dict(config.extra or {})
+            if PROMPT_CACHE in extra:
+                cache = _cache_control(extra.pop(PROMPT_CACHE))
+            params.update(extra)  # provider fields the request carries verbatim
+        if cache is not None:
+            _add_breakpoints(params, cache)
         return params
 
     def _budget(self, effort: str | None) -> int | None:
@@ -247,6 +269,8 @@ class AnthropicAdapter:
     # --- failures --------------------------------------------------------------------
 
     def _failure(self, exc: BaseException) -> LlmFailure:
+        if isinstance(exc, InvalidConfig):
+            return LlmFailure(message=str(exc), code="INVALID_REQUEST", retryable=False)
         failure = failure_of(exc)
         message = redact(failure.message, self._client.api_key)  # the key the SDK resolved
         return failure if message == failure.message else _with(failure, message=message)
@@ -297,6 +321,48 @@ class _MessagesCall:
 
 
 # --- request translation ---------------------------------------------------------------
+
+
+class InvalidConfig(ValueError):
+    """A request's configuration the adapter cannot send (a bad ``extra`` value)."""
+
+
+def _cache_control(value: Any) -> dict[str, Any] | None:
+    """The ``cache_control`` object a ``prompt_cache`` setting asks for (``None``: off)."""
+    if value is False or value is None:
+        return None
+    if value is True:
+        return dict(_EPHEMERAL)
+    if isinstance(value, Mapping) and isinstance(value.get("type"), str):
+        return dict(value)
+    raise InvalidConfig(
+        f"{PROMPT_CACHE} must be true, false or a cache_control object, not {value!r}"
+    )
+
+
+def _add_breakpoints(params: dict[str, Any], cache: Mapping[str, Any]) -> None:
+    """``cache_control`` on the system prompt, the last tool and the last cacheable block of
+    the last message: at most three of the API's four breakpoints, each ending a prefix
+    that stays unchanged for the rest of the session."""
+    system = params.get("system")
+    if isinstance(system, str) and system:
+        params["system"] = [{"type": "text", "text": system, "cache_control": dict(cache)}]
+    tools = params.get("tools")
+    if isinstance(tools, list) and tools and isinstance(tools[-1], Mapping):
+        params["tools"] = [*tools[:-1], {**tools[-1], "cache_control": dict(cache)}]
+    messages = params.get("messages")
+    if not isinstance(messages, list) or not messages:
+        return
+    last = messages[-1]
+    content = last.get("content") if isinstance(last, Mapping) else None
+    if not isinstance(content, list):
+        return
+    for i in range(len(content) - 1, -1, -1):
+        block = content[i]
+        if isinstance(block, Mapping) and block.get("type") in _CACHEABLE:
+            content = [*content[:i], {**block, "cache_control": dict(cache)}, *content[i + 1 :]]
+            messages[-1] = {**last, "content": content}
+            return
 
 
 def sdk_arguments(params: Mapping[str, Any]) -> dict[str, Any]:

@@ -15,7 +15,8 @@ A config file adds or adjusts providers; keys stay in the environment::
 
     model = "deepseek/deepseek-chat"
     [providers.vllm]
-    kind = "openai"                     # or "anthropic", or "package.module:AdapterClass"
+    kind = "openai"                     # or "openai-responses", "anthropic",
+                                        # or "package.module:AdapterClass"
     base_url = "http://localhost:8000/v1"
     api_key_env = "VLLM_API_KEY"        # optional for local servers
     default_model = "Qwen/Qwen3-8B"
@@ -60,9 +61,11 @@ __all__ = [
 
 _KINDS = {
     "openai": "steerloop.llm.openai:OpenAIChatAdapter",
+    "openai-responses": "steerloop.llm.openai:OpenAIResponsesAdapter",
     "anthropic": "steerloop.llm.anthropic:AnthropicAdapter",
 }
-_EXTRAS = {"openai": "openai", "anthropic": "anthropic"}
+_EXTRAS = {"openai": "openai", "openai-responses": "openai", "anthropic": "anthropic"}
+_OPENAI_URL = "https://api.openai.com/v1"
 _SPEC_KEYS = {
     "kind",
     "base_url",
@@ -107,7 +110,7 @@ def _builtin(environ: Mapping[str, str]) -> dict[str, ProviderSpec]:
         ),
         "openai": ProviderSpec(
             name="openai",
-            base_url="https://api.openai.com/v1",
+            base_url=_OPENAI_URL,
             api_key_env="OPENAI_API_KEY",
             default_model="gpt-4.1",
         ),
@@ -178,7 +181,8 @@ def _spec_from_table(name: str, table: Any, base: ProviderSpec | None) -> Provid
     kind = table.get("kind", base.kind if base else "openai")
     if kind not in _KINDS and ":" not in str(kind):
         raise ProviderConfigError(
-            f"providers.{name}.kind must be 'openai', 'anthropic' or 'module:Class'"
+            f"providers.{name}.kind must be 'openai', 'openai-responses', 'anthropic' "
+            "or 'module:Class'"
         )
     spec = base or ProviderSpec(name=name, kind=kind, key_required="api_key_env" in table)
     changes: dict[str, Any] = {"kind": kind}
@@ -328,14 +332,20 @@ class ProviderConfig:
 
 
 class _LazyAdapter:
-    """Builds the real adapter on first use, so the SDK is imported only when needed."""
+    """Builds the real adapter on first use, so the SDK is imported only when needed.
+
+    A ``kind = "openai"`` provider at OpenAI's own endpoint sends the models the known-models
+    table marks Responses-first (``steerloop.llm.openai.responses_first``) through
+    ``OpenAIResponsesAdapter``, and every other model through chat completions; other
+    OpenAI-compatible servers (DeepSeek, vLLM) may not speak Responses and are never switched.
+    """
 
     def __init__(self, config: ProviderConfig, spec: ProviderSpec) -> None:
         self.spec = spec
         self._config = config
         self._key = config.api_key(spec)
         self._missing = config.missing_key(spec)
-        self._adapter: LlmAdapter | None = None
+        self._adapters: dict[str, LlmAdapter] = {}
 
     def __repr__(self) -> str:
         return f"<{self.spec.kind} adapter for {self.spec.name!r} at {self.spec.base_url!r}>"
@@ -343,24 +353,40 @@ class _LazyAdapter:
     def _failure(self, message: str) -> LlmError:
         return LlmError(LlmFailure(message=message, code="AUTH", retryable=False))
 
-    def _build(self) -> LlmAdapter:
+    def _import(self, kind: str) -> Any:
+        path = _KINDS.get(kind, kind)
+        module_name, _, attr = path.partition(":")
+        try:
+            return getattr(importlib.import_module(module_name), attr)
+        except ImportError as exc:
+            extra = _EXTRAS.get(kind)
+            hint = f" (pip install 'steerloop[{extra}]')" if extra else ""
+            raise LlmError(
+                LlmFailure(
+                    message=f"provider {self.spec.name!r} is unavailable: {exc}{hint}",
+                    code="NO_ADAPTER",
+                    retryable=False,
+                )
+            ) from None
+
+    def kind_for(self, model: str) -> str:
+        """The adapter kind serving ``model`` (``openai-responses`` for Responses-first
+        models of OpenAI's own endpoint, else the configured kind)."""
+        kind = self.spec.kind
+        if kind == "openai" and self.spec.base_url == _OPENAI_URL:
+            from .openai import responses_first  # the SDK is imported only when needed
+
+            if responses_first(model):
+                return "openai-responses"
+        return kind
+
+    def _build(self, model: str) -> LlmAdapter:
         if self._missing is not None:
             raise self._failure(self._missing)
-        if self._adapter is None:
-            path = _KINDS.get(self.spec.kind, self.spec.kind)
-            module_name, _, attr = path.partition(":")
-            try:
-                cls = getattr(importlib.import_module(module_name), attr)
-            except ImportError as exc:
-                extra = _EXTRAS.get(self.spec.kind)
-                hint = f" (pip install 'steerloop[{extra}]')" if extra else ""
-                raise LlmError(
-                    LlmFailure(
-                        message=f"provider {self.spec.name!r} is unavailable: {exc}{hint}",
-                        code="NO_ADAPTER",
-                        retryable=False,
-                    )
-                ) from None
+        kind = self.kind_for(model)
+        adapter = self._adapters.get(kind)
+        if adapter is None:
+            cls = self._import(kind)
             kwargs: dict[str, Any] = {}
             if self.spec.headers:
                 kwargs["default_headers"] = dict(self.spec.headers)
@@ -368,12 +394,13 @@ class _LazyAdapter:
                 kwargs["timeout"] = self.spec.timeout
             if self.spec.models:
                 kwargs["models"] = dict(self.spec.models)
-            self._adapter = cls(base_url=self.spec.base_url, api_key=self._key, **kwargs)
-        assert self._adapter is not None
-        return self._adapter
+            adapter = cls(base_url=self.spec.base_url, api_key=self._key, **kwargs)
+            assert adapter is not None
+            self._adapters[kind] = adapter
+        return adapter
 
     async def resolve_model(self, provider: str, model: str) -> ModelInfo | None:
-        info = await self._build().resolve_model(provider, model)
+        info = await self._build(model).resolve_model(provider, model)
         cap = self._config.max_tokens_for(self.spec.name, model)
         if cap is None:
             return info
@@ -381,7 +408,7 @@ class _LazyAdapter:
         return replace(info, defaults={**info.defaults, "max_tokens": cap})
 
     async def stream(self, request: GenerateRequest) -> AsyncIterator[StreamChunk]:
-        adapter = self._build()
+        adapter = self._build(request.model)
         if request.max_tokens is None:
             cap = self._config.max_tokens_for(self.spec.name, request.model)
             if cap is not None:
@@ -390,9 +417,10 @@ class _LazyAdapter:
             yield chunk
 
     async def aclose(self) -> None:
-        adapter, self._adapter = self._adapter, None
-        if isinstance(adapter, ClosableAdapter):
-            await adapter.aclose()
+        adapters, self._adapters = list(self._adapters.values()), {}
+        for adapter in adapters:
+            if isinstance(adapter, ClosableAdapter):
+                await adapter.aclose()
 
 
 _closing: set[asyncio.Task[None]] = set()

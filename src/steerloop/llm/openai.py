@@ -13,7 +13,7 @@ the SDK call, the decoder and the SDK-exception map.
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator, Awaitable, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -45,43 +45,71 @@ from .chunks import (
     UsageChunk,
 )
 
-__all__ = ["KNOWN_MODELS", "OpenAIChatAdapter", "failure_from_exception"]
+__all__ = [
+    "KNOWN_MODELS",
+    "RESPONSES_FIRST",
+    "OpenAIChatAdapter",
+    "OpenAIResponsesAdapter",
+    "failure_from_exception",
+    "responses_first",
+]
 
 ReasoningReplay = Literal["tool-loop", "never"]
 
-# Context window and output ceiling of well-known models; a dated variant
-# ("gpt-4o-2024-08-06") matches its longest known prefix.
-KNOWN_MODELS: Mapping[str, ModelInfo] = {
-    "deepseek-chat": ModelInfo(context_window=128_000, max_output_tokens=8_192),
-    "deepseek-reasoner": ModelInfo(context_window=128_000, max_output_tokens=65_536),
-    "gpt-4o": ModelInfo(context_window=128_000, max_output_tokens=16_384, json_schema_output=True),
-    "gpt-4o-mini": ModelInfo(
-        context_window=128_000, max_output_tokens=16_384, json_schema_output=True
-    ),
-    "gpt-4-turbo": ModelInfo(context_window=128_000, max_output_tokens=4_096),
-    "gpt-4.1": ModelInfo(
-        context_window=1_047_576, max_output_tokens=32_768, json_schema_output=True
-    ),
-    "gpt-4.1-mini": ModelInfo(
-        context_window=1_047_576, max_output_tokens=32_768, json_schema_output=True
-    ),
-    "gpt-4.1-nano": ModelInfo(
-        context_window=1_047_576, max_output_tokens=32_768, json_schema_output=True
-    ),
-    "gpt-5": ModelInfo(context_window=400_000, max_output_tokens=128_000, json_schema_output=True),
-    "o1": ModelInfo(context_window=200_000, max_output_tokens=100_000),
-    "o1-mini": ModelInfo(context_window=128_000, max_output_tokens=65_536),
-    "o3": ModelInfo(context_window=200_000, max_output_tokens=100_000, json_schema_output=True),
-    "o3-mini": ModelInfo(
-        context_window=200_000, max_output_tokens=100_000, json_schema_output=True
-    ),
-    "o4-mini": ModelInfo(
-        context_window=200_000, max_output_tokens=100_000, json_schema_output=True
-    ),
+# Context window, output ceiling, whether the model is Responses-first and whether it takes
+# JSON-schema output, of well-known models; a dated variant ("gpt-4o-2024-08-06") matches its
+# longest known prefix. Responses-first: OpenAI's reasoning models, whose reasoning items only
+# the Responses API carries between requests (chat completions drops them between tool
+# calls); o1-mini is left on chat completions (no tools, no reasoning summaries).
+_TABLE: Mapping[str, tuple[int, int, bool, bool]] = {
+    "deepseek-chat": (128_000, 8_192, False, False),
+    "deepseek-reasoner": (128_000, 65_536, False, False),
+    "gpt-4o": (128_000, 16_384, False, True),
+    "gpt-4o-mini": (128_000, 16_384, False, True),
+    "gpt-4-turbo": (128_000, 4_096, False, False),
+    "gpt-4.1": (1_047_576, 32_768, False, True),
+    "gpt-4.1-mini": (1_047_576, 32_768, False, True),
+    "gpt-4.1-nano": (1_047_576, 32_768, False, True),
+    "gpt-5": (400_000, 128_000, True, True),
+    "o1": (200_000, 100_000, True, False),
+    "o1-mini": (128_000, 65_536, False, False),
+    "o3": (200_000, 100_000, True, True),
+    "o3-mini": (200_000, 100_000, True, True),
+    "o4-mini": (200_000, 100_000, True, True),
 }
+KNOWN_MODELS: Mapping[str, ModelInfo] = {
+    name: ModelInfo(context_window=window, max_output_tokens=ceiling, json_schema_output=schema)
+    for name, (window, ceiling, _, schema) in _TABLE.items()
+}
+RESPONSES_FIRST: frozenset[str] = frozenset(name for name, row in _TABLE.items() if row[2])
+"""Known models ``steerloop chat -m openai/...`` sends through ``OpenAIResponsesAdapter``."""
 
 # Reasoning models of OpenAI take ``max_completion_tokens`` and refuse ``max_tokens``.
-_COMPLETION_TOKENS_MODELS = re.compile(r"^(o\d|gpt-5)")
+REASONING_MODELS = re.compile(r"^(o\d|gpt-5)")
+
+
+def _known_name(model: str, names: Iterable[str]) -> str | None:
+    """``model`` itself or its longest known prefix (``model`` = prefix + "-...")."""
+    names = list(names)
+    if model in names:
+        return model
+    matches = [name for name in names if model.startswith(name + "-")]
+    return max(matches, key=len) if matches else None
+
+
+def resolve_known(model: str, models: Mapping[str, ModelInfo] | None = None) -> ModelInfo:
+    """Limits of ``model`` from ``models`` over ``KNOWN_MODELS``, or an empty ``ModelInfo``."""
+    table = {**KNOWN_MODELS, **(models or {})}
+    name = _known_name(model, table)
+    return table[name] if name is not None else ModelInfo()
+
+
+def responses_first(model: str) -> bool:
+    """Whether the known-models table marks ``model`` (or its prefix) Responses-first."""
+    name = _known_name(model, _TABLE)
+    return name is not None and name in RESPONSES_FIRST
+
+
 _FINISH_KINDS: Mapping[str, Literal["stop", "tool-calls", "max-tokens"]] = {
     "stop": "stop",
     "tool_calls": "tool-calls",
@@ -134,7 +162,7 @@ class OpenAIChatAdapter:
         )
         if self._secret is None:
             self._secret = self._client.api_key
-        self._models = {**KNOWN_MODELS, **(models or {})}
+        self._models = dict(models or {})
         self._reasoning_replay = reasoning_replay
 
     def __repr__(self) -> str:
@@ -146,12 +174,7 @@ class OpenAIChatAdapter:
 
     async def resolve_model(self, provider: str, model: str) -> ModelInfo:
         """Known limits of ``model`` (longest matching name), or an empty ``ModelInfo``."""
-        info = self._models.get(model)
-        if info is None:
-            matches = [name for name in self._models if model.startswith(name + "-")]
-            if matches:
-                info = self._models[max(matches, key=len)]
-        return info or ModelInfo()
+        return resolve_known(model, self._models)
 
     # --- request ----------------------------------------------------------------------
 
@@ -176,11 +199,7 @@ class OpenAIChatAdapter:
                 for tool in request.tools
             ]
         if request.max_tokens is not None:
-            key = (
-                "max_completion_tokens"
-                if _COMPLETION_TOKENS_MODELS.match(request.model)
-                else "max_tokens"
-            )
+            key = "max_completion_tokens" if REASONING_MODELS.match(request.model) else "max_tokens"
             body[key] = request.max_tokens
         if request.reasoning_effort is not None:
             body["reasoning_effort"] = request.reasoning_effort
@@ -518,3 +537,8 @@ def failure_from_exception(exc: BaseException, *, secret: str | None = None) -> 
     return LlmFailure(
         message=redact(f"{type(exc).__name__}: {exc}", secret), code="UNKNOWN", retryable=False
     )
+
+
+# The Responses adapter shares this module's table and failure map; it lives in its own
+# module and is imported last so that both are defined when it loads.
+from ._responses import OpenAIResponsesAdapter  # noqa: E402
