@@ -24,7 +24,7 @@ NO_KEY = "no-key"
 # A key-shaped token starts a word: "disk-usage-report" holds no ``sk-`` key.
 _SECRETS = re.compile(r"\b(?:sk|pk|rk)-[A-Za-z0-9_\-*]{6,}|(?<=Bearer )\S+", re.IGNORECASE)
 
-MIN_SECRET_LENGTH = 8
+MIN_SECRET_LENGTH = 6
 """A configured key shorter than this is not searched for: replacing a one-letter "key"
 everywhere would mangle every word that holds the letter, and hides nothing worth hiding."""
 
