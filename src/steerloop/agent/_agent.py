@@ -26,8 +26,8 @@ from ._request import RequestBuilder
 from ._run import DEFAULT_OUTPUT_RETRIES, DEFAULT_STREAM_BUFFER, TurnResult, TurnStream, run, stream
 
 if TYPE_CHECKING:
-    from .._runtime import Runtime
     from ..session._session import Session
+    from ._services import LoopServices
 
 __all__ = ["Agent"]
 
@@ -50,21 +50,22 @@ class Agent(metaclass=RuntimeOwned):
 
     def __init__(
         self,
-        runtime: Runtime,
+        services: LoopServices,
         session: Session,
         options: AgentOptions,
         *,
         parent: Agent | None = None,
         meta: dict[str, Any] | None = None,
         pending: Mapping[str, list[UserMessage]] | None = None,
+        host: object = None,
     ) -> None:
         self.id = session.id
         self.session = session
         self.options = options
         self.parent = parent
         self.meta = dict(meta or {})
-        self._rt = runtime
-        self.services = runtime.loop_services  # what the loop uses (not the runtime itself)
+        self._host = host
+        self.services = services  # what the loop uses (the agent layer never sees the runtime)
         if pending is None:  # a resumed inbox is the fold of its splices
             pending = fold_inbox(session.events)
         self.inbox = Inbox._create(
@@ -79,7 +80,9 @@ class Agent(metaclass=RuntimeOwned):
         self._disposing = False
         self._disposed = False
         self._abandoned = False  # a dispose timeout left the running activity behind
-        self._requests = RequestBuilder(session, options)  # owns the request-header cache
+        self._requests = RequestBuilder(
+            session, options, services.ids
+        )  # owns the request-header cache
         self._driver_tasks: set[asyncio.Task[None]] = set()
 
     def __repr__(self) -> str:
@@ -90,8 +93,10 @@ class Agent(metaclass=RuntimeOwned):
         return "running" if self._phase == "running" else "idle"
 
     @property
-    def runtime(self) -> Runtime:
-        return self._rt
+    def runtime(self) -> object:
+        """What created the agent (the ``Runtime``), opaque to this layer: plugins that
+        need the runtime check its type; the loop uses ``services``."""
+        return self._host
 
     # --- sending ---------------------------------------------------------------------
 

@@ -9,7 +9,6 @@ closed by exactly one ``turn/end``; failures are contained here and reported thr
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from .._cancel import CancelCause, escapes
@@ -21,25 +20,14 @@ from ..prompt import RUNTIME_CONTEXT_PLUGIN
 from ..session._events import TurnEnd, TurnEndReason, TurnStart
 from ._decisions import PreStepDecision, PreStepPayload, TurnStoppingPayload
 from ._registry import initiator_context
-from ._step import run_step
+from ._step import TurnState, run_step
 
 if TYPE_CHECKING:
-    from ._agent import Agent
+    from ._loop_agent import LoopAgent as Agent
 
 __all__ = ["TurnState", "failure_of", "open_turn", "run_driver"]
 
 _CONTEXT_SOURCE = MessageSource(kind="plugin", plugin=RUNTIME_CONTEXT_PLUGIN)
-
-
-@dataclass(slots=True)
-class TurnState:
-    turn: int
-    signal: AbortSignal
-    claimed: list[UserMessage] = field(default_factory=list)
-    claim_error: Exception | None = None
-    step: int = 0
-    max_tokens: bool = False
-    failed_in_step: bool = False
 
 
 def open_turn(agent: Agent, controller: AbortController) -> TurnState:
