@@ -51,14 +51,14 @@ async def run_driver(agent: Agent, state: TurnState) -> None:
                 kind = await run_turn(agent, state)
                 if not _continues(agent, kind):
                     break
-                controller = agent._controller = AbortController()
+                controller = agent.phase.next_turn()
                 try:
                     state = open_turn(agent, controller)
                 except Exception as exc:
                     agent.report_error(0, 0, exc)
                     break
         finally:
-            agent._converge()
+            agent.phase.converge()
 
 
 def _continues(agent: Agent, kind: str) -> bool:
@@ -69,7 +69,7 @@ def _continues(agent: Agent, kind: str) -> bool:
     abort or maintenance, whose turn claims it first (C7.5-10, C7.5-18a, C7.5-20, C7.8-4).
     Otherwise any pending item opens the next turn (C7.5-18).
     """
-    if agent._disposing or kind in ("blocked", "aborted", "error"):
+    if agent.phase.disposing or kind in ("blocked", "aborted", "error"):
         return False
     return agent.inbox.has_pending
 

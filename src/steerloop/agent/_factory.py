@@ -426,8 +426,7 @@ class AgentRegistry:
             self._live.add(agent)
             self._lifecycles[session_id] = lifecycle
             published = True
-            agent._published = True
-            agent._begin_maintenance()
+            agent.phase.publish()  # under maintenance while agent/created runs
             announced = True
             await services.hooks.emit_awaited("agent/created", AgentPayload(agent))
             session.publish()
@@ -435,11 +434,11 @@ class AgentRegistry:
         except BaseException as exc:
             # Roll back in teardown order: scope → write handle → agent (``agent/disposed``
             # pairs a partly delivered ``agent/created``) → session.
-            agent._disposing = True
+            agent.phase.begin_dispose()
             errors = scope._close()
             with contextlib.suppress(Exception):
                 await session.discard()
-            agent._disposed = True
+            agent.phase.finish_dispose()  # also releases the creation's maintenance
             if published:
                 self._live.remove(agent)
                 self._lifecycles.pop(session_id, None)
@@ -448,13 +447,11 @@ class AgentRegistry:
                 self._sessions._remove(session)
             if not lifecycle.published.done():
                 lifecycle.published.set_result(None)
-            if agent._activity is not None and not agent._activity.done.done():
-                agent._activity.done.set_result(None)
             for error in errors:
                 exc.add_note(f"undoing the scope also failed: {error!r}")
             raise
         lifecycle.published.set_result(None)
-        agent._converge()
+        agent.phase.converge()
         return handle
 
     # --- teardown --------------------------------------------------------------------
@@ -475,7 +472,7 @@ class AgentRegistry:
         agent = lifecycle.agent
         errors: list[Exception] = []
         await asyncio.shield(lifecycle.published)
-        agent._disposing = True
+        agent.phase.begin_dispose()
         try:
             agent.cancel(CancelCause.disposed())
         except Exception as exc:
@@ -496,7 +493,7 @@ class AgentRegistry:
             errors.append(exc)
         lifecycle.stop_timers()
         self._live.remove(agent)
-        agent._disposed = True
+        agent.phase.finish_dispose()
         self._services.hooks.emit("agent/disposed", AgentPayload(agent))
         self._sessions._remove(agent.session)
         if self._lifecycles.get(agent.id) is lifecycle:
@@ -549,10 +546,10 @@ def check_timeout(timeout: object) -> float | None:
 
 async def _idle_or_give_up(agent: Agent, lifecycle: _Lifecycle) -> None:
     """Wait until ``agent`` is idle, or until the lifecycle gives up; then abandon what runs."""
-    while (activity := agent._activity) is not None:
+    while (activity := agent.phase.activity) is not None:
         # Plain futures: nothing is wrapped in a task, nothing is cancelled.
         await asyncio.wait((activity.done, lifecycle.give_up), return_when="FIRST_COMPLETED")
-        if lifecycle.give_up.done() and agent._activity is not None:
+        if lifecycle.give_up.done() and agent.phase.activity is not None:
             agent.abandon(lifecycle.timeout)
             return
 

@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ..tools._agent_ref import AgentRef
 
 if TYPE_CHECKING:
-    from .._signal import AbortController
     from ._inbox import Inbox
     from ._options import AgentOptions
+    from ._phase import PhaseMachine
     from ._request import RequestBuilder
     from ._services import LoopServices
 
@@ -37,8 +37,7 @@ class LoopAgent(AgentRef, Protocol):
     @property
     def _requests(self) -> RequestBuilder: ...
 
-    _controller: AbortController | None
-    _disposing: bool
+    @property
+    def phase(self) -> PhaseMachine: ...
 
-    def _converge(self) -> None: ...
     def report_error(self, turn: int, step: int, error: BaseException) -> None: ...
