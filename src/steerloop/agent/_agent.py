@@ -71,9 +71,8 @@ class Agent(metaclass=RuntimeOwned):
             on_status=self._status_changed,
         )
         self._abandoned = False  # a dispose timeout left the running activity behind
-        self._requests = RequestBuilder(
-            session, options, services.ids
-        )  # owns the request-header cache
+        # Owns the request-header cache.
+        self._requests = RequestBuilder(session, options, services.ids)
         self._driver_tasks: set[asyncio.Task[None]] = set()
 
     def __repr__(self) -> str:
