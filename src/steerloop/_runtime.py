@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 from collections.abc import Callable, Coroutine, Generator, Mapping, Sequence
 from types import TracebackType
@@ -16,6 +17,7 @@ from .agent._services import LoopLimits, LoopServices
 from .llm._runtime import LlmService
 from .prompt import SystemPromptService
 from .session._events import SessionEvent
+from .session._registry import SessionRegistry
 from .session._session import EventSink, Session
 from .session._store import SessionStore, open_store
 from .tools._runtime import ToolPipeline, ToolRegistry
@@ -23,79 +25,6 @@ from .tools._runtime import ToolPipeline, ToolRegistry
 __all__ = ["Runtime", "SessionRegistry"]
 
 _log = logging.getLogger("steerloop")
-
-
-class SessionRegistry:
-    """``rt.sessions``: live sessions, and the store behind them (``persistence``)."""
-
-    def __init__(
-        self, persistence: SessionStore | None = None, *, clock: Clock = default_clock
-    ) -> None:
-        self._live: dict[str, Session] = {}
-        self.persistence = persistence
-        self._clock = clock
-
-    def get(self, session_id: str) -> Session | None:
-        return self._live.get(session_id)
-
-    def list(self) -> tuple[Session, ...]:
-        return tuple(self._live.values())
-
-    async def fork(self, session_id: str, at_seq: int, new_session_id: str) -> Session:
-        """Store a new session seeded with ``session_id``'s events up to ``at_seq``.
-
-        The child gets the parent's prefix verbatim, restore repair for an unbalanced tail
-        (C7.2-9), then ``session/end-seed{inherited: true}`` at the cut (C7.10-9). The
-        parent's log is never modified. The parent may be live (its in-memory log is used)
-        or only stored. Returns a detached snapshot of the stored child; drive it with
-        ``rt.agents.resume(resume_session_id=new_session_id, ...)``.
-
-        Raises:
-            RuntimeError: no store is configured, or ``new_session_id`` is live.
-            ValueError: ``at_seq`` is not a seq of the parent, or a bad id.
-            SessionPersistenceNotFoundError: the parent is neither live nor stored.
-            SessionConflictError: ``new_session_id`` is already stored or being written.
-        """
-        store = self.persistence
-        if store is None:
-            raise RuntimeError("fork() needs a store: open the runtime with store=... ")
-        if not isinstance(new_session_id, str) or not new_session_id:
-            raise ValueError("new_session_id must be a non-empty string")
-        if new_session_id in self._live:
-            raise RuntimeError(f"session {new_session_id!r} is live in this runtime")
-        parent = self._live.get(session_id)
-        events = tuple(parent.events) if parent is not None else await store.load(session_id)
-        if isinstance(at_seq, bool) or not isinstance(at_seq, int):
-            raise ValueError(f"at_seq must be an integer, not {at_seq!r}")
-        if not 1 <= at_seq <= len(events):
-            raise ValueError(f"at_seq {at_seq} is outside {session_id!r} (1..{len(events)})")
-        await store.check_absent(new_session_id)
-        prefix = events[:at_seq]
-        writer = await store.open_writer(new_session_id)
-        try:
-            for event in prefix:
-                writer.write(event)
-            child = Session._create(
-                new_session_id,
-                clock=self._clock,
-                seed=prefix,
-                sink=writer,
-                header={"parent_session": session_id, "is_seeded": True},
-                inherited_seed=True,
-            )
-            child.publish()
-        except BaseException:
-            await writer.discard()
-            raise
-        await writer.close()
-        return child
-
-    def _add(self, session: Session) -> None:
-        self._live[session.id] = session
-
-    def _remove(self, session: Session) -> None:
-        if self._live.get(session.id) is session:
-            del self._live[session.id]
 
 
 def _check_parallel(value: object) -> int:
@@ -114,6 +43,7 @@ class Runtime:
         persona: str = "",
         clock: Clock = default_clock,
         store: SessionStore | None = None,
+        ids: IdFactory = new_id,
     ) -> None:
         self._limits = LoopLimits(_check_parallel(max_parallel_tool_calls))
         self.clock = clock
@@ -131,12 +61,13 @@ class Runtime:
             pipeline=self.tool_pipeline,
             prompt=self.system_prompt,
             clock=clock,
-            ids=new_id,
+            ids=ids,
             limits=self._limits,
+            revisions=itertools.count(1),
         )
         self.sessions = SessionRegistry(store, clock=clock)
         self._owns_store = False
-        self.agents = AgentRegistry(self)
+        self.agents = AgentRegistry(self.loop_services, self.sessions, store, host=self)
         self._closing: asyncio.Future[None] | None = None
         self._restore_ids: Any = None
 
@@ -202,13 +133,14 @@ class Runtime:
             persona=persona,
             clock=clock or default_clock,
             store=backend,
+            ids=ids or new_id,
         )
         rt._owns_store = isinstance(store, str)
         if ids is not None:
             rt._restore_ids = set_id_factory(ids)
         if agents:
             try:
-                await start_configured_agents(rt, agents)
+                await start_configured_agents(rt.agents, agents)
             except BaseException:
                 await rt.close()
                 raise

@@ -369,7 +369,7 @@ async def test_configured_agent_entries_are_validated_before_any_starts(
     created: list[str] = []
     h.rt.hooks.on("agent/created", lambda p: created.append(p.agent.id))
     with pytest.raises(ValueError, match=message):
-        await start_configured_agents(h.rt, entries)
+        await start_configured_agents(h.rt.agents, entries)
     assert created == []
     _assert_unpublished(h.rt, "a")
     assert h.rt.sessions.list() == ()
@@ -382,7 +382,7 @@ async def test_valid_configured_agents_start_in_order(h: Harness) -> None:
         {"session_id": "b", "agent_options": OPTIONS},
     ]
     validate_agent_entries(entries)
-    handles = await start_configured_agents(h.rt, entries)
+    handles = await start_configured_agents(h.rt.agents, entries)
     assert [handle.agent.id for handle in handles] == ["a", "b"]
     assert [a.id for a in h.rt.agents.list()] == ["a", "b"]
 
@@ -394,7 +394,7 @@ async def test_configured_agents_roll_back_when_one_fails_to_start(h: Harness) -
         {"resume_session_id": "b", "agent_options": OPTIONS},
     ]
     with pytest.raises(SessionPersistenceNotFoundError):
-        await start_configured_agents(h.rt, entries)
+        await start_configured_agents(h.rt.agents, entries)
     assert h.rt.agents.list() == ()
     assert h.rt.sessions.list() == ()
 

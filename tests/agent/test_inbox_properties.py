@@ -132,7 +132,7 @@ def test_fold_equals_live_inbox(data: st.DataObject, count: int) -> None:
     """C7.4-20: fold_inbox(session.events) equals the live inbox after any operations."""
     rt = Runtime()
     session = Session._create("prop", hooks=rt.hooks)
-    agent = Agent._create(rt, session, AgentOptions(provider="mock", model="m"))
+    agent = Agent._create(rt.loop_services, session, AgentOptions(provider="mock", model="m"))
     inbox = agent.inbox
     turn = 0
     serial = 0

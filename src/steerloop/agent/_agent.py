@@ -1,9 +1,9 @@
-"""The agent: phase machine, sends with wake latching, cancel, ``when_idle``, maintenance.
+"""The agent: sends with wake latching, cancel, ``when_idle``, maintenance, drivers.
 
-Phases are ``idle``, ``maintenance`` and ``running``; ``status`` reports ``running`` only
-for ``running``. An *activity* (a driver or a maintenance job) owns an abort controller
-and a completion future. When an activity converges, a latched wake relays to a new
-driver *before* the old activity's future resolves, so ``when_idle`` follows the relay.
+The phase, the activity, its abort controller, the wake latch and the lifecycle live in one
+``PhaseMachine`` (``agent.phase``, ``_phase.py``), whose methods refuse invalid transitions.
+When an activity converges, a latched wake relays to a new driver *before* the old
+activity's future resolves, so ``when_idle`` follows the relay.
 """
 
 from __future__ import annotations
@@ -15,32 +15,25 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
 from .._cancel import CancelCause
 from .._owned import RuntimeOwned
-from .._signal import AbortController, AbortSignal
+from .._signal import AbortSignal
 from ..messages import UserMessage
 from ..session._events import TurnEnd, TurnEndReason
 from ..session._repair import plan_repair
 from ._decisions import ErrorPayload, StatusPayload
 from ._inbox import Inbox, InboxTarget, fold_inbox
 from ._options import AgentOptions
+from ._phase import PhaseMachine
 from ._request import RequestBuilder
 from ._run import DEFAULT_OUTPUT_RETRIES, DEFAULT_STREAM_BUFFER, TurnResult, TurnStream, run, stream
 
 if TYPE_CHECKING:
-    from .._runtime import Runtime
     from ..session._session import Session
+    from ._services import LoopServices
 
 __all__ = ["Agent"]
 
 _log = logging.getLogger("steerloop")
 T = TypeVar("T")
-Phase = Literal["idle", "maintenance", "running"]
-
-
-class _Activity:
-    __slots__ = ("done",)
-
-    def __init__(self) -> None:
-        self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
 
 class Agent(metaclass=RuntimeOwned):
@@ -50,48 +43,50 @@ class Agent(metaclass=RuntimeOwned):
 
     def __init__(
         self,
-        runtime: Runtime,
+        services: LoopServices,
         session: Session,
         options: AgentOptions,
         *,
         parent: Agent | None = None,
         meta: dict[str, Any] | None = None,
         pending: Mapping[str, list[UserMessage]] | None = None,
+        host: object = None,
     ) -> None:
         self.id = session.id
         self.session = session
         self.options = options
         self.parent = parent
         self.meta = dict(meta or {})
-        self._rt = runtime
-        self.services = runtime.loop_services  # what the loop uses (not the runtime itself)
+        self._host = host
+        self.services = services  # what the loop uses (the agent layer never sees the runtime)
         if pending is None:  # a resumed inbox is the fold of its splices
             pending = fold_inbox(session.events)
         self.inbox = Inbox._create(
             session, self.services.hooks, self, pending["next-turn"], pending["next-step"]
         )
-        self._phase: Phase = "idle"
-        self._reported: Literal["idle", "running"] = "idle"
-        self._activity: _Activity | None = None
-        self._controller: AbortController | None = None
-        self._wake_latched = False
-        self._published = False
-        self._disposing = False
-        self._disposed = False
+        # The factory (publish, dispose) and the driver (next turn, converge) move it.
+        self.phase = PhaseMachine(
+            start_driver=self._start_driver,
+            has_pending=lambda: self.inbox.has_pending,
+            on_status=self._status_changed,
+        )
         self._abandoned = False  # a dispose timeout left the running activity behind
-        self._requests = RequestBuilder(session, options)  # owns the request-header cache
+        # Owns the request-header cache.
+        self._requests = RequestBuilder(session, options, services.ids)
         self._driver_tasks: set[asyncio.Task[None]] = set()
 
     def __repr__(self) -> str:
-        return f"<Agent {self.id} {self._phase}>"
+        return f"<Agent {self.id} {self.phase.phase}>"
 
     @property
     def status(self) -> Literal["idle", "running"]:
-        return "running" if self._phase == "running" else "idle"
+        return self.phase.status
 
     @property
-    def runtime(self) -> Runtime:
-        return self._rt
+    def runtime(self) -> object:
+        """What created the agent (the ``Runtime``), opaque to this layer: plugins that
+        need the runtime check its type; the loop uses ``services``."""
+        return self._host
 
     # --- sending ---------------------------------------------------------------------
 
@@ -114,30 +109,32 @@ class Agent(metaclass=RuntimeOwned):
             RuntimeError: the agent is disposed, or unpublished and ``wakeup`` is set.
             ValueError: a bad target or message, or a message id that is already pending.
         """
-        if self._disposed:
+        phase = self.phase
+        if phase.disposed:
             raise RuntimeError(f"agent {self.id!r} is disposed")
-        if wakeup and not self._published:
+        if wakeup and not phase.published:
             raise RuntimeError("setup composes, it does not drive: the agent is not published yet")
         if not isinstance(message, UserMessage):
             raise ValueError(f"send() takes a UserMessage, not {type(message).__name__}")
         if target not in ("next-turn", "next-step"):
             raise ValueError(f"target must be 'next-turn' or 'next-step', not {target!r}")
         # Decided before insertion so a re-entrant cancel in an observer cannot reclassify.
+        controller = phase.controller
         redirect = (
             wakeup
-            and not self._disposing
-            and self._phase == "running"
-            and self._controller is not None
-            and self._controller.signal.aborted
+            and not phase.disposing
+            and phase.phase == "running"
+            and controller is not None
+            and controller.signal.aborted
         )
         self.inbox.append("next-turn" if redirect else target, message)
-        if not wakeup or self._disposing:
+        if not wakeup or phase.disposing:
             return
-        if redirect or self._phase == "maintenance":
+        if redirect or phase.phase == "maintenance":
             # Disposal never latches: the owner is exiting, nothing may run after it (C7.4-14).
             if not self._aborted_by_disposal():
-                self._wake_latched = True
-        elif self._phase == "idle":
+                phase.latch()
+        elif phase.phase == "idle":
             self._start_driver()
 
     # --- one call (agent/_run.py) ----------------------------------------------------
@@ -216,12 +213,13 @@ class Agent(metaclass=RuntimeOwned):
             raise ValueError("cancel() takes a CancelCause")
         if not keep_inbox:
             self.inbox.clear()
-        self._wake_latched = False
-        if self._controller is not None:
-            self._controller.abort(cause)
+        self.phase.forget_wake()
+        controller = self.phase.controller
+        if controller is not None:
+            controller.abort(cause)
 
     def _aborted_by_disposal(self) -> bool:
-        controller = self._controller
+        controller = self.phase.controller
         if controller is None or not controller.signal.aborted:
             return False
         reason = controller.signal.reason
@@ -231,7 +229,7 @@ class Agent(metaclass=RuntimeOwned):
 
     async def when_idle(self) -> None:
         """Return once no activity runs, following relays to latched drivers."""
-        while (activity := self._activity) is not None:
+        while (activity := self.phase.activity) is not None:
             await asyncio.shield(activity.done)
 
     def run_maintenance(self, job: Callable[[AbortSignal], Awaitable[T]]) -> Awaitable[T]:
@@ -240,41 +238,29 @@ class Agent(metaclass=RuntimeOwned):
         Raises:
             RuntimeError: at once, when the agent is not idle.
         """
-        if self._phase != "idle" or self._disposing or self._disposed:
+        phase = self.phase
+        if phase.phase != "idle" or phase.disposing:
             raise RuntimeError(f"agent {self.id!r} is not idle")
-        controller = self._begin_maintenance()
+        controller = phase.begin_maintenance()
 
         async def run() -> T:
             try:
                 return await job(controller.signal)
             finally:
-                self._converge()
+                phase.converge()
 
         return asyncio.ensure_future(run())
 
-    def _begin_maintenance(self) -> AbortController:
-        self._phase = "maintenance"
-        self._activity = _Activity()
-        self._controller = AbortController()
-        return self._controller
-
     # --- drivers ---------------------------------------------------------------------
 
-    def _set_phase(self, phase: Phase) -> None:
-        self._phase = phase
-        status = self.status
-        if status != self._reported:
-            self._reported = status
-            self.services.hooks.emit("agent/status", StatusPayload(self, status))
+    def _status_changed(self, status: Literal["idle", "running"]) -> None:
+        self.services.hooks.emit("agent/status", StatusPayload(self, status))
 
     def _start_driver(self) -> None:
         """Open the first turn synchronously, then drive the rest in a task."""
         from ._driver import open_turn, run_driver
 
-        previous = self._activity
-        self._activity = _Activity()
-        controller = self._controller = AbortController()
-        self._set_phase("running")
+        controller, previous = self.phase.begin_turn()
         state = None
         if not controller.signal.aborted:
             try:
@@ -282,28 +268,14 @@ class Agent(metaclass=RuntimeOwned):
             except Exception as exc:
                 self.report_error(0, 0, exc)
         if state is None:
-            self._converge(previous)
+            self.phase.converge(previous)
             return
         task = asyncio.get_running_loop().create_task(run_driver(self, state))
         self._driver_tasks.add(task)
         task.add_done_callback(_driver_done)
         task.add_done_callback(self._driver_tasks.discard)
-        if previous is not None and not previous.done.done():
-            previous.done.set_result(None)
-
-    def _converge(self, previous: _Activity | None = None) -> None:
-        """End the current activity; replay a latched wake if input is pending."""
-        done = self._activity
-        self._controller = None
-        latched, self._wake_latched = self._wake_latched, False
-        if latched and self.inbox.has_pending and not self._disposing:
-            self._start_driver()
-        else:
-            self._activity = None
-            self._set_phase("idle")
-        for activity in (previous, done):
-            if activity is not None and activity is not self._activity and not activity.done.done():
-                activity.done.set_result(None)
+        if previous is not None:
+            previous.resolve()
 
     def abandon(self, timeout: float | None) -> None:
         """Stop waiting for the running activity (a dispose timeout elapsed).
@@ -314,8 +286,9 @@ class Agent(metaclass=RuntimeOwned):
         so the stray task can write nothing after it, and the activity converges.
         """
         cause = CancelCause.disposed()
-        if self._controller is not None and isinstance(self._controller.signal.reason, CancelCause):
-            cause = self._controller.signal.reason
+        controller = self.phase.controller
+        if controller is not None and isinstance(controller.signal.reason, CancelCause):
+            cause = controller.signal.reason
         turn = 0
         for fix in plan_repair(self.session.events):
             data = fix.data
@@ -333,7 +306,7 @@ class Agent(metaclass=RuntimeOwned):
         _log.warning("%s", error)
         self.report_error(turn, 0, error)
         self._abandoned = True
-        self._converge()
+        self.phase.converge()
 
     def report_error(self, turn: int, step: int, error: BaseException) -> None:
         if self._abandoned:

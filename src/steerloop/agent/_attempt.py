@@ -34,7 +34,7 @@ from ._settle import (
 
 if TYPE_CHECKING:
     from ..session._session import Session
-    from ._agent import Agent
+    from ._loop_agent import LoopAgent as Agent
 
 __all__ = ["StepContext", "attempt"]
 

@@ -12,8 +12,7 @@ from typing import TYPE_CHECKING, Any
 from ._options import AgentOptions
 
 if TYPE_CHECKING:
-    from .._runtime import Runtime
-    from ._factory import AgentHandle
+    from ._factory import AgentHandle, AgentRegistry
 
 __all__ = ["start_configured_agents", "validate_agent_entries"]
 
@@ -64,7 +63,7 @@ def validate_agent_entries(entries: Sequence[Mapping[str, Any]]) -> None:
 
 
 async def start_configured_agents(
-    runtime: Runtime, entries: Sequence[Mapping[str, Any]]
+    agents: AgentRegistry, entries: Sequence[Mapping[str, Any]]
 ) -> list[AgentHandle]:
     """Validate all entries, then create or resume each in order.
 
@@ -83,11 +82,9 @@ async def start_configured_agents(
                 "meta": dict(entry["meta"]) if entry.get("meta") is not None else None,
             }
             if "session_id" in entry:
-                handle = await runtime.agents.create(session_id=entry["session_id"], **common)
+                handle = await agents.create(session_id=entry["session_id"], **common)
             else:
-                handle = await runtime.agents.resume(
-                    resume_session_id=entry["resume_session_id"], **common
-                )
+                handle = await agents.resume(resume_session_id=entry["resume_session_id"], **common)
             handles.append(handle)
     except BaseException as exc:
         for started in reversed(handles):

@@ -12,7 +12,8 @@ from ..llm._types import LlmFailure, RetryPolicy
 from ..messages import UserMessage
 
 if TYPE_CHECKING:
-    from ._agent import Agent
+    # Payloads name the protocol: this module sits below ``_agent`` (no import cycle).
+    from ..tools._agent_ref import AgentRef as Agent
 
 __all__ = [
     "AgentPayload",

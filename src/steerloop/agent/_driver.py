@@ -9,7 +9,6 @@ closed by exactly one ``turn/end``; failures are contained here and reported thr
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from .._cancel import CancelCause, escapes
@@ -21,25 +20,14 @@ from ..prompt import RUNTIME_CONTEXT_PLUGIN
 from ..session._events import TurnEnd, TurnEndReason, TurnStart
 from ._decisions import PreStepDecision, PreStepPayload, TurnStoppingPayload
 from ._registry import initiator_context
-from ._step import run_step
+from ._step import TurnState, run_step
 
 if TYPE_CHECKING:
-    from ._agent import Agent
+    from ._loop_agent import LoopAgent as Agent
 
 __all__ = ["TurnState", "failure_of", "open_turn", "run_driver"]
 
 _CONTEXT_SOURCE = MessageSource(kind="plugin", plugin=RUNTIME_CONTEXT_PLUGIN)
-
-
-@dataclass(slots=True)
-class TurnState:
-    turn: int
-    signal: AbortSignal
-    claimed: list[UserMessage] = field(default_factory=list)
-    claim_error: Exception | None = None
-    step: int = 0
-    max_tokens: bool = False
-    failed_in_step: bool = False
 
 
 def open_turn(agent: Agent, controller: AbortController) -> TurnState:
@@ -63,14 +51,14 @@ async def run_driver(agent: Agent, state: TurnState) -> None:
                 kind = await run_turn(agent, state)
                 if not _continues(agent, kind):
                     break
-                controller = agent._controller = AbortController()
+                controller = agent.phase.next_turn()
                 try:
                     state = open_turn(agent, controller)
                 except Exception as exc:
                     agent.report_error(0, 0, exc)
                     break
         finally:
-            agent._converge()
+            agent.phase.converge()
 
 
 def _continues(agent: Agent, kind: str) -> bool:
@@ -81,7 +69,7 @@ def _continues(agent: Agent, kind: str) -> bool:
     abort or maintenance, whose turn claims it first (C7.5-10, C7.5-18a, C7.5-20, C7.8-4).
     Otherwise any pending item opens the next turn (C7.5-18).
     """
-    if agent._disposing or kind in ("blocked", "aborted", "error"):
+    if agent.phase.disposing or kind in ("blocked", "aborted", "error"):
         return False
     return agent.inbox.has_pending
 

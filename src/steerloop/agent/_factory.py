@@ -23,6 +23,7 @@ from .._signal import AbortController
 from ..errors import AbortedError, SessionConflictError, SessionPersistenceNotFoundError
 from ..messages import UserMessage
 from ..session._codec import checked_inbox
+from ..session._session import Session
 from ..session._store import BufferedWriter
 from ..tools._define import Tool
 from ._agent import Agent
@@ -31,7 +32,9 @@ from ._options import AgentOptions
 from ._registry import LiveAgents, current_initiator, without_initiator
 
 if TYPE_CHECKING:
-    from .._runtime import Runtime
+    from ..session._registry import SessionRegistry
+    from ..session._store import SessionStore
+    from ._services import LoopServices
 
 __all__ = ["AgentHandle", "AgentRegistry", "AgentScope", "check_timeout"]
 
@@ -47,7 +50,9 @@ class _ScopedTools:
 
     def register(self, tool: Tool) -> Disposer:
         """Register a tool visible to this agent only, undone at dispose."""
-        return self._scope._keep(self._scope._rt.tools.register(tool, owner=self._scope.agent.id))
+        return self._scope._keep(
+            self._scope._services.tools.register(tool, owner=self._scope.agent.id)
+        )
 
 
 class _ScopedPrompt:
@@ -57,13 +62,13 @@ class _ScopedPrompt:
     def add_section(self, name: str, render: Any, *, order: int = 0) -> Disposer:
         scope = self._scope
         return scope._keep(
-            scope._rt.system_prompt.add_section(name, render, order=order, owner=scope.agent.id)
+            scope._services.prompt.add_section(name, render, order=order, owner=scope.agent.id)
         )
 
     def add_context_section(self, name: str, render: Any, *, order: int = 0) -> Disposer:
         scope = self._scope
         return scope._keep(
-            scope._rt.system_prompt.add_context_section(
+            scope._services.prompt.add_context_section(
                 name, render, order=order, owner=scope.agent.id
             )
         )
@@ -76,14 +81,14 @@ class _ScopedHooks:
     def on(self, name: str, listener: Callable[..., Any]) -> Disposer:
         """Register a listener that only receives this agent's payloads."""
         scope = self._scope
-        return scope._keep(scope._rt.hooks.on(name, listener, owner=scope.agent.id))
+        return scope._keep(scope._services.hooks.on(name, listener, owner=scope.agent.id))
 
 
 class AgentScope:
     """Registrations owned by one agent; ``setup(scope)`` composes through it."""
 
-    def __init__(self, runtime: Runtime, agent: Agent) -> None:
-        self._rt = runtime
+    def __init__(self, services: LoopServices, agent: Agent) -> None:
+        self._services = services
         self.agent = agent
         self._disposers: list[Disposer] = []
         self._closed = False
@@ -173,9 +178,19 @@ class _Lifecycle:
 class AgentRegistry:
     """``rt.agents``: create, resume, look up and dispose agents."""
 
-    def __init__(self, runtime: Runtime) -> None:
-        self._rt = runtime
-        self._live = LiveAgents()
+    def __init__(
+        self,
+        services: LoopServices,
+        sessions: SessionRegistry,
+        store: SessionStore | None,
+        *,
+        host: object = None,
+    ) -> None:
+        self._services = services
+        self._sessions = sessions
+        self._store = store
+        self._host = host  # handed to each agent as ``agent.runtime``; opaque here
+        self._live: LiveAgents[Agent] = LiveAgents()
         self._lifecycles: dict[str, _Lifecycle] = {}
         self._reserved: set[str] = set()
         # Each in-flight creation: its task and a future resolved once it settled.
@@ -196,7 +211,10 @@ class AgentRegistry:
     def current_initiator(self) -> Agent | None:
         """The agent whose driver started the current work, or ``None``."""
         agent = current_initiator()
-        return agent if agent is not None and agent.runtime is self._rt else None
+        # Each runtime has its own services record: it tells this registry's agents apart.
+        if isinstance(agent, Agent) and agent.services is self._services:
+            return agent
+        return None
 
     def require_initiator(self) -> Agent:
         """Like ``current_initiator`` but raises ``RuntimeError`` when there is none."""
@@ -228,8 +246,8 @@ class AgentRegistry:
         """
         self._check_open()
         _validate(session_id, agent_options)
-        if self._rt.store is not None:
-            await self._rt.store.check_absent(session_id)
+        if self._store is not None:
+            await self._store.check_absent(session_id)
         return await self._build(session_id, agent_options, setup, meta, parent, "startup", ())
 
     async def resume(
@@ -251,7 +269,7 @@ class AgentRegistry:
         _validate(resume_session_id, agent_options)
         if resume_session_id in self._live.agents or resume_session_id in self._reserved:
             raise RuntimeError(f"session {resume_session_id!r} is live in this runtime")
-        store = self._rt.store
+        store = self._store
         if store is None:
             raise SessionPersistenceNotFoundError(
                 f"cannot resume {resume_session_id!r}: no store is configured (in-memory runtime)"
@@ -357,12 +375,12 @@ class AgentRegistry:
         pending: Pending | None,
         header: dict[str, Any] | None,
     ) -> AgentHandle:
-        rt = self._rt
+        services = self._services
         if parent is None:
             parent = self.current_initiator()
         # A store writer buffers until ``session.publish()`` below (C7.2-19), so every
         # rollback path leaves the stored artifact as it was.
-        sink = await rt.store.open_writer(session_id) if rt.store is not None else None
+        sink = await self._store.open_writer(session_id) if self._store is not None else None
         try:
             if isinstance(sink, BufferedWriter) and sink.stored_length != len(seed):
                 # Loaded before the lease was ours and someone wrote in between (C7.2-6).
@@ -370,13 +388,28 @@ class AgentRegistry:
                     f"session {session_id!r} changed since it was loaded ({len(seed)} events "
                     f"then, {sink.stored_length} now); resume it again"
                 )
-            session = rt.open_session(session_id, seed, sink, header)
-            agent = Agent._create(rt, session, options, parent=parent, meta=meta, pending=pending)
+            session = Session._create(
+                session_id,
+                hooks=services.hooks,
+                clock=services.clock,
+                seed=seed,
+                sink=sink,
+                header=header,
+            )
+            agent = Agent._create(
+                services,
+                session,
+                options,
+                parent=parent,
+                meta=meta,
+                pending=pending,
+                host=self._host,
+            )
         except BaseException:
             if sink is not None:
                 await sink.discard()
             raise
-        scope = AgentScope(rt, agent)
+        scope = AgentScope(services, agent)
         lifecycle = _Lifecycle(agent, scope)
         handle = AgentHandle(self, lifecycle)
         published = False
@@ -389,39 +422,36 @@ class AgentRegistry:
                 if callable(commit):
                     commit()
             self._check_open()
-            rt.sessions._add(session)
+            self._sessions._add(session)
             self._live.add(agent)
             self._lifecycles[session_id] = lifecycle
             published = True
-            agent._published = True
-            agent._begin_maintenance()
+            agent.phase.publish()  # under maintenance while agent/created runs
             announced = True
-            await rt.hooks.emit_awaited("agent/created", AgentPayload(agent))
+            await services.hooks.emit_awaited("agent/created", AgentPayload(agent))
             session.publish()
-            rt.hooks.emit("agent/session-start", SessionStartPayload(agent, source))
+            services.hooks.emit("agent/session-start", SessionStartPayload(agent, source))
         except BaseException as exc:
             # Roll back in teardown order: scope → write handle → agent (``agent/disposed``
             # pairs a partly delivered ``agent/created``) → session.
-            agent._disposing = True
+            agent.phase.begin_dispose()
             errors = scope._close()
             with contextlib.suppress(Exception):
                 await session.discard()
-            agent._disposed = True
+            agent.phase.finish_dispose()  # also releases the creation's maintenance
             if published:
                 self._live.remove(agent)
                 self._lifecycles.pop(session_id, None)
                 if announced:
-                    rt.hooks.emit("agent/disposed", AgentPayload(agent))
-                rt.sessions._remove(session)
+                    services.hooks.emit("agent/disposed", AgentPayload(agent))
+                self._sessions._remove(session)
             if not lifecycle.published.done():
                 lifecycle.published.set_result(None)
-            if agent._activity is not None and not agent._activity.done.done():
-                agent._activity.done.set_result(None)
             for error in errors:
                 exc.add_note(f"undoing the scope also failed: {error!r}")
             raise
         lifecycle.published.set_result(None)
-        agent._converge()
+        agent.phase.converge()
         return handle
 
     # --- teardown --------------------------------------------------------------------
@@ -442,7 +472,7 @@ class AgentRegistry:
         agent = lifecycle.agent
         errors: list[Exception] = []
         await asyncio.shield(lifecycle.published)
-        agent._disposing = True
+        agent.phase.begin_dispose()
         try:
             agent.cancel(CancelCause.disposed())
         except Exception as exc:
@@ -463,9 +493,9 @@ class AgentRegistry:
             errors.append(exc)
         lifecycle.stop_timers()
         self._live.remove(agent)
-        agent._disposed = True
-        self._rt.hooks.emit("agent/disposed", AgentPayload(agent))
-        self._rt.sessions._remove(agent.session)
+        agent.phase.finish_dispose()
+        self._services.hooks.emit("agent/disposed", AgentPayload(agent))
+        self._sessions._remove(agent.session)
         if self._lifecycles.get(agent.id) is lifecycle:
             del self._lifecycles[agent.id]
         if len(errors) == 1:
@@ -516,10 +546,10 @@ def check_timeout(timeout: object) -> float | None:
 
 async def _idle_or_give_up(agent: Agent, lifecycle: _Lifecycle) -> None:
     """Wait until ``agent`` is idle, or until the lifecycle gives up; then abandon what runs."""
-    while (activity := agent._activity) is not None:
+    while (activity := agent.phase.activity) is not None:
         # Plain futures: nothing is wrapped in a task, nothing is cancelled.
         await asyncio.wait((activity.done, lifecycle.give_up), return_when="FIRST_COMPLETED")
-        if lifecycle.give_up.done() and agent._activity is not None:
+        if lifecycle.give_up.done() and agent.phase.activity is not None:
             agent.abandon(lifecycle.timeout)
             return
 

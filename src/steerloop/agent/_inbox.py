@@ -15,6 +15,7 @@ from .._owned import RuntimeOwned
 from ..messages import UserMessage, check_json, message_to_json
 from ..session._events import InboxSpliced
 from ..session._inbox_fold import fold_inbox
+from ..tools._agent_ref import AgentRef
 from ._decisions import ClaimedPayload, InboxMessagePayload
 
 if TYPE_CHECKING:
@@ -59,7 +60,7 @@ class Inbox(metaclass=RuntimeOwned):
         self,
         session: Session,
         hooks: HookBus,
-        agent: Any,
+        agent: AgentRef,
         next_turn: Iterable[UserMessage] = (),
         next_step: Iterable[UserMessage] = (),
     ) -> None:

@@ -29,7 +29,7 @@ from ..tools import Tool, ToolResult
 from ._decisions import RequestPayload, TurnStoppingPayload
 
 if TYPE_CHECKING:
-    from ._agent import Agent
+    from ._loop_agent import LoopAgent as Agent
 
 __all__ = ["FINAL_RESULT", "OUTPUT_PLUGIN", "OutputController", "OutputSpec", "answer_text"]
 
@@ -167,7 +167,7 @@ class OutputController(Generic[T]):
             validator=_ANY,
         )
         self._tool_disposer: Disposer | None = None
-        hooks, owner = agent.runtime.hooks, agent.id
+        hooks, owner = agent.services.hooks, agent.id
         self._disposers = [
             hooks.on("agent/request", self._on_request, owner=owner),
             hooks.on("agent/turn-stopping", self._on_stopping, owner=owner),
@@ -195,7 +195,7 @@ class OutputController(Generic[T]):
     async def _native(self, config: CallConfig) -> bool:
         if not config.provider or not config.model:
             return False
-        adapter = self.agent.runtime.llm.adapter_for(config.provider)
+        adapter = self.agent.services.llm.adapter_for(config.provider)
         if adapter is None:
             return False  # prepare_call reports the missing adapter
         info = await adapter.resolve_model(config.provider, config.model)
@@ -203,7 +203,9 @@ class OutputController(Generic[T]):
 
     def _set_tool(self, visible: bool) -> None:
         if visible and self._tool_disposer is None:
-            self._tool_disposer = self.agent.runtime.tools.register(self._tool, owner=self.agent.id)
+            self._tool_disposer = self.agent.services.tools.register(
+                self._tool, owner=self.agent.id
+            )
         elif not visible and self._tool_disposer is not None:
             self._tool_disposer()
             self._tool_disposer = None

@@ -5,12 +5,16 @@ from __future__ import annotations
 import contextlib
 import contextvars
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Generic, TypeVar
+
+from ..tools._agent_ref import AgentRef
 
 if TYPE_CHECKING:
-    from ._agent import Agent
+    from ._loop_agent import LoopAgent as Agent
 
 __all__ = ["LiveAgents", "current_initiator", "initiator_context", "without_initiator"]
+
+A = TypeVar("A", bound=AgentRef)
 
 _initiator: contextvars.ContextVar[Agent | None] = contextvars.ContextVar(
     "steerloop_initiator", default=None
@@ -36,19 +40,19 @@ def without_initiator() -> contextlib.AbstractContextManager[None]:
     return initiator_context(None)
 
 
-class LiveAgents:
+class LiveAgents(Generic[A]):
     """The registry's tables: agents by id and children by parent id."""
 
     def __init__(self) -> None:
-        self.agents: dict[str, Agent] = {}
-        self.children: dict[str, list[Agent]] = {}
+        self.agents: dict[str, A] = {}
+        self.children: dict[str, list[A]] = {}
 
-    def add(self, agent: Agent) -> None:
+    def add(self, agent: A) -> None:
         self.agents[agent.id] = agent
         if agent.parent is not None:
             self.children.setdefault(agent.parent.id, []).append(agent)
 
-    def remove(self, agent: Agent) -> None:
+    def remove(self, agent: A) -> None:
         if self.agents.get(agent.id) is agent:
             del self.agents[agent.id]
         if agent.parent is not None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from .._ids import new_id
+from .._ids import IdFactory
 from .._signal import AbortSignal
 from ..llm._runtime import PreparedCall
 from ..llm._types import CallConfig, GenerateRequest, ToolSchema
@@ -27,10 +27,19 @@ __all__ = ["RequestBuilder"]
 class RequestBuilder:
     """Builds each request of one agent's session and records what it changed."""
 
-    __slots__ = ("_header_body", "_header_config", "_options", "_replaced_at", "_sent", "_session")
+    __slots__ = (
+        "_header_body",
+        "_header_config",
+        "_ids",
+        "_options",
+        "_replaced_at",
+        "_sent",
+        "_session",
+    )
 
-    def __init__(self, session: Session, options: AgentOptions) -> None:
+    def __init__(self, session: Session, options: AgentOptions, ids: IdFactory) -> None:
         self._session = session
+        self._ids = ids
         self._options = options
         self._header_config: tuple[int, CallConfig] | None = None  # decoded latest header
         # (config, adapter defaults, tool schemas, header body) of the last request built
@@ -61,7 +70,9 @@ class RequestBuilder:
 
         def event(text_content: tuple[TextBlock, ...]) -> SystemMessageEvent:
             return SystemMessageEvent(
-                turn=turn, step=step, message=SystemMessage(id=new_id("msg"), content=text_content)
+                turn=turn,
+                step=step,
+                message=SystemMessage(id=self._ids("msg"), content=text_content),
             )
 
         if not nodes:

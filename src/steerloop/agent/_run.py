@@ -28,7 +28,7 @@ from ._output import OutputController, OutputSpec, answer_text
 
 if TYPE_CHECKING:
     from ..session._session import Session, SessionEventPayload
-    from ._agent import Agent
+    from ._loop_agent import LoopAgent as Agent
 
 __all__ = ["TurnResult", "TurnStream", "run", "stream"]
 
@@ -135,7 +135,7 @@ class _TurnWatch:
         self.controller = controller
         self.turn: int | None = None
         self.future: asyncio.Future[TurnResult[Any]] = asyncio.get_running_loop().create_future()
-        hooks, owner = agent.runtime.hooks, agent.id
+        hooks, owner = agent.services.hooks, agent.id
         self._disposers = [
             hooks.on("agent/inbox/claimed", self._claimed, owner=owner),
             hooks.on("agent/inbox/discarded", self._discarded, owner=owner),
@@ -268,7 +268,9 @@ class TurnStream(_TurnWatch):
         self._closed = False
         self._ready = asyncio.Event()
         super().__init__(agent, message, controller)
-        self._frames = agent.runtime.hooks.on("agent/assistant-stream", self._frame, owner=agent.id)
+        self._frames = agent.services.hooks.on(
+            "agent/assistant-stream", self._frame, owner=agent.id
+        )
         self._disposers.append(self._frames)
 
     def on_event(self, event: SessionEvent) -> None:

@@ -26,7 +26,6 @@ import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from .._cancel import escapes
-from .._ids import new_id
 from .._signal import AbortSignal
 from ..errors import AbortedError
 from ..messages import MessageSource, ToolCallBlock, ToolResultMessage, UserMessage
@@ -41,7 +40,7 @@ from ..tools._runtime import (
 )
 
 if TYPE_CHECKING:
-    from ._agent import Agent
+    from ._loop_agent import LoopAgent as Agent
 
 __all__ = ["ToolScheduler", "parse_arguments"]
 
@@ -235,7 +234,7 @@ class ToolScheduler:
                 turn=self.turn,
                 step=self.step,
                 message=ToolResultMessage(
-                    id=new_id("msg"),
+                    id=self.rt.ids("msg"),
                     call_id=call.id,
                     content=result_blocks(result.content),
                     is_error=result.is_error,

@@ -6,6 +6,7 @@ runtime, so what a turn can touch is listed here and nowhere else.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -39,3 +40,5 @@ class LoopServices:
     clock: Clock
     ids: Callable[[str], str]
     limits: LoopLimits
+    # Frame revisions: process-local, one counter per runtime, never persisted (C7.6-19).
+    revisions: itertools.count[int]

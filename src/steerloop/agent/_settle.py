@@ -8,12 +8,9 @@ the tool calls to run), ``Retry`` (a request-error listener asked for another at
 
 from __future__ import annotations
 
-import itertools
-import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from .._ids import new_id
 from ..llm._assembler import BlockAssembler
 from ..llm._runtime import PreparedCall
 from ..llm._types import LlmFailure
@@ -23,7 +20,7 @@ from ._decisions import StreamFrame, StreamFramePayload
 
 if TYPE_CHECKING:
     from ..session._session import Session
-    from ._agent import Agent
+    from ._loop_agent import LoopAgent as Agent
 
 __all__ = [
     "Aborted",
@@ -58,27 +55,18 @@ class Aborted:
 
 AttemptOutcome = Settled | Retry | Aborted
 
-# Frame revisions are process-local: one counter per runtime, never persisted (C7.6-19).
-_revisions: weakref.WeakKeyDictionary[Any, itertools.count[int]] = weakref.WeakKeyDictionary()
-
-
-def _revision_counter(runtime: Any) -> itertools.count[int]:
-    counter = _revisions.get(runtime)
-    if counter is None:
-        counter = _revisions[runtime] = itertools.count(1)
-    return counter
-
 
 class LiveFrames:
     """Emits ``agent/assistant-stream`` frames; a no-op without listeners."""
 
-    __slots__ = ("agent", "attempt_id", "hooks", "index", "on", "revisions")
+    __slots__ = ("agent", "attempt_id", "hooks", "ids", "index", "on", "revisions")
 
     def __init__(self, agent: Agent) -> None:
         self.agent = agent
         self.hooks = agent.services.hooks
-        self.revisions = _revision_counter(agent.runtime)
-        self.attempt_id = agent.services.ids("att")
+        self.revisions = agent.services.revisions
+        self.ids = agent.services.ids
+        self.attempt_id = self.ids("att")
         self.on = self.hooks.has("agent/assistant-stream")
         self.index = 0
 
@@ -142,10 +130,10 @@ def _settle(
 
 
 def _assistant(
-    blocks: tuple[Any, ...], assembler: BlockAssembler, prepared: PreparedCall
+    blocks: tuple[Any, ...], assembler: BlockAssembler, prepared: PreparedCall, live: LiveFrames
 ) -> AssistantMessage:
     return AssistantMessage(
-        id=new_id("msg"),
+        id=live.ids("msg"),
         content=blocks,
         source=MessageSource(
             kind="model",
@@ -170,7 +158,7 @@ def settle_message(
     blocks = assembler.blocks()
     if kind == "max-tokens":
         blocks = tuple(b for b in blocks if not isinstance(b, ToolCallBlock))
-    message = _assistant(blocks, assembler, prepared)
+    message = _assistant(blocks, assembler, prepared, live)
     _settle(
         session,
         live,
@@ -204,7 +192,7 @@ def settle_aborted(
             AssistantMessageEvent(
                 turn=turn,
                 step=step,
-                message=_assistant(prefix, assembler, prepared),
+                message=_assistant(prefix, assembler, prepared, live),
                 stream=tuple(records),
                 usage=assembler.usage,
                 interrupted=True,

@@ -9,8 +9,10 @@ group (``_scheduler``); on any exit the step is recovered (every requested call 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
+from .._signal import AbortSignal
 from ..errors import AbortedError
 from ..messages import UserMessage
 from ..session._events import StepBoundary
@@ -20,12 +22,24 @@ from ._scheduler import ToolScheduler
 from ._settle import Aborted, Retry
 
 if TYPE_CHECKING:
-    from ._agent import Agent
-    from ._driver import TurnState
+    from ._loop_agent import LoopAgent as Agent
 
-__all__ = ["StepOutcome", "run_step"]
+__all__ = ["StepOutcome", "TurnState", "run_step"]
 
 StepOutcome = Literal["completed", "max-tokens"] | None  # None: the turn owes a request
+
+
+@dataclass(slots=True)
+class TurnState:
+    """What the driver and its steps share about the open turn."""
+
+    turn: int
+    signal: AbortSignal
+    claimed: list[UserMessage] = field(default_factory=list)
+    claim_error: Exception | None = None
+    step: int = 0
+    max_tokens: bool = False
+    failed_in_step: bool = False
 
 
 async def run_step(

@@ -16,64 +16,15 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from ._mcp_table import build_server, parse_mcp_table
+
 if TYPE_CHECKING:
     from .._runtime import Runtime
-    from ..mcp import MCPServer, MCPTools
+    from ..mcp import MCPTools
 
 __all__ = ["install_configured_mcp", "mcp_app", "parse_mcp_table"]
 
-_STDIO_KEYS = {"command", "args", "env", "cwd", "timeout"}
-_HTTP_KEYS = {"url", "headers", "timeout"}
-
 mcp_app = typer.Typer(help="MCP servers of steerloop.toml.", no_args_is_help=True)
-
-
-def parse_mcp_table(path: Path, table: object) -> dict[str, dict[str, Any]]:
-    """The ``[mcp.servers.NAME]`` tables of a config file, checked; raises ``ValueError``."""
-    if table is None:
-        return {}
-    if not isinstance(table, dict) or set(table) - {"servers"}:
-        raise ValueError(f"{path}: [mcp] holds only [mcp.servers.NAME] tables")
-    servers = table.get("servers", {})
-    if not isinstance(servers, dict):
-        raise ValueError(f"{path}: [mcp.servers] must be a table of servers")
-    out: dict[str, dict[str, Any]] = {}
-    for name, entry in servers.items():
-        where = f"{path}: [mcp.servers.{name}]"
-        if not isinstance(entry, dict):
-            raise ValueError(f"{where} must be a table")
-        if ("command" in entry) == ("url" in entry):
-            raise ValueError(f"{where} needs exactly one of command (stdio) or url (HTTP)")
-        allowed = _STDIO_KEYS if "command" in entry else _HTTP_KEYS
-        unknown = set(entry) - allowed
-        if unknown:
-            raise ValueError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
-        try:
-            _build(name, entry)  # the same checks the library makes
-        except (TypeError, ValueError) as exc:
-            raise ValueError(f"{where}: {exc}") from None
-        out[name] = dict(entry)
-    return out
-
-
-def _build(name: str, entry: Mapping[str, Any]) -> MCPServer:
-    # steerloop.mcp._config needs no SDK; importing the package would load it.
-    from ..mcp._config import MCPServer
-
-    timeout = entry.get("timeout", 60.0)
-    if "command" in entry:
-        args = entry.get("args", [])
-        if not isinstance(args, list):
-            raise ValueError("args must be a list of strings")
-        return MCPServer.stdio(
-            name,
-            command=entry["command"],
-            args=args,
-            env=entry.get("env"),
-            cwd=entry.get("cwd"),
-            timeout=timeout,
-        )
-    return MCPServer.http(name, url=entry["url"], headers=entry.get("headers"), timeout=timeout)
 
 
 def _stderr_log(name: str) -> TextIO:
@@ -106,7 +57,7 @@ async def install_configured_mcp(
     async def one(name: str, entry: Mapping[str, Any]) -> MCPTools | str:
         log = _stderr_log(name) if "command" in entry else None
         try:
-            return await install_mcp(rt, [_build(name, entry)], errlog=log)
+            return await install_mcp(rt, [build_server(name, entry)], errlog=log)
         except Exception as exc:
             warn(f"MCP server {name!r} not started: {exc}")
             return str(exc)

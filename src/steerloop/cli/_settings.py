@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ._mcp import parse_mcp_table
+from ._mcp_table import parse_mcp_table
 
 __all__ = ["Settings", "default_store_url", "load_settings", "store_url"]
 

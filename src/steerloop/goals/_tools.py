@@ -14,13 +14,13 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
 
+from ..agent._agent import Agent
 from ..tools._define import Tool, ToolError, ToolExec, ToolResult, define_tool
 from ._model import GoalRevisionError, GoalStateError, goal_to_json
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from ..agent._agent import Agent
     from ._domain import SessionGoal
 
 __all__ = ["BLOCKED_BY_MODEL", "goal_tools"]
@@ -50,7 +50,10 @@ def goal_tools(goal_of: Callable[[Agent], SessionGoal]) -> list[Tool]:
     """The three goal tools, acting on the goal ``goal_of`` gives for the calling agent."""
 
     def goal_for(exec: ToolExec) -> SessionGoal:
-        return goal_of(exec.agent)
+        agent = exec.agent
+        if not isinstance(agent, Agent):  # a tool call runs for an Agent; anything else is misuse
+            raise TypeError("the goal tools run only inside a steerloop Agent")
+        return goal_of(agent)
 
     async def read_goal(args: _NoArgs, exec: ToolExec) -> Any:
         goal = goal_for(exec)

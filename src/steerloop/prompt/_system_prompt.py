@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._hooks import Disposer
+from ..tools._agent_ref import AgentRef
 
 __all__ = ["RUNTIME_CONTEXT_PLUGIN", "Section", "SystemPromptService"]
 
@@ -63,18 +64,18 @@ class SystemPromptService:
     def has_context_sections(self) -> bool:
         return any(s.context for s in self._sections)
 
-    async def assemble(self, agent: Any = None) -> str:
+    async def assemble(self, agent: AgentRef | None = None) -> str:
         """The system prompt for ``agent``: persona, then sections by ``order``."""
         parts = [self.persona] if self.persona else []
         parts += await self._render(agent, context=False)
         return "\n\n".join(parts)
 
-    async def render_context(self, agent: Any = None) -> str:
+    async def render_context(self, agent: AgentRef | None = None) -> str:
         """The runtime-context text for ``agent`` (empty when no section renders)."""
         return "\n\n".join(await self._render(agent, context=True))
 
-    async def _render(self, agent: Any, *, context: bool) -> list[str]:
-        agent_id = getattr(agent, "id", None)
+    async def _render(self, agent: AgentRef | None, *, context: bool) -> list[str]:
+        agent_id = agent.id if agent is not None else None
         chosen = [
             s
             for s in self._sections

@@ -22,7 +22,9 @@ from pydantic import BaseModel, Field
 from .._cancel import CancelCause
 from .._hooks import Disposer
 from .._ids import new_id
+from .._runtime import Runtime
 from .._signal import AbortSignal
+from ..agent._agent import Agent
 from ..agent._options import AgentOptions
 from ..errors import AbortedError, SteerloopError
 from ..messages import TextBlock, user_message
@@ -30,8 +32,6 @@ from ..session._events import AssistantMessageEvent, TurnEnd, TurnEndReason
 from ..tools._define import Tool, ToolError, ToolExec, ToolResult, define_tool
 
 if TYPE_CHECKING:
-    from .._runtime import Runtime
-    from ..agent._agent import Agent
     from ..agent._factory import AgentScope
 
 __all__ = [
@@ -223,9 +223,13 @@ def spawn_agent_tool(
 
     async def execute(args: SpawnArgs, exec: ToolExec) -> ToolResult:
         parent = exec.agent
+        rt = parent.runtime if isinstance(parent, Agent) else None
+        if not isinstance(parent, Agent) or not isinstance(rt, Runtime):
+            # A tool call always runs for an Agent of a Runtime; anything else is a misuse.
+            raise TypeError("spawn_agent runs only inside an agent of a steerloop Runtime")
         try:
             result = await spawn(
-                parent.runtime,
+                rt,
                 parent,
                 args.task,
                 session_id=f"{parent.id}/sub-{_call_seq(exec)}",

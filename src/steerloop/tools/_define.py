@@ -13,6 +13,7 @@ from typing_extensions import TypeVar
 
 from ..errors import ToolDefinitionError
 from ..messages import Block, UserMessage
+from ._agent_ref import AgentRef
 
 if TYPE_CHECKING:
     from .._signal import AbortSignal
@@ -62,7 +63,7 @@ class ToolExec:
     arguments: Any
     raw_arguments: str
     signal: AbortSignal
-    agent: Any
+    agent: AgentRef
     turn: int = 0
     step: int = 0
     deferred: list[UserMessage] = field(default_factory=list)

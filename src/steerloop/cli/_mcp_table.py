@@ -1,0 +1,67 @@
+"""The ``[mcp.servers.NAME]`` tables of ``steerloop.toml``: checked, and built into servers.
+
+Apart from ``_mcp`` (the commands) so ``_settings`` can check the tables without importing
+the commands that load the settings.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..mcp import MCPServer
+
+__all__ = ["build_server", "parse_mcp_table"]
+
+_STDIO_KEYS = {"command", "args", "env", "cwd", "timeout"}
+_HTTP_KEYS = {"url", "headers", "timeout"}
+
+
+def parse_mcp_table(path: Path, table: object) -> dict[str, dict[str, Any]]:
+    """The ``[mcp.servers.NAME]`` tables of a config file, checked; raises ``ValueError``."""
+    if table is None:
+        return {}
+    if not isinstance(table, dict) or set(table) - {"servers"}:
+        raise ValueError(f"{path}: [mcp] holds only [mcp.servers.NAME] tables")
+    servers = table.get("servers", {})
+    if not isinstance(servers, dict):
+        raise ValueError(f"{path}: [mcp.servers] must be a table of servers")
+    out: dict[str, dict[str, Any]] = {}
+    for name, entry in servers.items():
+        where = f"{path}: [mcp.servers.{name}]"
+        if not isinstance(entry, dict):
+            raise ValueError(f"{where} must be a table")
+        if ("command" in entry) == ("url" in entry):
+            raise ValueError(f"{where} needs exactly one of command (stdio) or url (HTTP)")
+        allowed = _STDIO_KEYS if "command" in entry else _HTTP_KEYS
+        unknown = set(entry) - allowed
+        if unknown:
+            raise ValueError(f"{where}: unknown key(s) {', '.join(sorted(unknown))}")
+        try:
+            build_server(name, entry)  # the same checks the library makes
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{where}: {exc}") from None
+        out[name] = dict(entry)
+    return out
+
+
+def build_server(name: str, entry: Mapping[str, Any]) -> MCPServer:
+    # steerloop.mcp._config needs no SDK; importing the package would load it.
+    from ..mcp._config import MCPServer
+
+    timeout = entry.get("timeout", 60.0)
+    if "command" in entry:
+        args = entry.get("args", [])
+        if not isinstance(args, list):
+            raise ValueError("args must be a list of strings")
+        return MCPServer.stdio(
+            name,
+            command=entry["command"],
+            args=args,
+            env=entry.get("env"),
+            cwd=entry.get("cwd"),
+            timeout=timeout,
+        )
+    return MCPServer.http(name, url=entry["url"], headers=entry.get("headers"), timeout=timeout)
