@@ -31,6 +31,7 @@ from ..messages import (
 )
 from ._failures import classify
 from ._http import NO_KEY, redact
+from ._openai_shared import REASONING_MODELS, failure_from_exception, resolve_known
 from ._provider_stream import error_finish, provider_stream
 from ._types import GenerateRequest, LlmFailure, ModelInfo, TokenUsage
 from .chunks import (
@@ -45,7 +46,6 @@ from .chunks import (
     ToolCallDelta,
     UsageChunk,
 )
-from .openai import REASONING_MODELS, failure_from_exception, resolve_known
 
 __all__ = ["REASONING_ITEM", "OpenAIResponsesAdapter"]
 

@@ -13,7 +13,7 @@ the SDK call, the decoder and the SDK-exception map.
 from __future__ import annotations
 
 import re
-from collections.abc import AsyncIterator, Awaitable, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -29,9 +29,17 @@ from ..messages import (
     ToolResultMessage,
     UserMessage,
 )
-from ._failures import classify
-from ._http import NO_KEY, redact, retry_after_ms
+from ._http import NO_KEY
+from ._openai_shared import (
+    KNOWN_MODELS,
+    REASONING_MODELS,
+    RESPONSES_FIRST,
+    failure_from_exception,
+    resolve_known,
+    responses_first,
+)
 from ._provider_stream import provider_stream
+from ._responses import OpenAIResponsesAdapter
 from ._types import GenerateRequest, LlmFailure, ModelInfo, TokenUsage
 from .chunks import (
     BlockEnd,
@@ -55,60 +63,6 @@ __all__ = [
 ]
 
 ReasoningReplay = Literal["tool-loop", "never"]
-
-# Context window, output ceiling, whether the model is Responses-first and whether it takes
-# JSON-schema output, of well-known models; a dated variant ("gpt-4o-2024-08-06") matches its
-# longest known prefix. Responses-first: OpenAI's reasoning models, whose reasoning items only
-# the Responses API carries between requests (chat completions drops them between tool
-# calls); o1-mini is left on chat completions (no tools, no reasoning summaries).
-_TABLE: Mapping[str, tuple[int, int, bool, bool]] = {
-    "deepseek-chat": (128_000, 8_192, False, False),
-    "deepseek-reasoner": (128_000, 65_536, False, False),
-    "gpt-4o": (128_000, 16_384, False, True),
-    "gpt-4o-mini": (128_000, 16_384, False, True),
-    "gpt-4-turbo": (128_000, 4_096, False, False),
-    "gpt-4.1": (1_047_576, 32_768, False, True),
-    "gpt-4.1-mini": (1_047_576, 32_768, False, True),
-    "gpt-4.1-nano": (1_047_576, 32_768, False, True),
-    "gpt-5": (400_000, 128_000, True, True),
-    "o1": (200_000, 100_000, True, False),
-    "o1-mini": (128_000, 65_536, False, False),
-    "o3": (200_000, 100_000, True, True),
-    "o3-mini": (200_000, 100_000, True, True),
-    "o4-mini": (200_000, 100_000, True, True),
-}
-KNOWN_MODELS: Mapping[str, ModelInfo] = {
-    name: ModelInfo(context_window=window, max_output_tokens=ceiling, json_schema_output=schema)
-    for name, (window, ceiling, _, schema) in _TABLE.items()
-}
-RESPONSES_FIRST: frozenset[str] = frozenset(name for name, row in _TABLE.items() if row[2])
-"""Known models ``steerloop chat -m openai/...`` sends through ``OpenAIResponsesAdapter``."""
-
-# Reasoning models of OpenAI take ``max_completion_tokens`` and refuse ``max_tokens``.
-REASONING_MODELS = re.compile(r"^(o\d|gpt-5)")
-
-
-def _known_name(model: str, names: Iterable[str]) -> str | None:
-    """``model`` itself or its longest known prefix (``model`` = prefix + "-...")."""
-    names = list(names)
-    if model in names:
-        return model
-    matches = [name for name in names if model.startswith(name + "-")]
-    return max(matches, key=len) if matches else None
-
-
-def resolve_known(model: str, models: Mapping[str, ModelInfo] | None = None) -> ModelInfo:
-    """Limits of ``model`` from ``models`` over ``KNOWN_MODELS``, or an empty ``ModelInfo``."""
-    table = {**KNOWN_MODELS, **(models or {})}
-    name = _known_name(model, table)
-    return table[name] if name is not None else ModelInfo()
-
-
-def responses_first(model: str) -> bool:
-    """Whether the known-models table marks ``model`` (or its prefix) Responses-first."""
-    name = _known_name(model, _TABLE)
-    return name is not None and name in RESPONSES_FIRST
-
 
 _FINISH_KINDS: Mapping[str, Literal["stop", "tool-calls", "max-tokens"]] = {
     "stop": "stop",
@@ -473,72 +427,3 @@ def _message(message: Message, request: GenerateRequest, in_tool_loop: bool) -> 
         if reasoning:
             out["reasoning_content"] = reasoning
     return out
-
-
-# --- failures ---------------------------------------------------------------------------
-
-
-def _error_body(body: Any) -> tuple[str | None, str | None, str | None]:
-    """``(message, code, type)`` from an error body (``{"error": {...}}`` or the inner dict)."""
-    if isinstance(body, Mapping) and isinstance(body.get("error"), Mapping):
-        body = body["error"]
-    if not isinstance(body, Mapping):
-        return (body if isinstance(body, str) else None), None, None
-    message, code, kind = body.get("message"), body.get("code"), body.get("type")
-    return (
-        message if isinstance(message, str) else None,
-        str(code) if code is not None else None,
-        kind if isinstance(kind, str) else None,
-    )
-
-
-def failure_from_exception(exc: BaseException, *, secret: str | None = None) -> LlmFailure:
-    """Map an SDK/HTTP exception to an ``LlmFailure``; ``secret`` is scrubbed from the text."""
-    if isinstance(exc, openai.APIStatusError):
-        message, code, err_type = _error_body(exc.body)
-        text = message or exc.message or f"HTTP {exc.status_code}"
-        kind, retryable = classify(
-            status=exc.status_code, error_type=err_type, error_code=code, text=text
-        )
-        return LlmFailure(
-            message=redact(f"HTTP {exc.status_code}: {text}", secret),
-            code=kind,
-            status=exc.status_code,
-            retryable=retryable,
-            provider_retry_after_ms=retry_after_ms(exc.response.headers),
-            request_id=exc.request_id,
-        )
-    if isinstance(exc, openai.APITimeoutError):
-        return LlmFailure(message="the request timed out", code="TIMEOUT", retryable=True)
-    if isinstance(exc, openai.APIConnectionError):
-        cause = exc.__cause__
-        detail = f": {type(cause).__name__}" if cause is not None else ""
-        return LlmFailure(
-            message=redact(f"connection error{detail}", secret), code="CONNECTION", retryable=True
-        )
-    if isinstance(exc, openai.APIError):
-        # An error object sent inside the event stream.
-        message, code, err_type = _error_body(exc.body)
-        stream_text = message or exc.message
-        name, retryable = classify(
-            status=None, error_type=err_type, error_code=code, text=stream_text
-        )
-        return LlmFailure(
-            message=redact(f"stream error: {stream_text}", secret),
-            code=name,
-            retryable=retryable,
-        )
-    if isinstance(exc, ValueError):
-        return LlmFailure(
-            message=redact(f"malformed response from the server: {exc}", secret),
-            code="BAD_RESPONSE",
-            retryable=False,
-        )
-    return LlmFailure(
-        message=redact(f"{type(exc).__name__}: {exc}", secret), code="UNKNOWN", retryable=False
-    )
-
-
-# The Responses adapter shares this module's table and failure map; it lives in its own
-# module and is imported last so that both are defined when it loads.
-from ._responses import OpenAIResponsesAdapter  # noqa: E402
