@@ -9,6 +9,7 @@ import logging
 import pytest
 
 from steerloop import AbortController, AbortedError
+from steerloop.testing import wait_all_tasks_blocked
 
 
 def test_first_abort_wins() -> None:
@@ -149,7 +150,7 @@ async def test_wait_returns_once_aborted() -> None:
     ctrl = AbortController()
     w1 = asyncio.ensure_future(ctrl.signal.wait())
     w2 = asyncio.ensure_future(ctrl.signal.wait())
-    await asyncio.sleep(0)
+    await wait_all_tasks_blocked()
     assert not w1.done() and not w2.done()
     ctrl.abort("x")
     await asyncio.wait_for(asyncio.gather(w1, w2), 1)
@@ -167,7 +168,7 @@ async def test_cancelled_waiter_does_not_break_other_waiters() -> None:
     ctrl = AbortController()
     w1 = asyncio.ensure_future(ctrl.signal.wait())
     w2 = asyncio.ensure_future(ctrl.signal.wait())
-    await asyncio.sleep(0)
+    await wait_all_tasks_blocked()
     w1.cancel()
     with pytest.raises(asyncio.CancelledError):
         await w1
@@ -186,7 +187,7 @@ async def test_race_returns_the_result_when_the_awaitable_wins() -> None:
         return "ok"
 
     racing = asyncio.ensure_future(ctrl.signal.race(work()))
-    await asyncio.sleep(0)
+    await wait_all_tasks_blocked()
     gate.set()
     assert await asyncio.wait_for(racing, 1) == "ok"
     # A later abort is harmless: the race's listener was disposed.
@@ -211,7 +212,7 @@ async def test_race_raises_when_the_signal_wins_without_cancelling_the_loser() -
     gate = asyncio.Event()
     loser = asyncio.ensure_future(_wait_then(gate, "late"))
     racing = asyncio.ensure_future(ctrl.signal.race(loser))
-    await asyncio.sleep(0)
+    await wait_all_tasks_blocked()
     ctrl.abort("stop")
     with pytest.raises(AbortedError) as info:
         await asyncio.wait_for(racing, 1)
@@ -262,15 +263,14 @@ async def test_race_consumes_the_failure_of_a_coroutine_that_lost() -> None:
         raise ValueError("late failure")
 
     racing = asyncio.ensure_future(ctrl.signal.race(fails_later()))
-    await asyncio.sleep(0)
+    await wait_all_tasks_blocked()
     ctrl.abort("stop")
     with pytest.raises(AbortedError):
         await asyncio.wait_for(racing, 1)
     gate.set()
-    for _ in range(5):
-        await asyncio.sleep(0)
+    await wait_all_tasks_blocked()
     gc.collect()
-    await asyncio.sleep(0)
+    await wait_all_tasks_blocked()
     loop.set_exception_handler(None)
     assert reported == []
 

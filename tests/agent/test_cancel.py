@@ -16,11 +16,12 @@ from steerloop.testing import (
     text_response,
     tool_call_response,
     tool_calls_response,
+    wait_all_tasks_blocked,
 )
 from steerloop.tools import ToolExec
 
 from ..conftest import Harness, compact, events_of, label, settle
-from ..tooltrace import Bench, yield_loop
+from ..tooltrace import Bench
 
 
 def chunk_seen(h: Harness) -> asyncio.Event:
@@ -143,7 +144,7 @@ async def test_keep_inbox_parks_queued_input(h: Harness) -> None:
     agent.inject(user_message("c"))
     agent.cancel(CancelCause.user(), keep_inbox=True)
     await settle(agent)
-    await yield_loop()
+    await wait_all_tasks_blocked()
     log = compact(agent.session)
     assert log[-3:] == ["msg(interrupted)", "S-1.1", "T-1:aborted"]
     assert "drop(nt,u2)" not in log and "drop(ns,c)" not in log
@@ -231,7 +232,7 @@ async def test_cancel_mid_stream_keeps_the_safe_prefix(h: Harness) -> None:
     agent = await h.agent(partial, text_response("again"))
     agent.followup(user_message("u1"))
     await wait(streaming)
-    await yield_loop()
+    await wait_all_tasks_blocked()
     agent.cancel(CancelCause.user())
     await settle(agent)
     log = compact(agent.session)
@@ -262,7 +263,7 @@ async def test_cancel_while_only_a_tool_call_streams(h: Harness) -> None:
     agent = await h.agent(partial)
     agent.followup(user_message("u1"))
     await wait(streaming)
-    await yield_loop()
+    await wait_all_tasks_blocked()
     agent.cancel(CancelCause.user())
     await settle(agent)
     assert compact(agent.session)[-4:] == ["ctx", "attempt", "S-1.1", "T-1:aborted"]
@@ -290,7 +291,7 @@ async def test_cancel_with_text_before_a_partial_tool_call_keeps_the_text_only(
     agent = await h.agent(partial)
     agent.followup(user_message("u1"))
     await wait(streaming)
-    await yield_loop()
+    await wait_all_tasks_blocked()
     agent.cancel(CancelCause.user())
     await settle(agent)
     assert compact(agent.session)[-4:] == ["ctx", "msg(interrupted)", "S-1.1", "T-1:aborted"]
@@ -383,7 +384,7 @@ async def test_cancel_while_tools_run_drains_and_commits_in_model_order(h: Harne
     agent.followup(user_message("u1"))
     await bench.wait_started("a", "b", "c", "d")
     agent.cancel(CancelCause.user())
-    await yield_loop()
+    await wait_all_tasks_blocked()
     bench.release("a")
     await settle(agent)
     log = compact(agent.session)
@@ -419,7 +420,7 @@ async def test_cancel_is_cooperative(h: Harness) -> None:
     snapshot = len(agent.session.events)
     idle = asyncio.ensure_future(agent.when_idle())
     disposed = asyncio.ensure_future(handle.dispose())
-    await yield_loop(50)
+    await wait_all_tasks_blocked()
     assert not idle.done()
     assert not disposed.done()
     assert len(agent.session.events) == snapshot
@@ -450,7 +451,7 @@ async def test_context_deferred_while_draining_is_parked_for_the_next_turn(h: Ha
     agent.inject(user_message("queued"))
     agent.cancel(CancelCause.user())
     await settle(agent)
-    await yield_loop()
+    await wait_all_tasks_blocked()
     log = compact(agent.session)
     assert log[log.index("call(c1)") :] == [
         "call(c1)", "ins(ns,queued)", "drop(ns,queued)", "result(c1,ABORTED)", "ins(ns,ctx)",
@@ -554,7 +555,7 @@ async def test_followup_during_slow_abort_is_latched(h: Harness) -> None:
     agent.cancel(CancelCause.user())
     agent.steer(user_message("u2"))  # even a next-step send is redirected to next-turn
     idle = asyncio.ensure_future(agent.when_idle())
-    await yield_loop()
+    await wait_all_tasks_blocked()
     assert not idle.done()
     bench.release("c1")
     await asyncio.wait_for(idle, 5)

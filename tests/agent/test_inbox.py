@@ -24,7 +24,13 @@ from steerloop import (
 from steerloop.agent._inbox import fold_inbox
 from steerloop.llm._types import GenerateRequest
 from steerloop.session._events import InboxSpliced
-from steerloop.testing import HANG, error_response, text_response, tool_call_response
+from steerloop.testing import (
+    HANG,
+    error_response,
+    text_response,
+    tool_call_response,
+    wait_all_tasks_blocked,
+)
 
 from ..conftest import Harness, compact, events_of, label, settle, u, within
 
@@ -159,8 +165,7 @@ async def test_inject_on_idle_stays_pending(h: Harness) -> None:
     assert compact(agent.session) == ["ins(ns,m)"]
     assert agent.status == "idle"
     await settle(agent)
-    for _ in range(5):
-        await asyncio.sleep(0)
+    await wait_all_tasks_blocked()
     assert compact(agent.session) == ["ins(ns,m)"]
     assert agent.inbox.next_step == (m,)
     assert statuses == []

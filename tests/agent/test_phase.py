@@ -24,6 +24,7 @@ from steerloop.testing import (
     raise_after,
     text_response,
     tool_call_response,
+    wait_all_tasks_blocked,
 )
 
 from ..conftest import Harness, compact, events_of, settle, u, within
@@ -140,7 +141,7 @@ async def test_maintenance_reports_idle_and_emits_nothing(h: Harness) -> None:
     job, release, _ = gated_job()
     result = agent.run_maintenance(job)
     assert agent.status == "idle"
-    await asyncio.sleep(0)
+    await wait_all_tasks_blocked()
     assert agent.status == "idle"
     release.set()
     assert await within(result) == "done"
@@ -308,7 +309,7 @@ async def test_followup_during_maintenance_replays_after_job(h: Harness) -> None
         snapshots.append(compact(agent.session))
 
     waiter = asyncio.ensure_future(wait())
-    await asyncio.sleep(0)
+    await wait_all_tasks_blocked()
     assert not waiter.done()
     release.set()
     await within(result)
@@ -357,7 +358,7 @@ async def test_when_idle_follows_relay_after_cancel(h: Harness) -> None:
         snapshots.append(compact(agent.session, only=["T"]))
 
     waiter = asyncio.ensure_future(wait())
-    await asyncio.sleep(0)
+    await wait_all_tasks_blocked()
     agent.cancel(CancelCause.user())
     agent.followup(u("u2"))
     stuck.release.set()
@@ -384,7 +385,7 @@ async def test_when_idle_after_cancel_during_pre_step(h: Harness, observes_signa
     agent.followup(u("u1"))
     await within(entered.wait())
     waiter = asyncio.ensure_future(agent.when_idle())
-    await asyncio.sleep(0)
+    await wait_all_tasks_blocked()
     agent.cancel(CancelCause.user())
     release.set()
     await within(waiter)

@@ -7,11 +7,11 @@ from typing import Any
 from steerloop import CancelCause, user_message
 from steerloop.messages import AssistantMessage, ToolResultMessage
 from steerloop.session import SessionEvent
-from steerloop.testing import text_response, tool_calls_response
+from steerloop.testing import text_response, tool_calls_response, wait_all_tasks_blocked
 from steerloop.tools import ToolExec
 
 from ..conftest import Harness, compact, events_of, label, settle
-from ..tooltrace import Bench, Fault, fail_append, on_event, results_by_call, yield_loop
+from ..tooltrace import Bench, Fault, fail_append, on_event, results_by_call
 
 
 def from_call(agent: Any, call_id: str) -> list[str]:
@@ -227,7 +227,7 @@ async def test_scheduler_failure_with_unrecorded_body_gives_outcome_unknown(h: H
     fail_append(agent.session, on_event("c1", "tool/result"))
     agent.followup(user_message("u1"))
     await bench.wait_started("c2")
-    await yield_loop()
+    await wait_all_tasks_blocked()
     bench.release("c2")
     await settle(agent)
     codes = [e.data.error.code for e in events_of(agent.session, "tool/result")]

@@ -10,7 +10,12 @@ from pydantic import BaseModel, field_validator
 
 from steerloop import CancelCause, PostExecute, ToolDecision, ToolResult, user_message
 from steerloop.messages import AssistantMessage, ToolResultMessage
-from steerloop.testing import text_response, tool_call_response, tool_calls_response
+from steerloop.testing import (
+    text_response,
+    tool_call_response,
+    tool_calls_response,
+    wait_all_tasks_blocked,
+)
 from steerloop.tools import ToolExec
 
 from ..conftest import Harness, compact, events_of, label, settle
@@ -331,7 +336,7 @@ async def test_invalid_or_unknown_calls_are_exclusive(
     )
     agent.followup(user_message("u1"))
     await bench.wait_started("p1")
-    await yield_loop()
+    await wait_all_tasks_blocked()
     assert tool_log(agent) == ["call(p1)"]
     bench.release("p1")
     await settle(agent)
@@ -364,7 +369,7 @@ async def test_classification_is_reread_before_each_start() -> None:
         agent.followup(user_message("u1"))
         await bench.wait_started("c1", "c2")
         bench.release("c1")
-        await yield_loop()
+        await wait_all_tasks_blocked()
         # c1 committed and freed a slot, but c3 is now exclusive: it waits for c2.
         assert tool_log(agent) == ["call(c1)", "call(c2)", "result(c1)"]
         assert "begin:c3" not in bench.trace
@@ -411,7 +416,7 @@ async def test_cap_bounds_running_bodies_and_refills_on_completion() -> None:
         )
         agent.followup(user_message("u1"))
         await bench.wait_started("c1", "c2")
-        await yield_loop()
+        await wait_all_tasks_blocked()
         assert "begin:c3" not in bench.trace
         assert tool_log(agent) == ["call(c1)", "call(c2)"]
         bench.release("c2")  # the second finishes first: its slot goes to c3
@@ -470,7 +475,7 @@ async def test_cap_change_applies_to_the_next_group() -> None:
         agent.followup(user_message("u1"))
         await bench.wait_started("a1")
         h.rt.max_parallel_tool_calls = 2  # the group in flight keeps its cap of 1
-        await yield_loop()
+        await wait_all_tasks_blocked()
         assert "begin:a2" not in bench.trace
         bench.release("a1")
         await bench.wait_started("b1")
@@ -511,7 +516,7 @@ async def test_results_commit_in_model_order() -> None:
         bench.release("b")
         await bench.wait_started("c")
         bench.release("c")
-        await yield_loop()
+        await wait_all_tasks_blocked()
         assert tool_log(agent) == ["call(a)", "call(b)", "call(c)"]  # nothing before A commits
         assert hooks == []
         bench.release("a")
@@ -585,7 +590,7 @@ async def test_deferred_context_enters_next_step_in_model_order() -> None:
         )
         agent.followup(user_message("u1"))
         await bench.wait_started("b")
-        await yield_loop()
+        await wait_all_tasks_blocked()
         assert "end:b" in bench.trace
         bench.release("a")
         await settle(agent)
@@ -876,7 +881,7 @@ async def test_internal_failure_stops_starts_and_waits_for_started_bodies(h: Har
     )
     agent.followup(user_message("u1"))
     await bench.wait_started("c2")
-    await yield_loop()
+    await wait_all_tasks_blocked()
     assert fired == ["tool/result:c1"]
     # The failure happened; the started body c2 is still running: nothing more is written.
     assert "S-1.1" not in compact(agent.session)
@@ -906,7 +911,7 @@ async def test_internal_failure_on_tool_call_append(h: Harness) -> None:
     fired = fail_append(agent.session, on_event("c2", "tool/call"))
     agent.followup(user_message("u1"))
     await bench.wait_started("c1")
-    await yield_loop()
+    await wait_all_tasks_blocked()
     assert fired == ["tool/call:c2"]
     assert "S-1.1" not in compact(agent.session)
     bench.release("c1")
