@@ -21,7 +21,7 @@ from steerloop.testing import (
 from steerloop.tools import ToolExec
 
 from ..conftest import Harness, compact, events_of, label, settle
-from ..tooltrace import Bench
+from ..support import Bench, reason_of
 
 
 def chunk_seen(h: Harness) -> asyncio.Event:
@@ -38,10 +38,6 @@ def chunk_seen(h: Harness) -> asyncio.Event:
 
 async def wait(event: asyncio.Event) -> None:
     await asyncio.wait_for(event.wait(), 5)
-
-
-def turn_end(agent: Any, turn: int = 1) -> Any:
-    return next(e for e in events_of(agent.session, "turn/end") if e.data.turn == turn).data.reason
 
 
 # --- C7.8-1 .. C7.8-5: inbox and latch ----------------------------------------------------
@@ -76,9 +72,9 @@ async def test_cancel_clears_the_inbox_then_aborts(h: Harness) -> None:
 async def test_cancel_forgets_a_latched_wake() -> None:
     """C7.8-1: a wake latched during a slow abort is forgotten by a second cancel, even
     when the input is kept: no turn starts after the drain."""
-    from ..tooltrace import harness
+    from ..support import open_harness
 
-    async with harness() as h:
+    async with open_harness() as h:
         bench = Bench()
         h.rt.tools.register(bench.tool("slow"))
         bench.gate("c1")
@@ -155,7 +151,7 @@ async def test_keep_inbox_parks_queued_input(h: Harness) -> None:
     agent.followup(user_message("u3"))
     await settle(agent)
     assert compact(agent.session)[len(log) :][:2] == ["ins(nt,u3)", "T+2"]
-    assert turn_end(agent, 2).kind == "completed"
+    assert reason_of(agent, 2).kind == "completed"
 
 
 async def test_keep_inbox_does_not_return_claimed_input(h: Harness) -> None:
@@ -182,7 +178,7 @@ async def test_turn_end_copies_only_the_cause(h: Harness) -> None:
     await wait(streaming)
     agent.cancel(CancelCause.hook("budget"))
     await settle(agent)
-    reason = turn_end(agent)
+    reason = reason_of(agent)
     assert reason.kind == "aborted"
     assert reason.reason == CancelCause.hook("budget")
     assert reason.error is None
@@ -198,7 +194,7 @@ async def test_first_cause_wins(h: Harness) -> None:
     agent.cancel(CancelCause.user())
     agent.cancel(CancelCause.disposed())
     await settle(agent)
-    assert turn_end(agent).reason == CancelCause.user()
+    assert reason_of(agent).reason == CancelCause.user()
 
 
 async def test_cancel_right_after_waking_send_closes_the_turn_without_a_step(
@@ -464,7 +460,7 @@ async def test_context_deferred_while_draining_is_parked_for_the_next_turn(h: Ha
     tail = compact(agent.session)[len(log) :]
     assert tail[:2] == ["ins(nt,u2)", "T+2"]
     assert [t for t in tail if t.startswith("user(")] == ["user(ctx)", "user(u2)"]
-    assert turn_end(agent, 2).kind == "completed"
+    assert reason_of(agent, 2).kind == "completed"
     assert [label(m) for m in h.adapter.requests[1].messages[-2:]] == ["ctx", "u2"]
 
 
@@ -490,7 +486,7 @@ async def test_context_deferred_while_disposing_is_parked_forever(h: Harness) ->
     assert log[log.index("call(c1)") :] == [
         "call(c1)", "result(c1,ABORTED)", "ins(ns,ctx)", "S-1.1", "T-1:aborted",
     ]  # fmt: skip
-    assert turn_end(agent).reason == CancelCause.disposed()
+    assert reason_of(agent).reason == CancelCause.disposed()
     assert [label(m) for m in agent.inbox.next_step] == ["ctx"]
     assert len(h.adapter.requests) == 1
     with pytest.raises(RuntimeError):
@@ -533,8 +529,8 @@ async def test_followup_after_cancelled_turn_runs_with_fresh_signal(h: Harness) 
     await settle(agent)
     agent.followup(user_message("u2"))
     await settle(agent)
-    assert turn_end(agent, 1).kind == "aborted"
-    assert turn_end(agent, 2).kind == "completed"
+    assert reason_of(agent, 1).kind == "aborted"
+    assert reason_of(agent, 2).kind == "completed"
     assert h.adapter.requests[0].signal.aborted
     assert not h.adapter.requests[1].signal.aborted
     log = compact(agent.session)

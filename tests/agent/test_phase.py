@@ -17,7 +17,6 @@ from steerloop import (
     SessionEvent,
     define_tool,
 )
-from steerloop.llm._types import GenerateRequest
 from steerloop.testing import (
     HANG,
     error_response,
@@ -28,6 +27,7 @@ from steerloop.testing import (
 )
 
 from ..conftest import Harness, compact, events_of, settle, u, within
+from ..support import Stuck, hanging
 
 CANONICAL_1 = [
     "ins(nt,u1)", "T+1", "claim(nt,u1)", "S+1.1", "sys", "user(u1)", "hdr(initial)", "ctx",
@@ -61,36 +61,12 @@ def gated_job(
     return job, release, signals
 
 
-class _Stuck:
-    """A tool body that ignores its signal until a gate opens (a slow abort)."""
-
-    def __init__(self) -> None:
-        self.entered = asyncio.Event()
-        self.release = asyncio.Event()
-
-    async def __call__(self, args: Any, exec: Any) -> str:
-        self.entered.set()
-        await self.release.wait()
-        return "late"
-
-
-def register_stuck(h: Harness) -> _Stuck:
-    stuck = _Stuck()
+def register_stuck(h: Harness) -> Stuck:
+    stuck = Stuck()
     h.rt.tools.register(
         define_tool(name="stuck", description="stuck", parameters={"type": "object"}, execute=stuck)
     )
     return stuck
-
-
-def hanging() -> tuple[asyncio.Event, Any]:
-    """A script entry that hangs like ``HANG`` and sets an event once its request arrived."""
-    started = asyncio.Event()
-
-    def entry(request: GenerateRequest) -> Any:
-        started.set()
-        return HANG
-
-    return started, entry
 
 
 # --- status ----------------------------------------------------------------------------

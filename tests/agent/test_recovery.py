@@ -11,7 +11,7 @@ from steerloop.testing import text_response, tool_calls_response, wait_all_tasks
 from steerloop.tools import ToolExec
 
 from ..conftest import Harness, compact, events_of, label, settle
-from ..tooltrace import Bench, Fault, fail_append, on_event, results_by_call
+from ..support import Bench, Fault, fail_append, on_event, results_by_call
 
 
 def from_call(agent: Any, call_id: str) -> list[str]:

@@ -31,7 +31,7 @@ from steerloop.testing import HANG, text_response, tool_calls_response, wait_all
 
 from ..conftest import Harness, compact, events_of, label, settle, within
 from ..logcheck import assert_well_formed
-from ..tooltrace import Bench, fail_append, on_event
+from ..support import Bench, fail_append, on_event
 
 OPTIONS = AgentOptions(provider="mock", model="m")
 Cut = Callable[[SessionEvent], bool]

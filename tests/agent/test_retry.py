@@ -31,12 +31,9 @@ from steerloop.testing import (
 )
 
 from ..conftest import Harness, compact, events_of, settle, texts
+from ..support import fail_append_of, reason_of
 
 Next = Callable[[], Awaitable[Any]]
-
-
-def reason_of(agent: Any, turn: int = 1) -> Any:
-    return next(e.data.reason for e in events_of(agent.session, "turn/end") if e.data.turn == turn)
 
 
 def retry_up_to(h: Harness, times: int) -> list[Any]:
@@ -308,17 +305,6 @@ async def test_other_exceptions_skip_request_error(h: Harness, where: str) -> No
     agent.followup(user_message("u1"))
     await settle(agent)
     assert offered == [] and reason_of(agent).kind == "error"
-
-
-def fail_append_of(agent: Any, event_type: str) -> None:
-    original = agent.session.append
-
-    def append(type: str, *args: Any, **kwargs: Any) -> Any:
-        if type == event_type:
-            raise OSError(f"store rejected {type}")
-        return original(type, *args, **kwargs)
-
-    agent.session.append = append
 
 
 async def test_failed_settlement_of_failed_stream(h: Harness) -> None:

@@ -19,7 +19,7 @@ from steerloop.testing import (
 from steerloop.tools import ToolExec
 
 from ..conftest import Harness, compact, events_of, label, settle
-from ..tooltrace import Bench, Fault, fail_append, harness, on_event, yield_loop
+from ..support import Bench, Fault, fail_append, on_event, open_harness, yield_loop
 
 CALLS_AND_RESULTS = ("call(", "result(")
 
@@ -349,7 +349,7 @@ async def test_invalid_or_unknown_calls_are_exclusive(
 async def test_classification_is_reread_before_each_start() -> None:
     """C7.9-9: a post-execute listener re-registering a later call's tool as exclusive
     turns that not-yet-started call into a barrier."""
-    async with harness(max_parallel_tool_calls=2) as h:
+    async with open_harness(max_parallel_tool_calls=2) as h:
         bench = Bench()
         h.rt.tools.register(bench.tool("a", safe=True))
         h.rt.tools.register(bench.tool("b", safe=True))
@@ -383,7 +383,7 @@ async def test_classification_is_reread_before_each_start() -> None:
 
 async def test_without_reclassification_the_freed_slot_is_used_at_once() -> None:
     """C7.9-9 / C7.9-10 (counterexample): with b still safe, c3 starts as soon as c1 ends."""
-    async with harness(max_parallel_tool_calls=2) as h:
+    async with open_harness(max_parallel_tool_calls=2) as h:
         bench = Bench()
         h.rt.tools.register(bench.tool("a", safe=True))
         h.rt.tools.register(bench.tool("b", safe=True))
@@ -406,7 +406,7 @@ async def test_without_reclassification_the_freed_slot_is_used_at_once() -> None
 
 async def test_cap_bounds_running_bodies_and_refills_on_completion() -> None:
     """C7.9-10: at most max_parallel_tool_calls bodies run; a new one starts when one ends."""
-    async with harness(max_parallel_tool_calls=2) as h:
+    async with open_harness(max_parallel_tool_calls=2) as h:
         bench = Bench()
         h.rt.tools.register(bench.tool("p", safe=True))
         bench.gate("c1", "c2", "c3")
@@ -432,7 +432,7 @@ async def test_cap_bounds_running_bodies_and_refills_on_completion() -> None:
 
 async def test_cap_of_one_is_fully_serial() -> None:
     """C7.9-10: with a cap of 1 even safe calls run one after another."""
-    async with harness(max_parallel_tool_calls=1) as h:
+    async with open_harness(max_parallel_tool_calls=1) as h:
 
         async def slow(args: Any, exec: ToolExec) -> str:
             await yield_loop(10)
@@ -456,7 +456,7 @@ async def test_cap_of_one_is_fully_serial() -> None:
 
 async def test_cap_change_applies_to_the_next_group() -> None:
     """C7.9-10: the cap is read when a group starts; a change mid-group applies to the next."""
-    async with harness(max_parallel_tool_calls=1) as h:
+    async with open_harness(max_parallel_tool_calls=1) as h:
         bench = Bench()
         h.rt.tools.register(bench.tool("p", safe=True))
         bench.gate("a1", "b1")
@@ -493,7 +493,7 @@ async def test_results_commit_in_model_order() -> None:
     """C7.9-11: B finishing before A still commits result(A) first; post-execute and
     tools/result follow model order. Counterexample: tool/call and body begin/end follow
     start and completion order."""
-    async with harness(max_parallel_tool_calls=2) as h:
+    async with open_harness(max_parallel_tool_calls=2) as h:
         bench = Bench()
         h.rt.tools.register(bench.tool("p", safe=True))
         bench.gate("a", "b", "c")
@@ -536,7 +536,7 @@ async def test_results_commit_in_model_order() -> None:
 async def test_results_cite_their_calls_and_derive_in_message_order() -> None:
     """C7.9-12: each tool/result cites its tool/call; derive_messages pairs them in the
     assistant message's order whatever the interleaving of tool/call events."""
-    async with harness(max_parallel_tool_calls=2) as h:
+    async with open_harness(max_parallel_tool_calls=2) as h:
         bench = Bench()
         h.rt.tools.register(bench.tool("p", safe=True))
         h.rt.tools.register(bench.tool("e"))
@@ -568,7 +568,7 @@ async def test_results_cite_their_calls_and_derive_in_message_order() -> None:
 async def test_deferred_context_enters_next_step_in_model_order() -> None:
     """C7.9-13 / C7.11-8: deferred and post-execute contexts enter next-step right after
     their call's result, in model order; the next step admits them after all results."""
-    async with harness(max_parallel_tool_calls=2) as h:
+    async with open_harness(max_parallel_tool_calls=2) as h:
         bench = Bench()
 
         async def defer(args: Any, exec: ToolExec) -> str:

@@ -40,6 +40,7 @@ from steerloop.testing import (
 )
 
 from ..conftest import Harness, compact, events_of, settle, texts
+from ..support import reason_of
 
 Next = Callable[[], Awaitable[Any]]
 
@@ -61,10 +62,6 @@ def frames_of(h: Harness) -> list[Any]:
     frames: list[Any] = []
     h.rt.hooks.on("agent/assistant-stream", lambda p: frames.append(p.frame))
     return frames
-
-
-def reason_of(agent: Any, turn: int = 1) -> Any:
-    return next(e.data.reason for e in events_of(agent.session, "turn/end") if e.data.turn == turn)
 
 
 class TracingAdapter(ScriptedAdapter):

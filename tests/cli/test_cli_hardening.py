@@ -8,7 +8,6 @@ import json
 import re
 import sys
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -49,15 +48,6 @@ async def test_two_demos_started_in_the_same_second_get_their_own_sessions(
     stamp = real("%Y%m%d-%H%M%S", frozen)
     assert first.startswith(f"demo-{stamp}") and second.startswith(f"demo-{stamp}")
     assert first != second
-
-
-@pytest.fixture
-async def server() -> AsyncIterator[SSEServer]:
-    srv = await SSEServer.start()
-    try:
-        yield srv
-    finally:
-        await srv.stop()
 
 
 def _events(text: str) -> list[dict[str, Any]]:

@@ -18,6 +18,7 @@ from steerloop.llm.anthropic import MAX_CONTINUATIONS, AnthropicAdapter
 from steerloop.messages import TextBlock
 
 from ..conftest import compact, events_of, settle
+from ..support import last_reason
 from .anthropic_wire import MODEL, block_start, block_stop, delta, message, streamed, text
 from .sse_server import SSEServer
 
@@ -40,10 +41,6 @@ def sent_key(request: Any) -> str | None:
         return str(headers["x-api-key"])
     auth = headers.get("authorization", "")
     return auth.removeprefix("Bearer ") if auth else None
-
-
-def turn_end(agent: Any) -> Any:
-    return events_of(agent.session, "turn/end")[-1].data.reason
 
 
 def test_the_installed_sdk_is_in_the_tested_range() -> None:
@@ -109,7 +106,7 @@ async def test_a_local_server_without_a_key(
         agent = await run(rt, adapter)
     finally:
         await adapter.aclose()
-    assert turn_end(agent).kind == "completed"
+    assert last_reason(agent).kind == "completed"
     assert sent_key(server.requests[0]) == "no-key"
 
 
@@ -215,5 +212,5 @@ async def test_a_turn_paused_too_often_ends_in_error(rt: Runtime, server: SSESer
     finally:
         await adapter.aclose()
     assert len(server.requests) == MAX_CONTINUATIONS + 1
-    failure = turn_end(agent).error
+    failure = last_reason(agent).error
     assert (failure.code, failure.retryable) == ("PAUSED", False)

@@ -35,7 +35,7 @@ from steerloop.testing import text_response, tool_calls_response
 
 from ..conftest import SETTLE_TIMEOUT, Harness, settle
 from ..logcheck import assert_well_formed
-from ..tooltrace import Bench
+from ..support import Bench
 
 OPTIONS = AgentOptions(provider="mock", model="m")
 

@@ -12,7 +12,7 @@ from steerloop.testing import text_response, tool_call_response, tool_calls_resp
 from steerloop.tools import ToolExec
 
 from ..conftest import Harness, compact, events_of, label, settle
-from ..tooltrace import Bench
+from ..support import Bench
 
 
 async def run_one(h: Harness, body: Any, *, timeout: float | None = None) -> Any:
