@@ -56,7 +56,7 @@ def label(message: Any) -> str:
     for block in message.content:
         if isinstance(block, TextBlock):
             return block.text
-    return message.id
+    return str(message.id)
 
 
 def _short(target: str) -> str:

@@ -429,7 +429,7 @@ async def test_runtime_open_starts_its_configured_agents(tmp_path: Any) -> None:
         await Runtime.open(store=f"sqlite:///{path}", agents=failing)
     check = await Runtime.open(store=f"sqlite:///{path}")
     # c had started (and stored its creation) before the failing entry; it was disposed
-    assert await check.sessions.persistence.list() == ("a", "b", "c")
+    assert await check.sessions.persistence.list() == ("a", "b", "c")  # type: ignore[union-attr]
     assert check.agents.list() == ()
     await check.close()
 

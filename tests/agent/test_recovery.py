@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from steerloop import CancelCause, user_message
 from steerloop.messages import AssistantMessage, ToolResultMessage
@@ -21,7 +21,7 @@ def from_call(agent: Any, call_id: str) -> list[str]:
 
 def result_of(agent: Any, call_id: str) -> SessionEvent:
     (event,) = results_by_call(agent.session)[call_id]
-    return event
+    return cast(SessionEvent, event)
 
 
 async def failed_step(h: Harness, *, fault_times: int = 1) -> tuple[Any, Bench, list[Any]]:
@@ -110,7 +110,7 @@ async def test_next_request_after_recovery_is_provider_valid(h: Harness) -> None
     index = messages.index(assistant)
     answers = messages[index + 1 : index + 4]
     assert all(isinstance(m, ToolResultMessage) for m in answers)
-    assert [m.call_id for m in answers] == [c.id for c in assistant.tool_calls]
+    assert [m.call_id for m in answers] == [c.id for c in assistant.tool_calls]  # type: ignore[union-attr]
     assert [label(m) for m in messages[index + 4 :]] == ["u2"]
 
 

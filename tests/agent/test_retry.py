@@ -101,7 +101,7 @@ async def test_retry_repeats_only_the_attempt(h: Harness) -> None:
     only `attempt · msg`; no second step/start, user/message, pre-step or claim; prompt
     sections are not rendered again."""
     renders: list[int] = []
-    h.rt.system_prompt.add_section("p", lambda agent: renders.append(1) or "P")
+    h.rt.system_prompt.add_section("p", lambda agent: renders.append(1) or "P")  # type: ignore[func-returns-value]
     pre_steps: list[int] = []
 
     async def pre_step(payload: Any, next: Next) -> Any:
@@ -233,7 +233,7 @@ async def test_iterator_exception_is_not_offered(h: Harness, exc: Exception) -> 
     """C7.7-10: an exception from the iterator after the stream started is not offered; the
     attempt keeps the chunks received so far, then the turn ends `error`."""
     offered = retry_up_to(h, 5)
-    head = [BlockStart(index=0, block_type="text"), TextDelta(index=0, text="par")]
+    head: list[Any] = [BlockStart(index=0, block_type="text"), TextDelta(index=0, text="par")]
     agent = await h.agent(raise_after(head, exc), text_response("never"))
     agent.followup(user_message("u1"))
     await settle(agent)

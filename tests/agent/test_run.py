@@ -379,6 +379,6 @@ async def test_turn_result_is_frozen_and_read_only_from_closed_turns(h: Harness)
     agent = await h.agent(text_response("hi"))
     result = await within(agent.run("hello"))
     with pytest.raises(AttributeError):
-        result.text = "changed"  # type: ignore[misc]
+        result.text = "changed"
     with pytest.raises(ValueError, match="no closed turn 2"):
         TurnResult.from_session(agent.session, 2)

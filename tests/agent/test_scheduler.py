@@ -562,7 +562,7 @@ async def test_results_cite_their_calls_and_derive_in_message_order() -> None:
         tail = messages[-5:]
         assert isinstance(tail[0], AssistantMessage)
         assert [c.id for c in tail[0].tool_calls] == ["a", "b", "c", "d"]
-        assert [m.call_id for m in tail[1:]] == ["a", "b", "c", "d"]
+        assert [m.call_id for m in tail[1:]] == ["a", "b", "c", "d"]  # type: ignore[union-attr]
 
 
 async def test_deferred_context_enters_next_step_in_model_order() -> None:
@@ -733,7 +733,7 @@ async def test_raising_body_is_a_normal_error_result(h: Harness) -> None:
     assert failed.message.is_error
     assert failed.error.name == "ValueError"
     assert label(failed.message) == "disk on fire"
-    assert h.adapter.requests[1].messages[-2].is_error
+    assert h.adapter.requests[1].messages[-2].is_error  # type: ignore[union-attr]
 
 
 async def test_raising_policies_only_fail_their_call(h: Harness) -> None:

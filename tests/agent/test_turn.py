@@ -112,7 +112,7 @@ async def test_pre_step_once_per_proposed_step(h: Harness) -> None:
     proposed step, with the claimed batch, turn, step number and the turn's signal."""
     register_echo(h)
     trace: list[Any] = []
-    h.rt.system_prompt.add_section("s", lambda agent: trace.append("section") or "P")
+    h.rt.system_prompt.add_section("s", lambda agent: trace.append("section") or "P")  # type: ignore[func-returns-value]
 
     async def pre_step(payload: Any, next: Next) -> Any:
         trace.append(

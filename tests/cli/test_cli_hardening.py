@@ -9,7 +9,7 @@ import re
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from rich.console import Console
@@ -58,7 +58,7 @@ def _events(text: str) -> list[dict[str, Any]]:
 def _request_with(server: SSEServer, prompt: str) -> dict[str, Any]:
     """The one request whose last message is the user's ``prompt``."""
     (body,) = [r.json() for r in server.requests if r.json()["messages"][-1]["content"] == prompt]
-    return body
+    return cast(dict[str, Any], body)
 
 
 async def test_output_cap_from_flag_config_file_and_model(

@@ -186,7 +186,7 @@ async def test_pause_turn_continues_the_turn(rt: Runtime, server: SSEServer) -> 
                 {
                     **SEARCH_RESULT,
                     "content": [
-                        {k: v for k, v in SEARCH_RESULT["content"][0].items() if v is not None}
+                        {k: v for k, v in SEARCH_RESULT["content"][0].items() if v is not None}  # type: ignore[attr-defined]
                     ],
                 },
             ],

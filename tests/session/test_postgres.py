@@ -612,7 +612,7 @@ async def test_a_taken_over_agent_stops_at_its_next_append(stores: StoreFactory)
     agent1.followup(user_message("stale"))  # runs before the refusal is known
     await settle(agent1)
     writer = agent1.session._sink
-    await _until(lambda: writer.error is not None)  # type: ignore[attr-defined]
+    await _until(lambda: writer.error is not None)
     count = len(agent1.session.events)
     with pytest.raises(SessionConflictError, match="taken over"):
         agent1.followup(user_message("later"))
