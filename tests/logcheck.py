@@ -209,7 +209,7 @@ def derived_problems(messages: Sequence[Any]) -> list[str]:
             continue
         if message.role == "assistant" and message.tool_calls:
             expected = [c.id for c in message.tool_calls]
-            got = []
+            got: list[str] = []
             j = i + 1
             while j < len(messages) and messages[j].role == "tool" and len(got) < len(expected):
                 got.append(messages[j].call_id)

@@ -13,7 +13,7 @@ from .logcheck import derived_problems, log_problems
 
 
 class _FakeSession:
-    def __init__(self, events: list[tuple[str, Any]], messages: list[Any] = ()) -> None:  # type: ignore[assignment]
+    def __init__(self, events: list[tuple[Any, ...]], messages: list[Any] = ()) -> None:  # type: ignore[assignment]
         self.id = "fake"
         self.events = [
             NS(seq=i, type=t, data=d, source_event_seqs=src)

@@ -135,7 +135,7 @@ MESSAGES = [
     SystemMessage(id="s1", content=(TextBlock("you are"),)),
     AssistantMessage(
         id="a1",
-        content=(ReasoningBlock("r", replay_state="opaque"), TextBlock("t"), BLOCKS[4]),
+        content=(ReasoningBlock("r", replay_state="opaque"), TextBlock("t"), BLOCKS[4]),  # type: ignore[arg-type]
         source=MessageSource(kind="model", provider="mock", model="m", replay_state={"x": 1}),
     ),
     AssistantMessage(id="a2", content=()),

@@ -9,6 +9,7 @@ import logging
 import pytest
 
 from steerloop import AbortController, AbortedError
+from steerloop.testing import wait_all_tasks_blocked
 
 
 def test_first_abort_wins() -> None:
@@ -91,7 +92,7 @@ def test_listener_disposing_a_later_one_during_abort_prevents_it() -> None:
     ctrl = AbortController()
     calls: list[str] = []
     later: dict[str, object] = {}
-    ctrl.signal.add_listener(lambda _: (calls.append("a"), later["b"]()))  # type: ignore[operator]
+    ctrl.signal.add_listener(lambda _: (calls.append("a"), later["b"]()))  # type: ignore[operator, func-returns-value]
     later["b"] = ctrl.signal.add_listener(lambda _: calls.append("b"))
     ctrl.signal.add_listener(lambda _: calls.append("c"))
     ctrl.abort()
@@ -149,7 +150,7 @@ async def test_wait_returns_once_aborted() -> None:
     ctrl = AbortController()
     w1 = asyncio.ensure_future(ctrl.signal.wait())
     w2 = asyncio.ensure_future(ctrl.signal.wait())
-    await asyncio.sleep(0)
+    await wait_all_tasks_blocked()
     assert not w1.done() and not w2.done()
     ctrl.abort("x")
     await asyncio.wait_for(asyncio.gather(w1, w2), 1)
@@ -167,7 +168,7 @@ async def test_cancelled_waiter_does_not_break_other_waiters() -> None:
     ctrl = AbortController()
     w1 = asyncio.ensure_future(ctrl.signal.wait())
     w2 = asyncio.ensure_future(ctrl.signal.wait())
-    await asyncio.sleep(0)
+    await wait_all_tasks_blocked()
     w1.cancel()
     with pytest.raises(asyncio.CancelledError):
         await w1
@@ -186,7 +187,7 @@ async def test_race_returns_the_result_when_the_awaitable_wins() -> None:
         return "ok"
 
     racing = asyncio.ensure_future(ctrl.signal.race(work()))
-    await asyncio.sleep(0)
+    await wait_all_tasks_blocked()
     gate.set()
     assert await asyncio.wait_for(racing, 1) == "ok"
     # A later abort is harmless: the race's listener was disposed.
@@ -211,7 +212,7 @@ async def test_race_raises_when_the_signal_wins_without_cancelling_the_loser() -
     gate = asyncio.Event()
     loser = asyncio.ensure_future(_wait_then(gate, "late"))
     racing = asyncio.ensure_future(ctrl.signal.race(loser))
-    await asyncio.sleep(0)
+    await wait_all_tasks_blocked()
     ctrl.abort("stop")
     with pytest.raises(AbortedError) as info:
         await asyncio.wait_for(racing, 1)
@@ -244,7 +245,8 @@ async def test_race_closes_a_coroutine_it_will_never_run() -> None:
     coro = body()
     with pytest.raises(AbortedError):
         await ctrl.signal.race(coro)
-    assert coro.cr_frame is None  # closed: no "never awaited" warning when collected
+    # closed: no "never awaited" warning when collected
+    assert coro.cr_frame is None  # type: ignore[attr-defined]
     assert not started
 
 
@@ -262,15 +264,14 @@ async def test_race_consumes_the_failure_of_a_coroutine_that_lost() -> None:
         raise ValueError("late failure")
 
     racing = asyncio.ensure_future(ctrl.signal.race(fails_later()))
-    await asyncio.sleep(0)
+    await wait_all_tasks_blocked()
     ctrl.abort("stop")
     with pytest.raises(AbortedError):
         await asyncio.wait_for(racing, 1)
     gate.set()
-    for _ in range(5):
-        await asyncio.sleep(0)
+    await wait_all_tasks_blocked()
     gc.collect()
-    await asyncio.sleep(0)
+    await wait_all_tasks_blocked()
     loop.set_exception_handler(None)
     assert reported == []
 

@@ -16,11 +16,12 @@ from steerloop.testing import (
     text_response,
     tool_call_response,
     tool_calls_response,
+    wait_all_tasks_blocked,
 )
 from steerloop.tools import ToolExec
 
 from ..conftest import Harness, compact, events_of, label, settle
-from ..tooltrace import Bench, yield_loop
+from ..support import Bench, reason_of
 
 
 def chunk_seen(h: Harness) -> asyncio.Event:
@@ -39,10 +40,6 @@ async def wait(event: asyncio.Event) -> None:
     await asyncio.wait_for(event.wait(), 5)
 
 
-def turn_end(agent: Any, turn: int = 1) -> Any:
-    return next(e for e in events_of(agent.session, "turn/end") if e.data.turn == turn).data.reason
-
-
 # --- C7.8-1 .. C7.8-5: inbox and latch ----------------------------------------------------
 
 
@@ -54,7 +51,7 @@ async def test_cancel_clears_the_inbox_then_aborts(h: Harness) -> None:
     discarded: list[tuple[str, bool]] = []
     h.rt.hooks.on(
         "agent/inbox/discarded",
-        lambda p: discarded.append((label(p.message), h.adapter.requests[0].signal.aborted)),
+        lambda p: discarded.append((label(p.message), h.adapter.requests[0].signal.aborted)),  # type: ignore[union-attr]
     )
     agent.followup(user_message("u1"))
     await wait(streaming)
@@ -75,9 +72,9 @@ async def test_cancel_clears_the_inbox_then_aborts(h: Harness) -> None:
 async def test_cancel_forgets_a_latched_wake() -> None:
     """C7.8-1: a wake latched during a slow abort is forgotten by a second cancel, even
     when the input is kept: no turn starts after the drain."""
-    from ..tooltrace import harness
+    from ..support import open_harness
 
-    async with harness() as h:
+    async with open_harness() as h:
         bench = Bench()
         h.rt.tools.register(bench.tool("slow"))
         bench.gate("c1")
@@ -143,7 +140,7 @@ async def test_keep_inbox_parks_queued_input(h: Harness) -> None:
     agent.inject(user_message("c"))
     agent.cancel(CancelCause.user(), keep_inbox=True)
     await settle(agent)
-    await yield_loop()
+    await wait_all_tasks_blocked()
     log = compact(agent.session)
     assert log[-3:] == ["msg(interrupted)", "S-1.1", "T-1:aborted"]
     assert "drop(nt,u2)" not in log and "drop(ns,c)" not in log
@@ -154,7 +151,7 @@ async def test_keep_inbox_parks_queued_input(h: Harness) -> None:
     agent.followup(user_message("u3"))
     await settle(agent)
     assert compact(agent.session)[len(log) :][:2] == ["ins(nt,u3)", "T+2"]
-    assert turn_end(agent, 2).kind == "completed"
+    assert reason_of(agent, 2).kind == "completed"
 
 
 async def test_keep_inbox_does_not_return_claimed_input(h: Harness) -> None:
@@ -181,7 +178,7 @@ async def test_turn_end_copies_only_the_cause(h: Harness) -> None:
     await wait(streaming)
     agent.cancel(CancelCause.hook("budget"))
     await settle(agent)
-    reason = turn_end(agent)
+    reason = reason_of(agent)
     assert reason.kind == "aborted"
     assert reason.reason == CancelCause.hook("budget")
     assert reason.error is None
@@ -197,7 +194,7 @@ async def test_first_cause_wins(h: Harness) -> None:
     agent.cancel(CancelCause.user())
     agent.cancel(CancelCause.disposed())
     await settle(agent)
-    assert turn_end(agent).reason == CancelCause.user()
+    assert reason_of(agent).reason == CancelCause.user()
 
 
 async def test_cancel_right_after_waking_send_closes_the_turn_without_a_step(
@@ -231,7 +228,7 @@ async def test_cancel_mid_stream_keeps_the_safe_prefix(h: Harness) -> None:
     agent = await h.agent(partial, text_response("again"))
     agent.followup(user_message("u1"))
     await wait(streaming)
-    await yield_loop()
+    await wait_all_tasks_blocked()
     agent.cancel(CancelCause.user())
     await settle(agent)
     log = compact(agent.session)
@@ -262,7 +259,7 @@ async def test_cancel_while_only_a_tool_call_streams(h: Harness) -> None:
     agent = await h.agent(partial)
     agent.followup(user_message("u1"))
     await wait(streaming)
-    await yield_loop()
+    await wait_all_tasks_blocked()
     agent.cancel(CancelCause.user())
     await settle(agent)
     assert compact(agent.session)[-4:] == ["ctx", "attempt", "S-1.1", "T-1:aborted"]
@@ -290,7 +287,7 @@ async def test_cancel_with_text_before_a_partial_tool_call_keeps_the_text_only(
     agent = await h.agent(partial)
     agent.followup(user_message("u1"))
     await wait(streaming)
-    await yield_loop()
+    await wait_all_tasks_blocked()
     agent.cancel(CancelCause.user())
     await settle(agent)
     assert compact(agent.session)[-4:] == ["ctx", "msg(interrupted)", "S-1.1", "T-1:aborted"]
@@ -383,7 +380,7 @@ async def test_cancel_while_tools_run_drains_and_commits_in_model_order(h: Harne
     agent.followup(user_message("u1"))
     await bench.wait_started("a", "b", "c", "d")
     agent.cancel(CancelCause.user())
-    await yield_loop()
+    await wait_all_tasks_blocked()
     bench.release("a")
     await settle(agent)
     log = compact(agent.session)
@@ -419,7 +416,7 @@ async def test_cancel_is_cooperative(h: Harness) -> None:
     snapshot = len(agent.session.events)
     idle = asyncio.ensure_future(agent.when_idle())
     disposed = asyncio.ensure_future(handle.dispose())
-    await yield_loop(50)
+    await wait_all_tasks_blocked()
     assert not idle.done()
     assert not disposed.done()
     assert len(agent.session.events) == snapshot
@@ -450,7 +447,7 @@ async def test_context_deferred_while_draining_is_parked_for_the_next_turn(h: Ha
     agent.inject(user_message("queued"))
     agent.cancel(CancelCause.user())
     await settle(agent)
-    await yield_loop()
+    await wait_all_tasks_blocked()
     log = compact(agent.session)
     assert log[log.index("call(c1)") :] == [
         "call(c1)", "ins(ns,queued)", "drop(ns,queued)", "result(c1,ABORTED)", "ins(ns,ctx)",
@@ -463,7 +460,7 @@ async def test_context_deferred_while_draining_is_parked_for_the_next_turn(h: Ha
     tail = compact(agent.session)[len(log) :]
     assert tail[:2] == ["ins(nt,u2)", "T+2"]
     assert [t for t in tail if t.startswith("user(")] == ["user(ctx)", "user(u2)"]
-    assert turn_end(agent, 2).kind == "completed"
+    assert reason_of(agent, 2).kind == "completed"
     assert [label(m) for m in h.adapter.requests[1].messages[-2:]] == ["ctx", "u2"]
 
 
@@ -489,7 +486,7 @@ async def test_context_deferred_while_disposing_is_parked_forever(h: Harness) ->
     assert log[log.index("call(c1)") :] == [
         "call(c1)", "result(c1,ABORTED)", "ins(ns,ctx)", "S-1.1", "T-1:aborted",
     ]  # fmt: skip
-    assert turn_end(agent).reason == CancelCause.disposed()
+    assert reason_of(agent).reason == CancelCause.disposed()
     assert [label(m) for m in agent.inbox.next_step] == ["ctx"]
     assert len(h.adapter.requests) == 1
     with pytest.raises(RuntimeError):
@@ -532,10 +529,10 @@ async def test_followup_after_cancelled_turn_runs_with_fresh_signal(h: Harness) 
     await settle(agent)
     agent.followup(user_message("u2"))
     await settle(agent)
-    assert turn_end(agent, 1).kind == "aborted"
-    assert turn_end(agent, 2).kind == "completed"
-    assert h.adapter.requests[0].signal.aborted
-    assert not h.adapter.requests[1].signal.aborted
+    assert reason_of(agent, 1).kind == "aborted"
+    assert reason_of(agent, 2).kind == "completed"
+    assert h.adapter.requests[0].signal.aborted  # type: ignore[union-attr]
+    assert not h.adapter.requests[1].signal.aborted  # type: ignore[union-attr]
     log = compact(agent.session)
     assert log[log.index("T+2") :] == [
         "T+2", "claim(nt,u2)", "S+2.1", "user(u2)", "msg", "S-2.1", "T-2:completed",
@@ -554,7 +551,7 @@ async def test_followup_during_slow_abort_is_latched(h: Harness) -> None:
     agent.cancel(CancelCause.user())
     agent.steer(user_message("u2"))  # even a next-step send is redirected to next-turn
     idle = asyncio.ensure_future(agent.when_idle())
-    await yield_loop()
+    await wait_all_tasks_blocked()
     assert not idle.done()
     bench.release("c1")
     await asyncio.wait_for(idle, 5)
@@ -588,5 +585,5 @@ async def test_cancel_rejects_a_non_cause(h: Harness) -> None:
     """C7.8-18: cancel() takes a CancelCause; anything else is a ValueError."""
     agent = await h.agent()
     with pytest.raises(ValueError):
-        agent.cancel("user")  # type: ignore[arg-type]
+        agent.cancel("user")
     assert compact(agent.session) == []

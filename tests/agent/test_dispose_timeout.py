@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from steerloop import AgentOptions, Runtime, ToolExec, define_tool, user_message
-from steerloop.testing import text_response, tool_calls_response
+from steerloop.testing import text_response, tool_calls_response, wait_all_tasks_blocked
 
 from ..conftest import Harness, compact, events_of, within
 from ..logcheck import assert_well_formed
@@ -61,8 +61,7 @@ async def test_dispose_timeout_records_outcome_unknown_and_returns(h: Harness) -
     assert_well_formed(agent.session)
     length = len(agent.session.events)
     release.set()  # the stray body returns; nothing more reaches the log
-    for _ in range(20):
-        await asyncio.sleep(0)
+    await wait_all_tasks_blocked()
     assert len(agent.session.events) == length and len(errors) == 1
 
 
@@ -92,10 +91,9 @@ async def test_runtime_close_timeout_bounds_every_agent() -> None:
     a.followup(user_message("u1"))
     b.followup(user_message("u2"))
     await within(started.wait())
-    for _ in range(5):
-        await asyncio.sleep(0)
+    await wait_all_tasks_blocked()
     first = asyncio.ensure_future(rt.close())  # unbounded: would wait for the tools forever
-    await asyncio.sleep(0)
+    await wait_all_tasks_blocked()
     await within(rt.close(timeout=0.05))
     assert first.done()
     for agent in (a, b):

@@ -29,12 +29,9 @@ from steerloop.testing import (
 )
 
 from ..conftest import Harness, compact, events_of, label, settle, texts
+from ..support import reason_of
 
 Next = Callable[[], Awaitable[Any]]
-
-
-def reason_of(agent: Any, turn: int = 1) -> Any:
-    return next(e.data.reason for e in events_of(agent.session, "turn/end") if e.data.turn == turn)
 
 
 def announce(event: asyncio.Event, entry: Any) -> Callable[[GenerateRequest], Any]:

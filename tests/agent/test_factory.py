@@ -25,7 +25,13 @@ from steerloop import (
 )
 from steerloop.agent._config import start_configured_agents, validate_agent_entries
 from steerloop.session._store import MemoryStore
-from steerloop.testing import HANG, ScriptedAdapter, text_response, tool_call_response
+from steerloop.testing import (
+    HANG,
+    ScriptedAdapter,
+    text_response,
+    tool_call_response,
+    wait_all_tasks_blocked,
+)
 
 from ..conftest import Harness, compact, events_of, settle, within
 
@@ -38,11 +44,6 @@ def tool(name: str, body: Callable[[Any, ToolExec], Any] | None = None) -> Tool:
         return name
 
     return define_tool(name=name, description="", parameters=EMPTY_ARGS, execute=body or default)
-
-
-async def yield_n(n: int = 5) -> None:
-    for _ in range(n):
-        await asyncio.sleep(0)
 
 
 async def make(h: Harness, *script: Any, session_id: str = "s-1", **kwargs: Any) -> AgentHandle:
@@ -428,7 +429,7 @@ async def test_runtime_open_starts_its_configured_agents(tmp_path: Any) -> None:
         await Runtime.open(store=f"sqlite:///{path}", agents=failing)
     check = await Runtime.open(store=f"sqlite:///{path}")
     # c had started (and stored its creation) before the failing entry; it was disposed
-    assert await check.sessions.persistence.list() == ("a", "b", "c")
+    assert await check.sessions.persistence.list() == ("a", "b", "c")  # type: ignore[union-attr]
     assert check.agents.list() == ()
     await check.close()
 
@@ -638,7 +639,7 @@ async def test_close_waits_for_created_listener_before_teardown(h: Harness) -> N
     )
     await within(entered.wait())
     closing = asyncio.ensure_future(rt.close())
-    await yield_n(10)
+    await wait_all_tasks_blocked()
     assert not closing.done()
     trace.append("release")
     release.set()
@@ -694,7 +695,7 @@ async def test_close_during_setup_rolls_creation_back(h: Harness) -> None:
 
     # The abandoned setup finishing later leaves nothing registered behind.
     never.set()
-    await yield_n()
+    await wait_all_tasks_blocked()
     assert rt.tools.get("late") is None
 
 
@@ -714,7 +715,7 @@ async def test_create_after_close_began_raises(h: Harness) -> None:
     agent.followup(user_message("u1"))
     await within(entered.wait())
     closing = asyncio.ensure_future(rt.close())
-    await yield_n()
+    await wait_all_tasks_blocked()
     assert not closing.done()
     with pytest.raises(RuntimeError):
         await rt.agents.create(session_id="s-2", agent_options=OPTIONS)
@@ -801,7 +802,7 @@ async def test_dispose_runs_steps_in_order(h: Harness, monkeypatch: pytest.Monke
         ),
     )
     agent.followup(user_message("u1"))
-    await yield_n()
+    await wait_all_tasks_blocked()
     await within(handle.dispose())
     trace.append(f"returned session={rt.sessions.get('s-1')}")
     assert trace == [
@@ -840,7 +841,7 @@ async def test_dispose_waits_for_publication(h: Harness) -> None:
     )
     await within(entered.wait())
     disposing = asyncio.ensure_future(parent.dispose())
-    await yield_n(10)
+    await wait_all_tasks_blocked()
     assert trace == []
     release.set()
     await within(disposing)
@@ -874,7 +875,7 @@ async def test_inside_disposed_listener(h: Harness) -> None:
 
     handle = await make(h, HANG, setup=setup)
     handle.agent.followup(user_message("u1"))
-    await yield_n()
+    await wait_all_tasks_blocked()
     await within(handle.dispose())
     assert seen == {
         "last": ("turn/end", "aborted", "disposed"),
@@ -925,7 +926,7 @@ async def test_draining_tool_can_use_scope_until_quiescent(h: Harness) -> None:
     await within(started.wait())
     disposing = asyncio.ensure_future(handle.dispose())
     await within(draining.wait())
-    await yield_n(10)
+    await wait_all_tasks_blocked()
     assert not disposing.done()
     assert rt.tools.get("helper") is not None
     release.set()
@@ -951,7 +952,7 @@ async def test_dispose_is_memoised(h: Harness) -> None:
     rt.hooks.on("agent/disposed", lambda p: disposed.append(p.agent.id))
     handle = await make(h, HANG)
     handle.agent.followup(user_message("u1"))
-    await yield_n()
+    await wait_all_tasks_blocked()
     first = asyncio.ensure_future(handle.dispose())
     second = asyncio.ensure_future(handle.dispose())
     assert await within(asyncio.gather(first, second)) == [None, None]
@@ -1039,7 +1040,7 @@ async def test_dispose_discards_queued_work(h: Harness) -> None:
     handle = await make(h, HANG, text_response("never"))
     agent = handle.agent
     agent.followup(user_message("u1"))
-    await yield_n()
+    await wait_all_tasks_blocked()
     agent.followup(user_message("u2"))
     agent.followup(user_message("u3"))
     await within(handle.dispose())
@@ -1077,7 +1078,7 @@ async def test_send_after_disposal_began_is_not_latched(h: Harness) -> None:
     handle = await make(h, HANG, text_response("never"))
     agent = handle.agent
     agent.followup(user_message("u1"))
-    await yield_n()
+    await wait_all_tasks_blocked()
     assert len(h.adapter.requests) == 1
     await within(handle.dispose())
     assert sent == ["disposed"]
@@ -1101,7 +1102,7 @@ async def test_close_disposes_every_agent_and_is_idempotent(h: Harness) -> None:
     idle = await make(h, session_id="c")
     a.agent.followup(user_message("u1"))
     b.agent.followup(user_message("u2"))
-    await yield_n()
+    await wait_all_tasks_blocked()
     await within(rt.close())
     assert sorted(disposed) == ["a", "b", "c"]
     for handle in (a, b):
@@ -1130,9 +1131,9 @@ async def test_concurrent_close_callers_share_completion(h: Harness) -> None:
     handle.agent.followup(user_message("u1"))
     await within(entered.wait())
     first = asyncio.ensure_future(rt.close())
-    await yield_n()
+    await wait_all_tasks_blocked()
     second = asyncio.ensure_future(rt.close())
-    await yield_n(10)
+    await wait_all_tasks_blocked()
     assert not first.done()
     assert not second.done()
     release.set()
@@ -1157,7 +1158,7 @@ async def test_close_waits_for_inflight_creation(h: Harness) -> None:
     creating = asyncio.ensure_future(rt.agents.create(session_id="s-1", agent_options=OPTIONS))
     await within(entered.wait())
     closing = asyncio.ensure_future(rt.close())
-    await yield_n(10)
+    await wait_all_tasks_blocked()
     assert not closing.done()
     release.set()
     await within(closing)
@@ -1271,7 +1272,7 @@ async def test_disposed_listener_sees_the_whole_log_stored() -> None:
         runtime.hooks.on("agent/disposed", on_disposed)
         handle = await runtime.agents.create(session_id="s-1", agent_options=OPTIONS)
         handle.agent.followup(user_message("u1"))
-        await yield_n()
+        await wait_all_tasks_blocked()
         await within(handle.dispose())
         (stored, logged) = seen[0]
         assert stored == logged

@@ -110,7 +110,7 @@ async def test_a_non_chunk_from_the_adapter_fails_the_attempt(tmp_path: Path) ->
         await settle(agent)
         assert [r.kind for r in turn_ends(agent)] == ["error", "completed"]
         await handle.dispose()
-        stored = await rt.store.load("s")
+        stored = await rt.store.load("s")  # type: ignore[union-attr]
         assert [e.type for e in stored] == [e.type for e in agent.session.events]
     finally:
         await rt.close()
@@ -136,7 +136,7 @@ async def test_an_event_that_cannot_encode_does_not_desynchronise_the_writer(
         assert len(session.events) == before
         handle.agent.inject(user_message("after"))  # appends at the refused seq
         await session.flush()
-        stored = await rt.store.load("s")
+        stored = await rt.store.load("s")  # type: ignore[union-attr]
         assert [e.seq for e in stored] == list(range(1, len(session.events) + 1))
         await handle.dispose()
     finally:

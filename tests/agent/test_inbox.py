@@ -24,9 +24,15 @@ from steerloop import (
 from steerloop.agent._inbox import fold_inbox
 from steerloop.llm._types import GenerateRequest
 from steerloop.session._events import InboxSpliced
-from steerloop.testing import HANG, error_response, text_response, tool_call_response
+from steerloop.testing import (
+    error_response,
+    text_response,
+    tool_call_response,
+    wait_all_tasks_blocked,
+)
 
 from ..conftest import Harness, compact, events_of, label, settle, u, within
+from ..support import Stuck, hanging
 
 CANONICAL_1 = [
     "ins(nt,u1)", "T+1", "claim(nt,u1)", "S+1.1", "sys", "user(u1)", "hdr(initial)", "ctx",
@@ -70,17 +76,6 @@ def gated_tool(
         return result
 
     return define_tool(name=name, description=name, parameters={"type": "object"}, execute=execute)
-
-
-def hanging() -> tuple[asyncio.Event, Any]:
-    """A script entry that hangs like ``HANG`` and sets an event once its request arrived."""
-    started = asyncio.Event()
-
-    def entry(request: GenerateRequest) -> Any:
-        started.set()
-        return HANG
-
-    return started, entry
 
 
 def request_texts(request: GenerateRequest) -> list[str]:
@@ -159,8 +154,7 @@ async def test_inject_on_idle_stays_pending(h: Harness) -> None:
     assert compact(agent.session) == ["ins(ns,m)"]
     assert agent.status == "idle"
     await settle(agent)
-    for _ in range(5):
-        await asyncio.sleep(0)
+    await wait_all_tasks_blocked()
     assert compact(agent.session) == ["ins(ns,m)"]
     assert agent.inbox.next_step == (m,)
     assert statuses == []
@@ -349,21 +343,8 @@ async def test_inject_after_turn_closed_stays_pending(h: Harness) -> None:
     assert agent.status == "idle"
 
 
-class _Stuck:
-    """A tool body that ignores its signal and waits for a gate (a slow abort)."""
-
-    def __init__(self) -> None:
-        self.entered = asyncio.Event()
-        self.release = asyncio.Event()
-
-    async def __call__(self, args: Any, exec: Any) -> str:
-        self.entered.set()
-        await self.release.wait()
-        return "late"
-
-
-async def _stuck_agent(h: Harness, *script: Any) -> tuple[Any, _Stuck]:
-    stuck = _Stuck()
+async def _stuck_agent(h: Harness, *script: Any) -> tuple[Any, Stuck]:
+    stuck = Stuck()
     h.rt.tools.register(gated_tool("stuck", stuck))
     agent = await h.agent(tool_call_response("c1", "stuck", {}), *script)
     agent.followup(u("u1"))

@@ -19,7 +19,12 @@ import pytest
 from steerloop import SessionCorruptError, TurnResult, user_message
 from steerloop.llm import ModelInfo
 from steerloop.session._codec import event_from_json
-from steerloop.testing import text_response, tool_call_response, tool_calls_response
+from steerloop.testing import (
+    text_response,
+    tool_call_response,
+    tool_calls_response,
+    wait_all_tasks_blocked,
+)
 
 from ..conftest import Harness, compact, events_of, label, settle, within
 from ..logcheck import assert_well_formed
@@ -259,7 +264,7 @@ async def test_cancelling_the_waiting_task_does_not_stop_the_structured_turn(
 
     agent = await h.agent(slow, tool_call_response("c2", "final_result", PARIS))
     waiting = asyncio.ensure_future(agent.run("weather?", output_type=Weather))
-    await asyncio.sleep(0)
+    await wait_all_tasks_blocked()
     waiting.cancel()
     with pytest.raises(asyncio.CancelledError):
         await waiting

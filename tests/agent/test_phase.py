@@ -17,16 +17,17 @@ from steerloop import (
     SessionEvent,
     define_tool,
 )
-from steerloop.llm._types import GenerateRequest
 from steerloop.testing import (
     HANG,
     error_response,
     raise_after,
     text_response,
     tool_call_response,
+    wait_all_tasks_blocked,
 )
 
 from ..conftest import Harness, compact, events_of, settle, u, within
+from ..support import Stuck, hanging
 
 CANONICAL_1 = [
     "ins(nt,u1)", "T+1", "claim(nt,u1)", "S+1.1", "sys", "user(u1)", "hdr(initial)", "ctx",
@@ -60,36 +61,12 @@ def gated_job(
     return job, release, signals
 
 
-class _Stuck:
-    """A tool body that ignores its signal until a gate opens (a slow abort)."""
-
-    def __init__(self) -> None:
-        self.entered = asyncio.Event()
-        self.release = asyncio.Event()
-
-    async def __call__(self, args: Any, exec: Any) -> str:
-        self.entered.set()
-        await self.release.wait()
-        return "late"
-
-
-def register_stuck(h: Harness) -> _Stuck:
-    stuck = _Stuck()
+def register_stuck(h: Harness) -> Stuck:
+    stuck = Stuck()
     h.rt.tools.register(
         define_tool(name="stuck", description="stuck", parameters={"type": "object"}, execute=stuck)
     )
     return stuck
-
-
-def hanging() -> tuple[asyncio.Event, Any]:
-    """A script entry that hangs like ``HANG`` and sets an event once its request arrived."""
-    started = asyncio.Event()
-
-    def entry(request: GenerateRequest) -> Any:
-        started.set()
-        return HANG
-
-    return started, entry
 
 
 # --- status ----------------------------------------------------------------------------
@@ -140,7 +117,7 @@ async def test_maintenance_reports_idle_and_emits_nothing(h: Harness) -> None:
     job, release, _ = gated_job()
     result = agent.run_maintenance(job)
     assert agent.status == "idle"
-    await asyncio.sleep(0)
+    await wait_all_tasks_blocked()
     assert agent.status == "idle"
     release.set()
     assert await within(result) == "done"
@@ -308,7 +285,7 @@ async def test_followup_during_maintenance_replays_after_job(h: Harness) -> None
         snapshots.append(compact(agent.session))
 
     waiter = asyncio.ensure_future(wait())
-    await asyncio.sleep(0)
+    await wait_all_tasks_blocked()
     assert not waiter.done()
     release.set()
     await within(result)
@@ -357,7 +334,7 @@ async def test_when_idle_follows_relay_after_cancel(h: Harness) -> None:
         snapshots.append(compact(agent.session, only=["T"]))
 
     waiter = asyncio.ensure_future(wait())
-    await asyncio.sleep(0)
+    await wait_all_tasks_blocked()
     agent.cancel(CancelCause.user())
     agent.followup(u("u2"))
     stuck.release.set()
@@ -384,7 +361,7 @@ async def test_when_idle_after_cancel_during_pre_step(h: Harness, observes_signa
     agent.followup(u("u1"))
     await within(entered.wait())
     waiter = asyncio.ensure_future(agent.when_idle())
-    await asyncio.sleep(0)
+    await wait_all_tasks_blocked()
     agent.cancel(CancelCause.user())
     release.set()
     await within(waiter)

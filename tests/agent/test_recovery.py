@@ -2,16 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from steerloop import CancelCause, user_message
 from steerloop.messages import AssistantMessage, ToolResultMessage
 from steerloop.session import SessionEvent
-from steerloop.testing import text_response, tool_calls_response
+from steerloop.testing import text_response, tool_calls_response, wait_all_tasks_blocked
 from steerloop.tools import ToolExec
 
 from ..conftest import Harness, compact, events_of, label, settle
-from ..tooltrace import Bench, Fault, fail_append, on_event, results_by_call, yield_loop
+from ..support import Bench, Fault, fail_append, on_event, results_by_call
 
 
 def from_call(agent: Any, call_id: str) -> list[str]:
@@ -21,7 +21,7 @@ def from_call(agent: Any, call_id: str) -> list[str]:
 
 def result_of(agent: Any, call_id: str) -> SessionEvent:
     (event,) = results_by_call(agent.session)[call_id]
-    return event
+    return cast(SessionEvent, event)
 
 
 async def failed_step(h: Harness, *, fault_times: int = 1) -> tuple[Any, Bench, list[Any]]:
@@ -110,7 +110,7 @@ async def test_next_request_after_recovery_is_provider_valid(h: Harness) -> None
     index = messages.index(assistant)
     answers = messages[index + 1 : index + 4]
     assert all(isinstance(m, ToolResultMessage) for m in answers)
-    assert [m.call_id for m in answers] == [c.id for c in assistant.tool_calls]
+    assert [m.call_id for m in answers] == [c.id for c in assistant.tool_calls]  # type: ignore[union-attr]
     assert [label(m) for m in messages[index + 4 :]] == ["u2"]
 
 
@@ -227,7 +227,7 @@ async def test_scheduler_failure_with_unrecorded_body_gives_outcome_unknown(h: H
     fail_append(agent.session, on_event("c1", "tool/result"))
     agent.followup(user_message("u1"))
     await bench.wait_started("c2")
-    await yield_loop()
+    await wait_all_tasks_blocked()
     bench.release("c2")
     await settle(agent)
     codes = [e.data.error.code for e in events_of(agent.session, "tool/result")]

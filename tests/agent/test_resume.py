@@ -27,11 +27,11 @@ from steerloop import (
 from steerloop.agent._recovery import NOT_STARTED_TEXT, OUTCOME_UNKNOWN_TEXT
 from steerloop.session import MemoryStore, SessionEvent
 from steerloop.session._codec import event_from_json
-from steerloop.testing import HANG, text_response, tool_calls_response
+from steerloop.testing import HANG, text_response, tool_calls_response, wait_all_tasks_blocked
 
 from ..conftest import Harness, compact, events_of, label, settle, within
 from ..logcheck import assert_well_formed
-from ..tooltrace import Bench, fail_append, on_event
+from ..support import Bench, fail_append, on_event
 
 OPTIONS = AgentOptions(provider="mock", model="m")
 Cut = Callable[[SessionEvent], bool]
@@ -288,7 +288,7 @@ async def test_resume_restores_pending_inbox(hs: Harness) -> None:
     assert [label(m) for m in resumed.inbox.next_turn] == ["u2", "u3"]
     assert [label(m) for m in resumed.inbox.next_step] == ["c"]
     assert resumed.status == "idle"
-    await asyncio.sleep(0)
+    await wait_all_tasks_blocked()
     assert compact(resumed.session)[-6:] == [
         "ins(nt,u2)", "ins(nt,u3)", "ins(ns,c)", "S-1.1", "T-1:interrupted", "session/end-seed",
     ]  # fmt: skip

@@ -31,12 +31,9 @@ from steerloop.testing import (
 )
 
 from ..conftest import Harness, compact, events_of, settle, texts
+from ..support import fail_append_of, reason_of
 
 Next = Callable[[], Awaitable[Any]]
-
-
-def reason_of(agent: Any, turn: int = 1) -> Any:
-    return next(e.data.reason for e in events_of(agent.session, "turn/end") if e.data.turn == turn)
 
 
 def retry_up_to(h: Harness, times: int) -> list[Any]:
@@ -104,7 +101,7 @@ async def test_retry_repeats_only_the_attempt(h: Harness) -> None:
     only `attempt · msg`; no second step/start, user/message, pre-step or claim; prompt
     sections are not rendered again."""
     renders: list[int] = []
-    h.rt.system_prompt.add_section("p", lambda agent: renders.append(1) or "P")
+    h.rt.system_prompt.add_section("p", lambda agent: renders.append(1) or "P")  # type: ignore[func-returns-value]
     pre_steps: list[int] = []
 
     async def pre_step(payload: Any, next: Next) -> Any:
@@ -236,7 +233,7 @@ async def test_iterator_exception_is_not_offered(h: Harness, exc: Exception) -> 
     """C7.7-10: an exception from the iterator after the stream started is not offered; the
     attempt keeps the chunks received so far, then the turn ends `error`."""
     offered = retry_up_to(h, 5)
-    head = [BlockStart(index=0, block_type="text"), TextDelta(index=0, text="par")]
+    head: list[Any] = [BlockStart(index=0, block_type="text"), TextDelta(index=0, text="par")]
     agent = await h.agent(raise_after(head, exc), text_response("never"))
     agent.followup(user_message("u1"))
     await settle(agent)
@@ -308,17 +305,6 @@ async def test_other_exceptions_skip_request_error(h: Harness, where: str) -> No
     agent.followup(user_message("u1"))
     await settle(agent)
     assert offered == [] and reason_of(agent).kind == "error"
-
-
-def fail_append_of(agent: Any, event_type: str) -> None:
-    original = agent.session.append
-
-    def append(type: str, *args: Any, **kwargs: Any) -> Any:
-        if type == event_type:
-            raise OSError(f"store rejected {type}")
-        return original(type, *args, **kwargs)
-
-    agent.session.append = append
 
 
 async def test_failed_settlement_of_failed_stream(h: Harness) -> None:

@@ -28,6 +28,7 @@ from steerloop.testing import (
     error_response,
     text_response,
     tool_call_response,
+    wait_all_tasks_blocked,
 )
 from steerloop.tools import define_tool
 
@@ -162,9 +163,9 @@ async def test_cancel_resolves_queued_runs_aborted_and_the_running_one_with_its_
     (an aborted turn stops the driver, C7.5-18a) and is served by the next waking send."""
     agent = await h.agent(HANG)
     first = asyncio.ensure_future(agent.run("a"))
-    await asyncio.sleep(0)
+    await wait_all_tasks_blocked()
     queued = [asyncio.ensure_future(agent.run(t)) for t in ("b", "c")]
-    await asyncio.sleep(0)
+    await wait_all_tasks_blocked()
     agent.cancel(CancelCause.user())
     results = await within(asyncio.gather(first, *queued))
     assert [(r.kind, r.turn) for r in results] == [
@@ -180,9 +181,9 @@ async def test_cancel_resolves_queued_runs_aborted_and_the_running_one_with_its_
 
     h.adapter.add(HANG, text_response("d done"), text_response("wake done"))
     running = asyncio.ensure_future(agent.run("x"))
-    await asyncio.sleep(0)
+    await wait_all_tasks_blocked()
     kept = asyncio.ensure_future(agent.run("d"))
-    await asyncio.sleep(0)
+    await wait_all_tasks_blocked()
     agent.cancel(CancelCause.user(), keep_inbox=True)
     assert (await within(running)).kind == "aborted"
     await settle(agent)
@@ -209,9 +210,9 @@ async def test_a_run_queued_behind_a_blocked_turn_waits_for_the_next_waking_send
 
     h.rt.hooks.on("agent/pre-step", gate)
     first = asyncio.ensure_future(agent.run("a"))
-    await asyncio.sleep(0)
+    await wait_all_tasks_blocked()
     queued = asyncio.ensure_future(agent.run("b"))
-    await asyncio.sleep(0)
+    await wait_all_tasks_blocked()
     assert [label(m) for m in agent.inbox.next_turn] == ["b"]
     release.set()
     assert (await within(first)).kind == "blocked"
@@ -250,11 +251,11 @@ async def test_a_message_removed_from_the_inbox_resolves_its_run_aborted(h: Harn
     the id does not (counterexample): the replacement is what the run's turn claims."""
     agent = await h.agent(HANG, text_response("replaced answer"))
     running = asyncio.ensure_future(agent.run("a"))
-    await asyncio.sleep(0)
+    await wait_all_tasks_blocked()
     removed_msg, replaced_msg = user_message("b"), user_message("c")
     removed = asyncio.ensure_future(agent.run(removed_msg))
     replaced = asyncio.ensure_future(agent.run(replaced_msg))
-    await asyncio.sleep(0)
+    await wait_all_tasks_blocked()
     assert agent.inbox.remove(removed_msg.id)
     assert (await within(removed)) == TurnResult(kind="aborted")
     assert agent.inbox.replace(replaced_msg.id, user_message("c2", id=replaced_msg.id))
@@ -378,6 +379,6 @@ async def test_turn_result_is_frozen_and_read_only_from_closed_turns(h: Harness)
     agent = await h.agent(text_response("hi"))
     result = await within(agent.run("hello"))
     with pytest.raises(AttributeError):
-        result.text = "changed"  # type: ignore[misc]
+        result.text = "changed"
     with pytest.raises(ValueError, match="no closed turn 2"):
         TurnResult.from_session(agent.session, 2)

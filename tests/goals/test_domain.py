@@ -83,7 +83,7 @@ def test_a_stale_revision_is_refused_and_appends_nothing() -> None:
         lambda: goal.resume(0),
     ):
         with pytest.raises(GoalRevisionError, match=r"stale goal revision: expected .*current"):
-            verb()
+            verb()  # type: ignore[no-untyped-call]
     with pytest.raises(GoalRevisionError) as info:
         goal.create("again", expected_revision=0)
     assert (info.value.expected, info.value.current) == (0, 1)

@@ -29,6 +29,7 @@ from steerloop.messages import (
 from steerloop.session._codec import event_to_json
 
 from ..conftest import compact, events_of, settle
+from ..support import last_reason
 from .anthropic_wire import (
     MODEL,
     api_error,
@@ -90,10 +91,6 @@ async def model(rt: Runtime, server: SSEServer) -> AsyncIterator[Model]:
 async def run(agent: Any, text_: str = "u1") -> None:
     agent.followup(user_message(text_))
     await settle(agent)
-
-
-def turn_end(agent: Any) -> Any:
-    return events_of(agent.session, "turn/end")[-1].data.reason
 
 
 def chunk_kinds(event: Any) -> list[str]:
@@ -352,7 +349,7 @@ async def test_429_with_retry_after_is_a_retryable_failure(model: Model) -> None
     assert compact(agent.session)[3:] == [
         "S+1.1", "sys", "user(u1)", "hdr(initial)", "ctx", "attempt", "S-1.1", "T-1:error",
     ]  # fmt: skip
-    assert turn_end(agent).error == LlmFailure(
+    assert last_reason(agent).error == LlmFailure(
         message="429 rate_limit_error: Too many requests",
         code="RATE_LIMITED",
         status=429,
@@ -393,7 +390,7 @@ async def test_http_errors_before_the_stream(
     agent = await model.agent(api_error(status, error_type, text_))
     await run(agent)
     assert compact(agent.session)[-3:] == ["attempt", "S-1.1", "T-1:error"]
-    failure = turn_end(agent).error
+    failure = last_reason(agent).error
     assert (failure.code, failure.status, failure.retryable) == (code, status, retryable)
     assert failure.request_id == f"req_{status}"
     assert text_ in failure.message
@@ -417,7 +414,7 @@ async def test_a_key_read_from_the_environment_is_redacted_from_failures(
         )
     ).agent
     await run(agent)
-    failure = turn_end(agent).error
+    failure = last_reason(agent).error
     assert failure.code == "AUTH"
     assert "invalid x-api-key: ***" in failure.message
     assert secret not in failure.message and "envsecret" not in failure.message
@@ -436,7 +433,7 @@ async def test_connection_reset_mid_stream(model: Model) -> None:
     assert compact(agent.session)[-3:] == ["attempt", "S-1.1", "T-1:error"]
     attempt = events_of(agent.session, "assistant/attempt")[0]
     assert chunk_kinds(attempt) == ["usage", "block-start", "text-delta", "text-delta", "finish"]
-    failure = turn_end(agent).error
+    failure = last_reason(agent).error
     assert (failure.code, failure.retryable, failure.status) == ("CONNECTION", True, None)
     assert failure.request_id == "req_stream"
     assert agent.session.derive_messages()[-1].role == "user"  # nothing on the surface
@@ -447,7 +444,7 @@ async def test_stream_that_ends_before_message_stop(model: Model) -> None:
     events = message(text(0, "partial"))[:-2]
     agent = await model.agent(streamed(events))
     await run(agent)
-    failure = turn_end(agent).error
+    failure = last_reason(agent).error
     assert (failure.code, failure.retryable) == ("INCOMPLETE_STREAM", True)
     assert "message_stop" in failure.message
 
@@ -458,7 +455,7 @@ async def test_malformed_sse_data(model: Model) -> None:
     agent = await model.agent(streamed(events))
     await run(agent)
     assert compact(agent.session)[-3:] == ["attempt", "S-1.1", "T-1:error"]
-    failure = turn_end(agent).error
+    failure = last_reason(agent).error
     assert (failure.code, failure.retryable) == ("BAD_RESPONSE", False)
     assert failure.request_id == "req_stream"
 
@@ -477,7 +474,7 @@ async def test_sse_error_event_mid_stream(model: Model) -> None:
     assert compact(agent.session)[-3:] == ["attempt", "S-1.1", "T-1:error"]
     attempt = events_of(agent.session, "assistant/attempt")[0]
     assert chunk_kinds(attempt) == ["usage", "block-start", "text-delta", "finish"]
-    assert turn_end(agent).error == LlmFailure(
+    assert last_reason(agent).error == LlmFailure(
         message="overloaded_error: Overloaded",
         code="OVERLOADED",
         status=None,
@@ -491,7 +488,7 @@ async def test_refusal_is_an_error_finish(model: Model) -> None:
     agent = await model.agent(streamed(message(text(0, "I can't"), stop_reason="refusal")))
     await run(agent)
     assert compact(agent.session)[-3:] == ["attempt", "S-1.1", "T-1:error"]
-    assert turn_end(agent).error.code == "REFUSAL"
+    assert last_reason(agent).error.code == "REFUSAL"
 
 
 # --- retry through agent/request-error --------------------------------------------------
@@ -547,7 +544,7 @@ async def test_cancel_mid_stream_closes_the_connection(model: Model) -> None:
     await asyncio.wait_for(model.server.requests[0].client_closed.wait(), 5)
 
     assert compact(agent.session)[-3:] == ["msg(interrupted)", "S-1.1", "T-1:aborted"]
-    assert turn_end(agent).reason.kind == "user"
+    assert last_reason(agent).reason.kind == "user"
     msg = events_of(agent.session, "assistant/message")[0].data
     assert msg.interrupted
     assert msg.message.content == (ReasoningBlock("Hmm"), TextBlock("Partial answer"))

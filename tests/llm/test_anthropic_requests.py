@@ -19,6 +19,7 @@ from steerloop.llm.anthropic import MAX_CONTINUATIONS, AnthropicAdapter
 from steerloop.messages import TextBlock
 
 from ..conftest import compact, events_of, settle
+from ..support import last_reason
 from .anthropic_wire import MODEL, block_start, block_stop, delta, message, streamed, text
 from .sse_server import SSEServer
 
@@ -41,10 +42,6 @@ def sent_key(request: Any) -> str | None:
         return str(headers["x-api-key"])
     auth = headers.get("authorization", "")
     return auth.removeprefix("Bearer ") if auth else None
-
-
-def turn_end(agent: Any) -> Any:
-    return events_of(agent.session, "turn/end")[-1].data.reason
 
 
 def test_the_installed_sdk_is_in_the_tested_range() -> None:
@@ -110,7 +107,7 @@ async def test_a_local_server_without_a_key(
         agent = await run(rt, adapter)
     finally:
         await adapter.aclose()
-    assert turn_end(agent).kind == "completed"
+    assert last_reason(agent).kind == "completed"
     assert sent_key(server.requests[0]) == "no-key"
 
 
@@ -190,7 +187,7 @@ async def test_pause_turn_continues_the_turn(rt: Runtime, server: SSEServer) -> 
                 {
                     **SEARCH_RESULT,
                     "content": [
-                        {k: v for k, v in SEARCH_RESULT["content"][0].items() if v is not None}
+                        {k: v for k, v in SEARCH_RESULT["content"][0].items() if v is not None}  # type: ignore[attr-defined]
                     ],
                 },
             ],
@@ -216,7 +213,7 @@ async def test_a_turn_paused_too_often_ends_in_error(rt: Runtime, server: SSESer
     finally:
         await adapter.aclose()
     assert len(server.requests) == MAX_CONTINUATIONS + 1
-    failure = turn_end(agent).error
+    failure = last_reason(agent).error
     assert (failure.code, failure.retryable) == ("PAUSED", False)
 
 

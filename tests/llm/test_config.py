@@ -251,8 +251,10 @@ async def test_an_anthropic_provider_takes_a_models_table(rt: Runtime) -> None:
     adapter = rt.llm.adapter_for("corp")
     assert adapter is not None
     local = await adapter.resolve_model("corp", "claude-local")
+    assert local is not None
     assert (local.context_window, local.max_output_tokens) == (50_000, 900)
     built_in = await adapter.resolve_model("corp", "claude-sonnet-4-5")
+    assert built_in is not None
     assert (built_in.context_window, built_in.defaults["max_tokens"]) == (200_000, 16_384)
     dispose()
 

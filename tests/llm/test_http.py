@@ -12,6 +12,7 @@ import pytest
 
 from steerloop import AbortController, AbortedError
 from steerloop.llm._http import ResponseGuard, open_response
+from steerloop.testing import wait_all_tasks_blocked
 
 from ..conftest import within
 
@@ -92,7 +93,7 @@ async def test_an_already_aborted_signal_sends_nothing() -> None:
 
     with pytest.raises(AbortedError):
         await within(open_response(call(), ctrl.signal))
-    await asyncio.sleep(0)
+    await wait_all_tasks_blocked()
     assert not ran
 
 
@@ -113,7 +114,7 @@ async def test_guard_closes_the_response_on_abort_and_wakes_a_blocked_read() -> 
     response = Response()
     guard = ResponseGuard(response, ctrl.signal)
     reading = asyncio.ensure_future(response.read())
-    await asyncio.sleep(0)
+    await wait_all_tasks_blocked()
     ctrl.abort("stop")
     with pytest.raises(ConnectionError):
         await within(reading)
@@ -127,5 +128,5 @@ async def test_guard_without_an_abort_closes_once_at_the_end() -> None:
     guard = ResponseGuard(response, ctrl.signal)
     await within(guard.close())
     ctrl.abort("after the end")  # the listener is gone: nothing more happens
-    await asyncio.sleep(0)
+    await wait_all_tasks_blocked()
     assert response.closes == 1

@@ -24,15 +24,6 @@ class Weather(pydantic.BaseModel):
 
 
 @pytest.fixture
-async def server() -> AsyncIterator[SSEServer]:
-    srv = await SSEServer.start()
-    try:
-        yield srv
-    finally:
-        await srv.stop()
-
-
-@pytest.fixture
 async def adapter(server: SSEServer) -> AsyncIterator[OpenAIChatAdapter]:
     a = OpenAIChatAdapter(base_url=server.url, api_key=KEY)
     try:

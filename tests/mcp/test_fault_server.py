@@ -8,7 +8,7 @@ import json
 import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import Any, TextIO
 
 import pytest
 
@@ -33,13 +33,13 @@ def state(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def errlog(tmp_path: Path) -> Iterator[IO[str]]:
+def errlog(tmp_path: Path) -> Iterator[TextIO]:
     with (tmp_path / "server-stderr.txt").open("w") as f:
         yield f
 
 
 @pytest.fixture
-async def installed(h: Harness, state: Path, errlog: IO[str]) -> AsyncIterator[MCPTools]:
+async def installed(h: Harness, state: Path, errlog: TextIO) -> AsyncIterator[MCPTools]:
     tools = await install_mcp(h.rt, [fault(state)], errlog=errlog)
     yield tools
     await tools.close()
@@ -156,7 +156,7 @@ async def test_cancelling_the_turn_cancels_the_request_on_the_server(
 
 
 async def test_a_server_that_never_answers_is_bounded_by_the_tool_timeout(
-    h: Harness, state: Path, errlog: IO[str]
+    h: Harness, state: Path, errlog: TextIO
 ) -> None:
     """A call the server never answers ends TOOL_FAILED at the server's timeout, and the
     server is told to stop."""
@@ -215,7 +215,7 @@ async def test_a_changed_tool_list_applies_at_the_next_request_not_inside_the_gr
     assert installed.tools("f")[-1] == "f__added"
 
 
-async def test_close_ends_the_server_process_and_its_children(state: Path, errlog: IO[str]) -> None:
+async def test_close_ends_the_server_process_and_its_children(state: Path, errlog: TextIO) -> None:
     """rt.close() closes the MCP connections: the server and a child it spawned are gone,
     and the tools are unregistered."""
     rt = await Runtime.open()
@@ -236,7 +236,7 @@ async def test_close_ends_the_server_process_and_its_children(state: Path, errlo
 
 
 async def test_the_environment_holds_only_the_allow_list_and_what_was_configured(
-    h: Harness, state: Path, errlog: IO[str], monkeypatch: pytest.MonkeyPatch
+    h: Harness, state: Path, errlog: TextIO, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """No variable of ours reaches the server unless allow-listed or configured."""
     monkeypatch.setenv("OPENAI_API_KEY", "sk-ours")
@@ -271,7 +271,7 @@ async def test_read_only_approval_allows_only_tools_the_server_marked_read_only(
 
 
 async def test_a_tool_name_clash_is_an_error_at_install_and_nothing_stays_open(
-    h: Harness, state: Path, errlog: IO[str]
+    h: Harness, state: Path, errlog: TextIO
 ) -> None:
     """A tool of the server whose steerloop name is taken: install fails, names the
     clash, registers nothing and closes the server."""
@@ -288,7 +288,7 @@ async def test_a_tool_name_clash_is_an_error_at_install_and_nothing_stays_open(
 
 
 async def test_a_server_tool_name_outside_the_alphabet_is_an_error_at_install(
-    h: Harness, state: Path, errlog: IO[str]
+    h: Harness, state: Path, errlog: TextIO
 ) -> None:
     server = fault(state, env={"FAULT_BAD_NAME": "dotted.name"})
     bad = r"'dotted\.name' gives the name 'f__dotted\.name'"
@@ -330,7 +330,7 @@ async def test_a_server_that_cannot_start_is_a_clear_error(rt: Runtime, tmp_path
 
 
 async def test_a_call_cancelled_while_the_server_starts_stops_the_start(
-    rt: Runtime, tmp_path: Path, errlog: IO[str]
+    rt: Runtime, tmp_path: Path, errlog: TextIO
 ) -> None:
     """A server that never completes its handshake: the caller's signal ends the wait
     (bounded by the SDK's shutdown, not the 30 s connect bound), and the half-started

@@ -14,7 +14,7 @@ import socket
 import subprocess
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import IO
+from typing import TextIO
 
 import pytest
 
@@ -31,7 +31,7 @@ pytestmark = pytest.mark.timeout(180)
 
 
 @pytest.fixture
-def errlog(tmp_path: Path) -> Iterator[IO[str]]:
+def errlog(tmp_path: Path) -> Iterator[TextIO]:
     with (tmp_path / "server-stderr.txt").open("w") as f:
         yield f
 
@@ -55,7 +55,7 @@ def tool_on_path(name: str) -> str:
     return found
 
 
-async def test_time_server_over_stdio(h: Harness, errlog: IO[str]) -> None:
+async def test_time_server_over_stdio(h: Harness, errlog: TextIO) -> None:
     """mcp-server-time: its tools, read-only marks, a call, and a schema violation."""
     server = MCPServer.stdio(
         "time", command=tool_on_path("mcp-server-time"), args=["--local-timezone", "UTC"]
@@ -96,7 +96,7 @@ def git(repo: Path, *args: str) -> None:
 
 
 async def test_git_server_over_stdio_against_a_repository_of_the_test(
-    h: Harness, tmp_path: Path, errlog: IO[str]
+    h: Harness, tmp_path: Path, errlog: TextIO
 ) -> None:
     """mcp-server-git reads the log and status of a repository this test made."""
     repo = tmp_path / "repo"
@@ -135,7 +135,7 @@ def everything(name: str = "ev") -> MCPServer:
 
 
 async def test_everything_over_stdio_results_errors_and_capabilities(
-    h: Harness, errlog: IO[str]
+    h: Harness, errlog: TextIO
 ) -> None:
     """server-everything: text, an image as its JSON text, structuredContent in meta, a
     schema violation refused here; no tool that needs a client capability we do not declare
@@ -171,7 +171,7 @@ async def test_everything_over_stdio_results_errors_and_capabilities(
 
 
 async def test_everything_long_running_call_is_cancelled_by_the_turn(
-    h: Harness, errlog: IO[str]
+    h: Harness, errlog: TextIO
 ) -> None:
     """A 60 s operation is cut short by the turn's cancel: ABORTED, and the connection
     stays usable for the next turn."""
@@ -253,7 +253,7 @@ async def test_everything_over_streamable_http(h: Harness, http_everything: str)
     assert installed.tools("web") == ()
 
 
-def start_everything_http(port: int, log: IO[str]) -> subprocess.Popen[bytes]:
+def start_everything_http(port: int, log: TextIO) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [everything_bin(), "streamableHttp"],
         env={**os.environ, "PORT": str(port)},

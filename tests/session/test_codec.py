@@ -70,7 +70,7 @@ from steerloop.testing import (
 )
 
 from ..conftest import Harness, settle, within
-from ..tooltrace import Bench
+from ..support import Bench
 
 
 def through_json(event: SessionEvent) -> SessionEvent:

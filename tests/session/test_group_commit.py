@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
@@ -27,7 +28,7 @@ async def test_a_failed_writer_is_dropped_and_its_close_releases_before_it_settl
     group.fail(1, (SessionStorageError, "a later failure"))  # the first one wins
     order: list[str] = []
     closing, flushing, reading = Waiter(), Waiter(), Waiter()
-    ops = [
+    ops: list[Any] = [
         Publish(2, "b", {"id": "b"}, 0, [(1, "{}")]),
         Append(1, ("a", 5, "{}")),
         Append(2, ("b", 2, "{}")),

@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import json
 import sys
-import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -358,17 +357,18 @@ async def test_heartbeat_keeps_a_live_owner_leased(stores: StoreFactory) -> None
         await b.open_writer("s")
 
 
-async def test_paused_owner_is_taken_over_and_fenced(stores: StoreFactory) -> None:
-    """G-2: a paused owner (its loop frozen past the TTL: no heartbeat) loses the lease;
-    the next opener takes it over with a higher token; the old owner's later batch is
-    refused as a whole (its flush, or its next write once the loss is known, raises
-    SessionConflictError)."""
-    a, b = stores(lease_ttl=0.4), stores()
+async def test_paused_owner_is_taken_over_and_fenced(stores: StoreFactory, schema: str) -> None:
+    """G-2: a paused owner (no heartbeat past the TTL) loses the lease; the next opener
+    takes it over with a higher token; the old owner's later batch is refused as a whole
+    (its flush, or its next write once the loss is known, raises SessionConflictError)."""
+    a, b = stores(lease_ttl=30), stores()  # no heartbeat falls due within this test
     old = await a.open_writer("s")
     old.publish()
     old.write(turn(1, 1))
     await old.flush()
-    time.sleep(0.9)  # the owner's process is paused: nothing of it runs
+    # The server's clock is the lease clock: moving the expiry into the past is the TTL
+    # elapsing while the owner is paused, without a wall-clock sleep.
+    await sql(f"UPDATE {schema}.steerloop_leases SET expires_at = now() WHERE session_id = 's'")
     new = await b.open_writer("s")  # takeover of the expired lease
     lease = await b.lease("s")
     assert lease is not None and lease.token == 2 and lease.owner == b.owner
@@ -612,7 +612,7 @@ async def test_a_taken_over_agent_stops_at_its_next_append(stores: StoreFactory)
     agent1.followup(user_message("stale"))  # runs before the refusal is known
     await settle(agent1)
     writer = agent1.session._sink
-    await _until(lambda: writer.error is not None)  # type: ignore[attr-defined]
+    await _until(lambda: writer.error is not None)
     count = len(agent1.session.events)
     with pytest.raises(SessionConflictError, match="taken over"):
         agent1.followup(user_message("later"))

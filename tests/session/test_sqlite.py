@@ -35,7 +35,7 @@ from steerloop.testing import text_response, tool_calls_response
 
 from ..conftest import SETTLE_TIMEOUT, Harness, settle
 from ..logcheck import assert_well_formed
-from ..tooltrace import Bench
+from ..support import Bench
 
 OPTIONS = AgentOptions(provider="mock", model="m")
 
@@ -690,7 +690,7 @@ def test_the_json_statement_stores_exactly_what_executemany_would(
     from steerloop.session._sqlite import _Inserter
 
     rows = [(ids[n % len(ids)], n + 1, dumps({"seq": n + 1, "v": v})) for n, v in enumerate(values)]
-    stored = []
+    stored: list[Any] = []
     for forced in (False, True):
         path = tmp_path_factory.mktemp("ins") / "i.db"
         conn = sqlite3.connect(path, isolation_level=None)

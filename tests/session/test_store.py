@@ -21,7 +21,7 @@ from steerloop.session._events import TurnStart
 from steerloop.testing import text_response, tool_call_response
 
 from ..conftest import Harness, compact, settle
-from ..tooltrace import Bench
+from ..support import Bench
 
 OPTIONS = AgentOptions(provider="mock", model="m")
 

@@ -26,7 +26,7 @@ from steerloop.testing import text_response, tool_calls_response
 
 from ..conftest import SETTLE_TIMEOUT, Harness, compact, settle
 from ..logcheck import assert_well_formed
-from ..tooltrace import Bench
+from ..support import Bench
 from .backends import STORE_BACKENDS, Backend
 
 OPTIONS = AgentOptions(provider="mock", model="m")

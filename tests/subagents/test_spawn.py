@@ -55,7 +55,7 @@ async def test_the_childs_final_answer_is_the_tool_result(h: Harness) -> None:
     assert result.message.content[0].text == "4"
     assert result.meta == {"session_id": f"s-1/sub-{call_seq}", "end": "completed"}
     # The second parent request sees the child's answer as the tool result.
-    assert h.adapter.requests[1].messages[-1].content[0].text == "4"
+    assert h.adapter.requests[1].messages[-1].content[0].text == "4"  # type: ignore[union-attr]
     child = children[1]
     assert child.id == f"s-1/sub-{call_seq}" and child.parent is agent
     assert compact(child.session) == [

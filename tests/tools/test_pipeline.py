@@ -12,7 +12,7 @@ from steerloop.testing import text_response, tool_call_response, tool_calls_resp
 from steerloop.tools import ToolExec
 
 from ..conftest import Harness, compact, events_of, label, settle
-from ..tooltrace import Bench
+from ..support import Bench
 
 
 async def run_one(h: Harness, body: Any, *, timeout: float | None = None) -> Any:
@@ -103,12 +103,12 @@ async def test_defer_context_requires_a_user_message(h: Harness) -> None:
     await run_one(h, body)
     agent = h.rt.agents.get("s-1")
     assert errors and "UserMessage" in errors[0]
-    log = compact(agent.session)
+    log = compact(agent.session)  # type: ignore[union-attr]
     assert log[log.index("result(c1)") :] == [
         "result(c1)", "ins(ns,note)", "S-1.1", "claim(ns,note)", "S+1.2", "user(note)",
         "msg", "S-1.2", "T-1:completed",
     ]  # fmt: skip
-    note = events_of(agent.session, "user/message")[-1].data
+    note = events_of(agent.session, "user/message")[-1].data  # type: ignore[union-attr]
     assert (note.source.kind, note.source.call_id) == ("tool", "c1")
 
 
@@ -153,7 +153,7 @@ async def test_post_execute_block_turns_the_result_into_feedback(h: Harness) -> 
     assert data.message.is_error
     assert data.error.code == "DENIED"
     agent = h.rt.agents.get("s-1")
-    log = compact(agent.session)
+    log = compact(agent.session)  # type: ignore[union-attr]
     assert log[log.index("result(c1,DENIED)") :][:2] == ["result(c1,DENIED)", "ins(ns,why)"]
 
 
@@ -192,7 +192,7 @@ async def test_timeout_aborts_the_body_signal_and_fails_the_call(h: Harness) -> 
     assert data.message.is_error
     assert (data.error.code, data.error.name) == ("TOOL_FAILED", "TimeoutError")
     assert "timed out" in label(data.message)
-    assert compact(h.rt.agents.get("s-1").session)[-1] == "T-1:completed"
+    assert compact(h.rt.agents.get("s-1").session)[-1] == "T-1:completed"  # type: ignore[union-attr]
 
 
 async def test_timeout_then_raise_is_a_timeout_failure(h: Harness) -> None:

@@ -158,7 +158,7 @@ async def test_files_over_the_size_limit_are_refused(root: Path) -> None:
         ),
         ("grep", {"pattern": "needle", "path": "big.txt"}),
     ]:
-        result = await run(tools[name], **args)
+        result = await run(tools[name], **args)  # type: ignore[arg-type]
         assert code(result) == "FILE_TOO_LARGE", name
         assert "1400 bytes, over the 1000-byte limit" in text(result), name
     assert text(await run(tools["grep"], pattern="needle")).split("\n") == [
@@ -191,7 +191,7 @@ async def test_hard_link_is_not_read(tools: dict[str, Tool], root: Path, linked:
         ("read_file", {"path": "x"}),
         ("grep", {"pattern": "SECRET", "path": "x"}),
     ]:
-        result = await run(tools[name], **args)
+        result = await run(tools[name], **args)  # type: ignore[arg-type]
         assert code(result) == "HARD_LINKED", name
         assert "SECRET" not in text(result)
         assert "2 hard links" in text(result)
@@ -205,7 +205,7 @@ async def test_hard_link_is_not_written(tools: dict[str, Tool], root: Path, link
         ("write_file", {"path": "x", "content": "pwned\n"}),
         ("edit", {"path": "x", "old_string": "SECRET", "new_string": "pwned"}),
     ]:
-        result = await run(tools[name], **args)
+        result = await run(tools[name], **args)  # type: ignore[arg-type]
         assert code(result) == "HARD_LINKED", name
     assert secret.read_text() == "SECRET\n"
     assert linked.read_text() == "SECRET\n"

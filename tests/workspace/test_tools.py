@@ -462,7 +462,7 @@ async def test_special_files_are_not_opened(tools: dict[str, Tool], root: Path) 
         ("edit", {"path": "pipe", "old_string": "a", "new_string": "b"}),
         ("grep", {"pattern": "needle", "path": "pipe"}),
     ]:
-        result = await run(tools[name], **args)
+        result = await run(tools[name], **args)  # type: ignore[arg-type]
         assert code(result) == "NOT_A_FILE", name
         assert "not a regular file" in text(result), name
     assert text(await run(tools["grep"], pattern="needle")) == "a.txt:1:needle"

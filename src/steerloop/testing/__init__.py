@@ -1,4 +1,5 @@
-"""Public test helpers: a scripted model so users can test their own agents."""
+"""Public test helpers: a scripted model and a loop-settling wait, so users can test
+their own agents deterministically."""
 
 from ._scripted import (
     HANG,
@@ -13,6 +14,7 @@ from ._scripted import (
     tool_call_response,
     tool_calls_response,
 )
+from ._settle import wait_all_tasks_blocked
 
 __all__ = [
     "HANG",
@@ -26,4 +28,5 @@ __all__ = [
     "text_response",
     "tool_call_response",
     "tool_calls_response",
+    "wait_all_tasks_blocked",
 ]
