@@ -12,7 +12,12 @@ import pytest
 # Imported up front: under load, the adapter's lazy SDK import inside a turn outlasts settle().
 import steerloop.llm.openai  # noqa: F401
 from steerloop import AgentOptions, Runtime, user_message
-from steerloop.llm.config import ProviderConfig, ProviderConfigError, register_providers
+from steerloop.llm.config import (
+    ProviderConfig,
+    ProviderConfigError,
+    _LazyAdapter,
+    register_providers,
+)
 from tests.conftest import compact, events_of, settle
 from tests.llm.sse_server import SSEServer, json_reply, sse, sse_reply
 
@@ -433,6 +438,7 @@ async def test_responses_first_models_of_openai_use_the_responses_api(rt: Runtim
     )
     dispose = register_providers(rt, config)
     openai_ = rt.llm.adapter_for("openai")
+    assert isinstance(openai_, _LazyAdapter)
     kinds = {m: openai_.kind_for(m) for m in ("o3", "o4-mini-2025-04-16", "gpt-5", "gpt-4.1")}
     assert kinds == {
         "o3": "openai-responses",
@@ -440,8 +446,10 @@ async def test_responses_first_models_of_openai_use_the_responses_api(rt: Runtim
         "gpt-5": "openai-responses",
         "gpt-4.1": "openai",
     }
-    assert rt.llm.adapter_for("vllm").kind_for("o3") == "openai"
-    assert rt.llm.adapter_for("deepseek").kind_for("o3") == "openai"
+    for other in ("vllm", "deepseek"):
+        adapter = rt.llm.adapter_for(other)
+        assert isinstance(adapter, _LazyAdapter)
+        assert adapter.kind_for("o3") == "openai"
     # One adapter per kind, built on first use, both closed with the provider.
     await openai_.resolve_model("openai", "o3")
     await openai_.resolve_model("openai", "gpt-4.1")

@@ -164,8 +164,9 @@ async def test_events_become_chunks(server: SSEServer) -> None:
         chunks = await collect(adapter, request())
     finally:
         await adapter.aclose()
-    state = {"kind": "openai/reasoning", "item": reasoning_item("rs_1", "Plan it.", ENC_1)}
-    state["item"]["summary"] = [
+    item: dict[str, Any] = reasoning_item("rs_1", "Plan it.", ENC_1)
+    state = {"kind": "openai/reasoning", "item": item}
+    item["summary"] = [
         {"type": "summary_text", "text": "Plan it."},
         {"type": "summary_text", "text": "Then act."},
     ]
@@ -291,6 +292,7 @@ async def test_incomplete_for_content_filter_is_an_error(server: SSEServer) -> N
     finally:
         await adapter.aclose()
     failure = chunks[-1].reason.failure  # type: ignore[union-attr]
+    assert failure is not None
     assert (failure.code, failure.retryable, failure.request_id) == (
         "CONTENT_FILTER",
         False,

@@ -11,6 +11,7 @@ from ag_ui.core import Event, EventType
 from httpx_sse import aconnect_sse
 from pydantic import TypeAdapter
 
+from steerloop import TextBlock
 from steerloop.service import create_app
 from steerloop.testing import text_response, tool_call_response
 
@@ -101,7 +102,7 @@ async def test_a_run_maps_to_ag_ui_events(tmp_path: Path) -> None:
         assert second[-1].run_id == "r2"
         last = model.adapter.requests[-1].messages
         assert [m.role for m in last[-2:]] == ["assistant", "user"]
-        assert last[-1].content[0].text == "more"
+        assert last[-1].content[0] == TextBlock("more")
 
 
 async def test_bad_agui_input_is_422_and_writes_nothing(tmp_path: Path) -> None:

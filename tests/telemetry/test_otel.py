@@ -81,9 +81,9 @@ class Otel:
 def _label(span: ReadableSpan) -> str:
     attrs = span.attributes or {}
     if span.name.startswith("execute_tool"):
-        return f"{span.name}#{attrs['gen_ai.tool.call.id']}"
+        return f"{span.name}#{attrs['gen_ai.tool.call.id']!s}"
     if span.name == "invoke_agent":
-        return f"invoke_agent#{attrs['gen_ai.agent.id']}"
+        return f"invoke_agent#{attrs['gen_ai.agent.id']!s}"
     return span.name
 
 
@@ -345,7 +345,10 @@ async def test_spawn_from_a_custom_tool_nests_under_that_call(h: Harness, otel: 
 
     async def delegate(args: Any, exec: ToolExec) -> str:
         result = await spawn(
-            h.rt, exec.agent, "task", agent_options=AgentOptions(provider="child", model="c")
+            h.rt,
+            exec.agent,  # type: ignore[arg-type]  # a live Agent
+            "task",
+            agent_options=AgentOptions(provider="child", model="c"),
         )
         return result.answer
 
@@ -397,7 +400,7 @@ async def test_content_is_recorded_only_when_asked_and_secrets_never(
                 seen.add(key)
     assert seen == content_keys
     chat = next(s for s in otel.spans() if s.name == "chat m")
-    assert (chat.attributes or {})["gen_ai.input.messages"].endswith(
+    assert str((chat.attributes or {})["gen_ai.input.messages"]).endswith(
         '{"role":"user","parts":[{"type":"text","content":"use ***"}]}]'
     )
     tool = next(s for s in otel.spans() if s.name == "execute_tool echo")

@@ -43,7 +43,7 @@ def make_exec(tool: Tool, args: dict[str, Any], signal: AbortSignal | None = Non
         arguments=args,
         raw_arguments="",
         signal=signal if signal is not None else AbortController().signal,
-        agent=None,
+        agent=None,  # type: ignore[arg-type]  # the file tools never read it
     )
 
 
