@@ -1,13 +1,19 @@
 """steerloop: a durable, steerable agent-loop runtime.
 
-Layers, imports pointing only down:
+Layers, imports pointing only down (``tests/test_layers.py`` pins it, ``TYPE_CHECKING`` and
+function-local imports included):
 
-1. primitives — ``_signal`` (cooperative cancellation), ``_ids``, ``messages``, ``errors``
-2. ``session`` — the append-only event log and its surface projection
-3. ``llm`` — adapters, requests, stream chunks, the block assembler
-4. ``tools`` and ``prompt`` — tool definitions and pipeline; system prompt assembly
-5. ``agent`` — inbox, registry and factory, the loop (driver → step → scheduler)
-6. ``_runtime`` — the composition root that wires them (``Runtime.open()``)
+1. primitives — ``errors``, ``_signal``, ``_cancel``, ``_ids``, ``messages``, ``_model`` (the
+   failures, usage and stream chunks the log and the model share), ``_hooks``, ``_records``
+2. ``session`` — the append-only log, its folds (surface, inbox), codec, repair, ``store/``
+3. ``llm`` — the adapter seam, the provider-stream template, the failure table, adapters
+4. ``tools`` and ``prompt`` — tool definitions, registry and pipeline; system prompt
+5. ``agent`` — inbox, phase machine, turn → pre-step → step → attempt → settle, scheduler,
+   recovery, registry; it sees the runtime only as the ``LoopServices`` record
+6. ``_runtime`` — the composition root, the only module that wires every layer
+7. plugins on the public hooks — ``llm.retry``, ``llm.config``, ``goals``, ``subagents``,
+   ``workspace``, ``mcp``, ``telemetry``, ``context``, ``service``, ``testing``
+8. ``cli``
 """
 
 from ._cancel import CancelCause
