@@ -115,13 +115,15 @@ def fail_append(
     original = session.append
     fired: list[str] = []
 
-    def append(type: str, data: Any, **kwargs: Any) -> Any:
+    def append(*args: Any, **kwargs: Any) -> Any:
+        # append(record) names its type in record.TYPE; append(type, data) passes both.
+        type, data = (args[0].TYPE, args[0]) if len(args) == 1 else args
         if len(fired) < times and match(type, data):
             fired.append(f"{type}:{_call_id(data)}")
             if on_fail is not None:
                 on_fail()
             raise Fault(f"injected failure appending {type} for {_call_id(data)}")
-        return original(type, data, **kwargs)
+        return original(*args, **kwargs)
 
     session.append = append  # type: ignore[method-assign]
     return fired

@@ -299,10 +299,10 @@ async def test_other_exceptions_skip_request_error(h: Harness, where: str) -> No
     if where == "tool machinery":
         original = agent.session.append
 
-        def append(type: str, *args: Any, **kwargs: Any) -> Any:
-            if type == "tool/call":
+        def append(first: Any, *args: Any, **kwargs: Any) -> Any:
+            if getattr(first, "TYPE", first) == "tool/call":
                 raise OSError("store rejected tool/call")
-            return original(type, *args, **kwargs)
+            return original(first, *args, **kwargs)
 
         agent.session.append = append
     agent.followup(user_message("u1"))
@@ -313,10 +313,12 @@ async def test_other_exceptions_skip_request_error(h: Harness, where: str) -> No
 def fail_append_of(agent: Any, event_type: str) -> None:
     original = agent.session.append
 
-    def append(type: str, *args: Any, **kwargs: Any) -> Any:
+    def append(first: Any, *args: Any, **kwargs: Any) -> Any:
+        # append(record) names its type in record.TYPE; append(type, data) passes the name.
+        type = getattr(first, "TYPE", first)
         if type == event_type:
             raise OSError(f"store rejected {type}")
-        return original(type, *args, **kwargs)
+        return original(first, *args, **kwargs)
 
     agent.session.append = append
 

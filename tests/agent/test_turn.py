@@ -736,10 +736,12 @@ def fail_append_of(agent: Any, event_type: str) -> None:
     """Fault injection: the store rejects appends of ``event_type``."""
     original = agent.session.append
 
-    def append(type: str, *args: Any, **kwargs: Any) -> Any:
+    def append(first: Any, *args: Any, **kwargs: Any) -> Any:
+        # append(record) names its type in record.TYPE; append(type, data) passes the name.
+        type = getattr(first, "TYPE", first)
         if type == event_type:
             raise OSError(f"store rejected {type}")
-        return original(type, *args, **kwargs)
+        return original(first, *args, **kwargs)
 
     agent.session.append = append
 

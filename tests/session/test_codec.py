@@ -50,7 +50,8 @@ from steerloop.session._events import (
     RequestContext,
     RequestHeader,
     SessionEndSeed,
-    StepBoundary,
+    StepEnd,
+    StepStart,
     StreamRecord,
     SystemMessageEvent,
     ToolCallEvent,
@@ -244,8 +245,8 @@ headers = st.fixed_dictionaries(
 LOG_ONLY: dict[str, st.SearchStrategy[Any]] = {
     "turn/start": st.builds(TurnStart, turn=turns),
     "turn/end": st.builds(TurnEnd, turn=turns, reason=reasons),
-    "step/start": st.builds(StepBoundary, turn=turns, step=turns),
-    "step/end": st.builds(StepBoundary, turn=turns, step=turns),
+    "step/start": st.builds(StepStart, turn=turns, step=turns),
+    "step/end": st.builds(StepEnd, turn=turns, step=turns),
     "assistant/attempt": st.builds(AssistantAttempt, turn=turns, step=turns, stream=streams),
     "tool/call": st.builds(
         ToolCallEvent, turn=turns, step=turns, call_id=ids, name=ids, arguments=texts
@@ -585,8 +586,8 @@ def test_malformed_event_is_corrupt_and_names_the_seq(raw: Any, match: str) -> N
 def boundary_log() -> list[SessionEvent]:
     return [
         SessionEvent(seq=1, time=1, type="turn/start", data=TurnStart(turn=1)),
-        SessionEvent(seq=2, time=1, type="step/start", data=StepBoundary(turn=1, step=1)),
-        SessionEvent(seq=3, time=1, type="step/end", data=StepBoundary(turn=1, step=1)),
+        SessionEvent(seq=2, time=1, type="step/start", data=StepStart(turn=1, step=1)),
+        SessionEvent(seq=3, time=1, type="step/end", data=StepEnd(turn=1, step=1)),
     ]
 
 

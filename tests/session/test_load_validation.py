@@ -18,7 +18,8 @@ from steerloop.errors import SessionCorruptError
 from steerloop.messages import AssistantMessage, TextBlock, ToolCallBlock
 from steerloop.session._events import (
     AssistantMessageEvent,
-    StepBoundary,
+    StepEnd,
+    StepStart,
     TurnEnd,
     TurnEndReason,
     TurnStart,
@@ -46,7 +47,7 @@ def end(turn: int) -> Writer:
 
 def step(turn: int, n: int, edge: str) -> Writer:
     def write(s: Session) -> None:
-        s.append(f"step/{edge}", StepBoundary(turn=turn, step=n))
+        s.append((StepStart if edge == "start" else StepEnd)(turn=turn, step=n))
 
     return write
 

@@ -140,7 +140,6 @@ class ToolScheduler:
         slot = self.slots[index]
         args, parse_error = self.parsed[index]
         slot.call_seq = self.session.append(
-            "tool/call",
             ToolCallEvent(
                 turn=self.turn,
                 step=self.step,
@@ -230,7 +229,6 @@ class ToolScheduler:
                 code=err.code if err else "TOOL_FAILED", name=err.name if err else None
             )
         self.session.append(
-            "tool/result",
             ToolResultEvent(
                 turn=self.turn,
                 step=self.step,
@@ -250,7 +248,6 @@ class ToolScheduler:
     def _synthesise_aborted(self, index: int) -> None:
         call = self.calls[index]
         seq = self.session.append(
-            "tool/call",
             ToolCallEvent(
                 turn=self.turn,
                 step=self.step,

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Literal
 
 from ..errors import AbortedError
 from ..messages import UserMessage
-from ..session._events import StepBoundary
+from ..session._events import StepEnd, StepStart
 from ._attempt import StepContext, attempt
 from ._recovery import ToolCallTracker
 from ._scheduler import ToolScheduler
@@ -47,8 +47,7 @@ async def run_step(
         prompt=prompt,
         starts_series=starts_series,
     )
-    boundary = StepBoundary(turn=ctx.turn, step=ctx.step)
-    ctx.session.append("step/start", boundary)
+    ctx.session.append(StepStart(turn=ctx.turn, step=ctx.step))
     tracker = ToolCallTracker(ctx.session)
     failure: BaseException | None = None
     try:
@@ -77,7 +76,7 @@ async def run_step(
     finally:
         tracker.close()
         try:
-            ctx.session.append("step/end", boundary)
+            ctx.session.append(StepEnd(turn=ctx.turn, step=ctx.step))
         except Exception as end_exc:
             if failure is None:
                 raise

@@ -53,7 +53,8 @@ from ._events import (
     RequestHeader,
     SessionEndSeed,
     SessionEvent,
-    StepBoundary,
+    StepEnd,
+    StepStart,
     StreamRecord,
     SurfaceOp,
     SystemMessageEvent,
@@ -329,8 +330,12 @@ def _turn_output(data: Mapping[str, Json]) -> TurnOutput:
     )
 
 
-def _step(data: Mapping[str, Json]) -> StepBoundary:
-    return StepBoundary(turn=_int(data, "turn", minimum=1), step=_int(data, "step", minimum=1))
+def _step_start(data: Mapping[str, Json]) -> StepStart:
+    return StepStart(turn=_int(data, "turn", minimum=1), step=_int(data, "step", minimum=1))
+
+
+def _step_end(data: Mapping[str, Json]) -> StepEnd:
+    return StepEnd(turn=_int(data, "turn", minimum=1), step=_int(data, "step", minimum=1))
 
 
 def _system(data: Mapping[str, Json]) -> SystemMessageEvent:
@@ -432,8 +437,8 @@ _DECODERS: dict[str, Callable[[Mapping[str, Json]], Any]] = {
     "turn/start": lambda d: TurnStart(turn=_int(d, "turn", minimum=1)),
     "turn/end": _turn_end,
     "turn/output": _turn_output,
-    "step/start": _step,
-    "step/end": _step,
+    "step/start": _step_start,
+    "step/end": _step_end,
     "user/message": lambda d: _message(d, UserMessage, "user/message"),
     "system/message": _system,
     "assistant/message": _assistant,

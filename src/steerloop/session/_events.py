@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, TypeAlias
+from typing import Any, ClassVar, Literal, TypeAlias
 
 from .._cancel import CancelCause
 from .._model import LlmFailure, StreamChunk, TokenUsage, chunk_to_json
@@ -20,9 +20,11 @@ from ..messages import (
 )
 
 __all__ = [
+    "RECORD_TYPES",
     "SURFACE_TYPES",
     "AssistantAttempt",
     "AssistantMessageEvent",
+    "EventRecord",
     "InboxSpliced",
     "Replace",
     "RequestContext",
@@ -30,6 +32,8 @@ __all__ = [
     "SessionEndSeed",
     "SessionEvent",
     "StepBoundary",
+    "StepEnd",
+    "StepStart",
     "StreamRecord",
     "SurfaceOp",
     "SystemMessageEvent",
@@ -62,6 +66,8 @@ SurfaceOp: TypeAlias = Literal["append"] | Replace
 @fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TurnStart:
+    TYPE: ClassVar[Literal["turn/start"]] = "turn/start"
+
     turn: int
 
 
@@ -79,6 +85,8 @@ class TurnEndReason:
 @fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TurnEnd:
+    TYPE: ClassVar[Literal["turn/end"]] = "turn/end"
+
     turn: int
     reason: TurnEndReason
 
@@ -92,6 +100,8 @@ class TurnOutput:
     read from (its text, or its ``final_result`` tool call).
     """
 
+    TYPE: ClassVar[Literal["turn/output"]] = "turn/output"
+
     turn: int
     message_seq: int
     output: Any = None
@@ -100,7 +110,7 @@ class TurnOutput:
 @fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StepBoundary:
-    """Payload of ``step/start`` and ``step/end``."""
+    """The fields of ``step/start`` and ``step/end`` (each has its own record below)."""
 
     turn: int
     step: int
@@ -108,7 +118,21 @@ class StepBoundary:
 
 @fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
+class StepStart(StepBoundary):
+    TYPE: ClassVar[Literal["step/start"]] = "step/start"
+
+
+@fast_init
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepEnd(StepBoundary):
+    TYPE: ClassVar[Literal["step/end"]] = "step/end"
+
+
+@fast_init
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SystemMessageEvent:
+    TYPE: ClassVar[Literal["system/message"]] = "system/message"
+
     turn: int
     step: int
     message: SystemMessage
@@ -187,6 +211,8 @@ _set = object.__setattr__
 @fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AssistantMessageEvent:
+    TYPE: ClassVar[Literal["assistant/message"]] = "assistant/message"
+
     turn: int
     step: int
     message: AssistantMessage
@@ -198,6 +224,8 @@ class AssistantMessageEvent:
 @fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AssistantAttempt:
+    TYPE: ClassVar[Literal["assistant/attempt"]] = "assistant/attempt"
+
     turn: int
     step: int
     stream: tuple[StreamRecord, ...]
@@ -206,6 +234,8 @@ class AssistantAttempt:
 @fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ToolCallEvent:
+    TYPE: ClassVar[Literal["tool/call"]] = "tool/call"
+
     turn: int
     step: int
     call_id: str
@@ -223,6 +253,8 @@ class ToolErrorInfo:
 @fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ToolResultEvent:
+    TYPE: ClassVar[Literal["tool/result"]] = "tool/result"
+
     turn: int
     step: int
     message: ToolResultMessage
@@ -233,6 +265,8 @@ class ToolResultEvent:
 @fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class InboxSpliced:
+    TYPE: ClassVar[Literal["agent/inbox/spliced"]] = "agent/inbox/spliced"
+
     target: InboxTarget
     start: int
     removed_count: int = 0
@@ -243,6 +277,8 @@ class InboxSpliced:
 @fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RequestHeader:
+    TYPE: ClassVar[Literal["request/header"]] = "request/header"
+
     header: Mapping[str, Any]
     reason: Literal["initial", "resume", "change", "series"]
     starts_series: bool = False
@@ -251,6 +287,8 @@ class RequestHeader:
 @fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RequestContext:
+    TYPE: ClassVar[Literal["request/context"]] = "request/context"
+
     provider: str
     model: str
     context_window: int | None = None
@@ -260,7 +298,48 @@ class RequestContext:
 @fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SessionEndSeed:
+    TYPE: ClassVar[Literal["session/end-seed"]] = "session/end-seed"
+
     inherited: bool = False
+
+
+EventRecord: TypeAlias = (
+    TurnStart
+    | TurnEnd
+    | TurnOutput
+    | StepStart
+    | StepEnd
+    | UserMessage
+    | SystemMessageEvent
+    | AssistantMessageEvent
+    | AssistantAttempt
+    | ToolCallEvent
+    | ToolResultEvent
+    | InboxSpliced
+    | RequestHeader
+    | RequestContext
+    | SessionEndSeed
+    # context/compacted (plugin-written, EVENTS.md §2.4a) joins here with its record.
+)
+"""The payload record of a durable event type; each names its type in ``TYPE``."""
+
+RECORD_TYPES: tuple[type[EventRecord], ...] = (
+    TurnStart,
+    TurnEnd,
+    TurnOutput,
+    StepStart,
+    StepEnd,
+    UserMessage,
+    SystemMessageEvent,
+    AssistantMessageEvent,
+    AssistantAttempt,
+    ToolCallEvent,
+    ToolResultEvent,
+    InboxSpliced,
+    RequestHeader,
+    RequestContext,
+    SessionEndSeed,
+)
 
 
 @fast_init
