@@ -33,6 +33,7 @@ from .._model import (
     ToolCallDelta,
     UsageChunk,
 )
+from .._records import fast_init
 from ..errors import SessionCorruptError
 from ..messages import (
     AssistantMessage,
@@ -44,6 +45,7 @@ from ..messages import (
     message_from_json,
 )
 from ._events import (
+    RECORD_TYPES,
     SURFACE_TYPES,
     AssistantAttempt,
     AssistantMessageEvent,
@@ -53,6 +55,7 @@ from ._events import (
     RequestHeader,
     SessionEndSeed,
     SessionEvent,
+    StepBoundary,
     StepEnd,
     StepStart,
     StreamRecord,
@@ -67,6 +70,20 @@ from ._events import (
     TurnStart,
 )
 from ._inbox_fold import fold_inbox
+
+# Faster constructors for the records built on every append and every decoded row: the
+# records declare plain frozen dataclasses; the speed trick (``fast_init``) is applied here,
+# behind the codec boundary, once, when the session package is imported.
+for _record in (
+    Replace,
+    SessionEvent,
+    StepBoundary,
+    TurnEndReason,
+    ToolErrorInfo,
+    *RECORD_TYPES,
+):
+    if _record is not UserMessage:  # a message record: the messages module owns its init
+        fast_init(_record)
 
 __all__ = [
     "KNOWN_TYPES",

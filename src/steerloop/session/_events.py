@@ -1,23 +1,26 @@
-"""Durable event types: the envelope and one frozen payload record per type."""
+"""Durable event types: the envelope and one frozen payload record per type.
+
+Plain frozen dataclasses: the faster ``__init__``s and the per-class encoders are the
+codec's business (``_codec`` and ``_encode``), not these declarations'.
+"""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, TypeAlias
 
 from .._cancel import CancelCause
 from .._model import LlmFailure, StreamChunk, TokenUsage, chunk_to_json
-from .._records import fast_init
 from ..messages import (
     AssistantMessage,
     Message,
     SystemMessage,
     ToolResultMessage,
     UserMessage,
-    message_to_json,
 )
+from ._encode import encode
 
 __all__ = [
     "RECORD_TYPES",
@@ -51,7 +54,6 @@ SURFACE_TYPES = frozenset({"system/message", "user/message", "assistant/message"
 InboxTarget = Literal["next-turn", "next-step"]
 
 
-@fast_init
 @dataclass(frozen=True, slots=True)
 class Replace:
     """Surface op substituting the contiguous surface range ``start_seq..end_seq``."""
@@ -63,7 +65,6 @@ class Replace:
 SurfaceOp: TypeAlias = Literal["append"] | Replace
 
 
-@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TurnStart:
     TYPE: ClassVar[Literal["turn/start"]] = "turn/start"
@@ -71,7 +72,6 @@ class TurnStart:
     turn: int
 
 
-@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TurnEndReason:
     """``completed``, ``blocked``, ``aborted{reason}``, ``error{error}``, ``max-tokens``,
@@ -82,7 +82,6 @@ class TurnEndReason:
     error: LlmFailure | None = None
 
 
-@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TurnEnd:
     TYPE: ClassVar[Literal["turn/end"]] = "turn/end"
@@ -91,7 +90,6 @@ class TurnEnd:
     reason: TurnEndReason
 
 
-@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TurnOutput:
     """Payload of ``turn/output`` (log-only, ignorable): a turn's validated structured output.
@@ -107,7 +105,6 @@ class TurnOutput:
     output: Any = None
 
 
-@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StepBoundary:
     """The fields of ``step/start`` and ``step/end`` (each has its own record below)."""
@@ -116,19 +113,16 @@ class StepBoundary:
     step: int
 
 
-@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StepStart(StepBoundary):
     TYPE: ClassVar[Literal["step/start"]] = "step/start"
 
 
-@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StepEnd(StepBoundary):
     TYPE: ClassVar[Literal["step/end"]] = "step/end"
 
 
-@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SystemMessageEvent:
     TYPE: ClassVar[Literal["system/message"]] = "system/message"
@@ -208,7 +202,6 @@ class StreamRecord:
 _set = object.__setattr__
 
 
-@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AssistantMessageEvent:
     TYPE: ClassVar[Literal["assistant/message"]] = "assistant/message"
@@ -221,7 +214,6 @@ class AssistantMessageEvent:
     interrupted: bool = False
 
 
-@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AssistantAttempt:
     TYPE: ClassVar[Literal["assistant/attempt"]] = "assistant/attempt"
@@ -231,7 +223,6 @@ class AssistantAttempt:
     stream: tuple[StreamRecord, ...]
 
 
-@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ToolCallEvent:
     TYPE: ClassVar[Literal["tool/call"]] = "tool/call"
@@ -243,14 +234,12 @@ class ToolCallEvent:
     arguments: str
 
 
-@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ToolErrorInfo:
     code: str
     name: str | None = None
 
 
-@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ToolResultEvent:
     TYPE: ClassVar[Literal["tool/result"]] = "tool/result"
@@ -262,7 +251,6 @@ class ToolResultEvent:
     meta: Any = None
 
 
-@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class InboxSpliced:
     TYPE: ClassVar[Literal["agent/inbox/spliced"]] = "agent/inbox/spliced"
@@ -274,7 +262,6 @@ class InboxSpliced:
     outcome: Literal["canceled"] | None = None
 
 
-@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RequestHeader:
     TYPE: ClassVar[Literal["request/header"]] = "request/header"
@@ -284,7 +271,6 @@ class RequestHeader:
     starts_series: bool = False
 
 
-@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RequestContext:
     TYPE: ClassVar[Literal["request/context"]] = "request/context"
@@ -295,7 +281,6 @@ class RequestContext:
     system_prompt_update: Literal["in-history"] | None = None
 
 
-@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SessionEndSeed:
     TYPE: ClassVar[Literal["session/end-seed"]] = "session/end-seed"
@@ -342,7 +327,6 @@ RECORD_TYPES: tuple[type[EventRecord], ...] = (
 )
 
 
-@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SessionEvent:
     """One entry of the append-only log."""
@@ -384,66 +368,3 @@ def surface_message(event: SessionEvent) -> Message | None:
     if isinstance(data, ToolResultEvent):
         return data.message
     return None
-
-
-_SCALARS = (str, int, float, bool)
-_MESSAGES = (UserMessage, SystemMessage, AssistantMessage, ToolResultMessage)
-_encoders: dict[type, Callable[[Any], Any]] = {}
-
-
-def encode(value: Any) -> Any:
-    """The lossless JSON form of a payload value."""
-    if value is None or isinstance(value, _SCALARS):
-        return value
-    cls = type(value)
-    encoder = _encoders.get(cls)
-    if encoder is None:
-        encoder = _encoders[cls] = _encoder_for(cls)
-    return encoder(value)
-
-
-def _encoder_for(cls: type) -> Callable[[Any], Any]:
-    """One encoder per class, chosen once: the hot path is a dict lookup and a call."""
-    if issubclass(cls, _MESSAGES):
-        return message_to_json
-    to_json = getattr(cls, "to_json", None)
-    if to_json is not None:
-        return to_json  # type: ignore[no-any-return]
-    if dataclasses.is_dataclass(cls):
-        return _fields_encoder(cls)
-    if issubclass(cls, list | tuple):
-        return lambda value: [encode(v) for v in value]
-    if issubclass(cls, Mapping):
-        return lambda value: {str(k): encode(v) for k, v in value.items()}
-
-    def refuse(value: Any) -> Any:
-        raise ValueError(f"{type(value).__name__} has no JSON form")
-
-    return refuse
-
-
-_PLAIN = frozenset((str, int, float, bool))
-
-
-def _fields_encoder(cls: type) -> Callable[[Any], dict[str, Any]]:
-    """An encoder written out for one dataclass: a field holding a plain scalar is copied
-    without a call, ``None`` fields are left out, anything else goes through ``encode``.
-
-    Every event is encoded once on its way to the store; the generic loop over the
-    fields (``getattr`` and an ``encode`` call per field) was half of ``Session.append``.
-    """
-    lines = ["def encode_fields(value):", "    out = {}"]
-    for f in dataclasses.fields(cls):
-        if not f.name.isidentifier():  # pragma: no cover - dataclass fields always are
-            raise TypeError(f"{cls.__name__}.{f.name} is not an identifier")
-        lines += [
-            f"    item = value.{f.name}",
-            "    if item is not None:",
-            f"        out[{f.name!r}] = item if item.__class__ in plain else encode(item)",
-        ]
-    lines.append("    return out")
-    namespace: dict[str, Any] = {"plain": _PLAIN, "encode": encode}
-    exec("\n".join(lines), namespace)
-    function: Callable[[Any], dict[str, Any]] = namespace["encode_fields"]
-    function.__qualname__ = f"encode_fields[{cls.__qualname__}]"
-    return function

@@ -9,10 +9,10 @@ from typing import Any, TypeVar, overload
 from .._hooks import HookBus
 from .._ids import Clock, default_clock
 from .._owned import RuntimeOwned
-from .._records import fast_init
 from ..errors import SessionStorageError
 from ..messages import Message, check_json
 from ._codec import KNOWN_TYPES
+from ._encode import encode
 from ._events import (
     SURFACE_TYPES,
     EventRecord,
@@ -21,7 +21,6 @@ from ._events import (
     SessionEvent,
     SurfaceOp,
     TurnStart,
-    encode,
     surface_message,
 )
 from ._repair import plan_repair
@@ -34,7 +33,6 @@ JsonPayload = dict[str, Any] | list[Any] | str | int | float | bool | None
 _NO_DATA: Any = object()
 
 
-@fast_init
 @dataclass(frozen=True, slots=True)
 class SessionEventPayload:
     """Payload of the ``session/event`` hook."""
