@@ -268,13 +268,15 @@ def fail_append(
     original = session.append
     fired: list[str] = []
 
-    def append(type: str, data: Any, **kwargs: Any) -> Any:
+    def append(*args: Any, **kwargs: Any) -> Any:
+        # append(record) names its type in record.TYPE; append(type, data) passes both.
+        type, data = (args[0].TYPE, args[0]) if len(args) == 1 else args
         if len(fired) < times and match(type, data):
             fired.append(f"{type}:{_call_id(data)}")
             if on_fail is not None:
                 on_fail()
             raise Fault(f"injected failure appending {type} for {_call_id(data)}")
-        return original(type, data, **kwargs)
+        return original(*args, **kwargs)
 
     session.append = append  # type: ignore[method-assign]
     return fired
@@ -305,9 +307,11 @@ def fail_append_of(agent: Any, event_type: str) -> None:
     """The store rejects every append of ``event_type`` with ``OSError("store rejected …")``."""
     original = agent.session.append
 
-    def append(type: str, *args: Any, **kwargs: Any) -> Any:
+    def append(first: Any, *args: Any, **kwargs: Any) -> Any:
+        # append(record) names its type in record.TYPE; append(type, data) passes the name.
+        type = getattr(first, "TYPE", first)
         if type == event_type:
             raise OSError(f"store rejected {type}")
-        return original(type, *args, **kwargs)
+        return original(first, *args, **kwargs)
 
     agent.session.append = append

@@ -123,7 +123,10 @@ def test_every_name_in_all_exists() -> None:
         assert hasattr(steerloop, name), name
 
 
-@pytest.mark.parametrize("module", ["steerloop.testing", "steerloop.llm", "steerloop.llm.chunks"])
+@pytest.mark.parametrize(
+    "module",
+    ["steerloop.testing", "steerloop.llm", "steerloop.llm.chunks", "steerloop.session.events"],
+)
 def test_subpackage_all_is_sorted_and_resolves(module: str) -> None:
     """The public subpackages export a sorted ``__all__`` whose names resolve."""
     mod = importlib.import_module(module)
@@ -178,3 +181,42 @@ def test_llm_seam_names() -> None:
     assert steerloop.RetryPolicy is RetryPolicy
     assert isinstance(ScriptedAdapter(), LlmAdapter)
     assert GenerateRequest.__dataclass_params__.frozen  # type: ignore[attr-defined]
+
+
+# The durable event types of shared/spec/EVENTS.md §2 that the runtime writes and reads.
+# (Plugin-written types join as their records land: context/compacted, tool/approval-*.)
+EVENT_TYPES = [
+    "agent/inbox/spliced",
+    "assistant/attempt",
+    "assistant/message",
+    "request/context",
+    "request/header",
+    "session/end-seed",
+    "step/end",
+    "step/start",
+    "system/message",
+    "tool/call",
+    "tool/result",
+    "turn/end",
+    "turn/output",
+    "turn/start",
+    "user/message",
+]
+
+
+def test_every_event_type_has_exactly_one_public_record() -> None:
+    """``steerloop.session.events`` holds one record per durable type, naming its type, and
+    the codec decodes every such type into that record."""
+    from steerloop.session import events
+    from steerloop.session._codec import KNOWN_TYPES
+    from steerloop.session._events import RECORD_TYPES
+
+    records: dict[str, list[type]] = {}
+    for name in events.__all__:
+        value = getattr(events, name)
+        if isinstance(value, type) and isinstance(getattr(value, "TYPE", None), str):
+            records.setdefault(value.TYPE, []).append(value)  # type: ignore[attr-defined]
+    assert sorted(records) == EVENT_TYPES
+    assert all(len(found) == 1 for found in records.values()), records
+    assert sorted(KNOWN_TYPES) == EVENT_TYPES
+    assert sorted(r.TYPE for r in RECORD_TYPES) == EVENT_TYPES

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeAlias
+from typing import Any, ClassVar, Literal, TypeAlias
 
 from ._ids import new_id
 from ._records import fast_init
@@ -90,6 +90,8 @@ class UserMessage:
     content: tuple[Block, ...]
     source: MessageSource = _USER
     role: Literal["user"] = field(default="user", init=False)
+    # The payload of a ``user/message`` event is the message itself (EVENTS.md §2.2).
+    TYPE: ClassVar[Literal["user/message"]] = "user/message"
 
 
 @fast_init

@@ -131,7 +131,7 @@ async def test_an_event_that_cannot_encode_does_not_desynchronise_the_writer(
         before = len(session.events)
         bad = AssistantAttempt(turn=1, step=1, stream=(StreamRecord(0.0, object()),))  # type: ignore[arg-type]
         with pytest.raises(Exception) as raised:
-            session.append("assistant/attempt", bad)
+            session.append(bad)
         assert not isinstance(raised.value, SessionStorageError)
         assert len(session.events) == before
         handle.agent.inject(user_message("after"))  # appends at the refused seq

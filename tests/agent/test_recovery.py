@@ -123,7 +123,6 @@ async def test_calls_recorded_by_any_writer_during_the_step_count(h: Harness) ->
 
     async def record_c3(args: Any, exec: ToolExec) -> str:
         exec.agent.session.append(
-            "tool/call",
             ToolCallEvent(turn=exec.turn, step=exec.step, call_id="c3", name="t", arguments="{}"),
         )
         return "ok"
@@ -136,9 +135,7 @@ async def test_calls_recorded_by_any_writer_during_the_step_count(h: Harness) ->
         )
     )
     # Before the step: a stray tool/call for c4 that the step must not count.
-    agent.session.append(
-        "tool/call", ToolCallEvent(turn=0, step=0, call_id="c4", name="t", arguments="{}")
-    )
+    agent.session.append(ToolCallEvent(turn=0, step=0, call_id="c4", name="t", arguments="{}"))
     fail_append(agent.session, on_event("c2", "tool/call"))
     agent.followup(user_message("u1"))
     await settle(agent)

@@ -296,10 +296,10 @@ async def test_other_exceptions_skip_request_error(h: Harness, where: str) -> No
     if where == "tool machinery":
         original = agent.session.append
 
-        def append(type: str, *args: Any, **kwargs: Any) -> Any:
-            if type == "tool/call":
+        def append(first: Any, *args: Any, **kwargs: Any) -> Any:
+            if getattr(first, "TYPE", first) == "tool/call":
                 raise OSError("store rejected tool/call")
-            return original(type, *args, **kwargs)
+            return original(first, *args, **kwargs)
 
         agent.session.append = append
     agent.followup(user_message("u1"))

@@ -50,7 +50,8 @@ from steerloop.session._events import (
     RequestContext,
     RequestHeader,
     SessionEndSeed,
-    StepBoundary,
+    StepEnd,
+    StepStart,
     StreamRecord,
     SystemMessageEvent,
     ToolCallEvent,
@@ -244,8 +245,8 @@ headers = st.fixed_dictionaries(
 LOG_ONLY: dict[str, st.SearchStrategy[Any]] = {
     "turn/start": st.builds(TurnStart, turn=turns),
     "turn/end": st.builds(TurnEnd, turn=turns, reason=reasons),
-    "step/start": st.builds(StepBoundary, turn=turns, step=turns),
-    "step/end": st.builds(StepBoundary, turn=turns, step=turns),
+    "step/start": st.builds(StepStart, turn=turns, step=turns),
+    "step/end": st.builds(StepEnd, turn=turns, step=turns),
     "assistant/attempt": st.builds(AssistantAttempt, turn=turns, step=turns, stream=streams),
     "tool/call": st.builds(
         ToolCallEvent, turn=turns, step=turns, call_id=ids, name=ids, arguments=texts
@@ -388,7 +389,6 @@ def logs(draw: st.DrawFn) -> Session:
             if not removed and not inserted:
                 continue
             session.append(
-                "agent/inbox/spliced",
                 InboxSpliced(
                     target=target,  # type: ignore[arg-type]
                     start=start,
@@ -460,7 +460,7 @@ def test_unknown_ignorable_type_is_kept_as_raw_json() -> None:
     session = Session._create("s", seed=events, repair=False)
     assert [m.id for m in session.derive_messages()] == ["a"]
     assert [e.type for e in session.events][2:] == ["turn/start", "session/end-seed"]
-    end = session.append("turn/end", TurnEnd(turn=1, reason=TurnEndReason(kind="completed")))
+    end = session.append(TurnEnd(turn=1, reason=TurnEndReason(kind="completed")))
     assert end.seq == 5
 
 
@@ -587,8 +587,8 @@ def test_malformed_event_is_corrupt_and_names_the_seq(raw: Any, match: str) -> N
 def boundary_log() -> list[SessionEvent]:
     return [
         SessionEvent(seq=1, time=1, type="turn/start", data=TurnStart(turn=1)),
-        SessionEvent(seq=2, time=1, type="step/start", data=StepBoundary(turn=1, step=1)),
-        SessionEvent(seq=3, time=1, type="step/end", data=StepBoundary(turn=1, step=1)),
+        SessionEvent(seq=2, time=1, type="step/start", data=StepStart(turn=1, step=1)),
+        SessionEvent(seq=3, time=1, type="step/end", data=StepEnd(turn=1, step=1)),
     ]
 
 

@@ -18,7 +18,8 @@ from steerloop.errors import SessionCorruptError
 from steerloop.messages import AssistantMessage, TextBlock, ToolCallBlock
 from steerloop.session._events import (
     AssistantMessageEvent,
-    StepBoundary,
+    StepEnd,
+    StepStart,
     TurnEnd,
     TurnEndReason,
     TurnStart,
@@ -32,21 +33,21 @@ Writer = Callable[[Session], None]
 
 def start(turn: int) -> Writer:
     def write(s: Session) -> None:
-        s.append("turn/start", TurnStart(turn=turn))
+        s.append(TurnStart(turn=turn))
 
     return write
 
 
 def end(turn: int) -> Writer:
     def write(s: Session) -> None:
-        s.append("turn/end", TurnEnd(turn=turn, reason=TurnEndReason(kind="completed")))
+        s.append(TurnEnd(turn=turn, reason=TurnEndReason(kind="completed")))
 
     return write
 
 
 def step(turn: int, n: int, edge: str) -> Writer:
     def write(s: Session) -> None:
-        s.append(f"step/{edge}", StepBoundary(turn=turn, step=n))
+        s.append((StepStart if edge == "start" else StepEnd)(turn=turn, step=n))
 
     return write
 
@@ -59,7 +60,7 @@ def asks(turn: int, n: int, call_id: str) -> Writer:
 
     def write(s: Session) -> None:
         event = AssistantMessageEvent(turn=turn, step=n, message=message, stream=())
-        s.append("assistant/message", event, surface_op="append")
+        s.append(event, surface_op="append")
 
     return write
 
@@ -123,8 +124,8 @@ async def test_resuming_a_malformed_stored_log_is_refused(tmp_path: Path) -> Non
         handle = await rt.agents.create(session_id="s", agent_options=options)
         session = handle.agent.session
         handle.agent.inject(user_message("kept"))
-        bad = session.append("turn/start", TurnStart(turn=1)).seq
-        session.append("turn/start", TurnStart(turn=2))
+        bad = session.append(TurnStart(turn=1)).seq
+        session.append(TurnStart(turn=2))
         await handle.dispose()
     finally:
         await rt.close()

@@ -29,7 +29,7 @@ from steerloop import (
     user_message,
 )
 from steerloop.session import SessionEvent
-from steerloop.session._events import StepBoundary, TurnStart
+from steerloop.session._events import StepStart, TurnStart
 from steerloop.session._postgres import SCHEMA_VERSION, PostgresStore
 from steerloop.session._store import open_store
 from steerloop.testing import text_response
@@ -487,7 +487,7 @@ async def test_resume_repairs_a_crashed_log(stores: StoreFactory) -> None:
         [
             turn(1, 1).to_json(),
             SessionEvent(
-                seq=2, time=1, type="step/start", data=StepBoundary(turn=1, step=1)
+                seq=2, time=1, type="step/start", data=StepStart(turn=1, step=1)
             ).to_json(),
         ],
     )

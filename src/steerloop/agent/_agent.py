@@ -296,7 +296,7 @@ class Agent(metaclass=RuntimeOwned):
                 turn = data.turn
                 data = TurnEnd(turn=turn, reason=TurnEndReason(kind="aborted", reason=cause))
             self.session.append(
-                fix.type, data, surface_op=fix.surface_op, source_event_seqs=fix.source_event_seqs
+                data, surface_op=fix.surface_op, source_event_seqs=fix.source_event_seqs
             )
         self.session.seal(f"agent {self.id!r} was abandoned by a dispose timeout")
         error = TimeoutError(

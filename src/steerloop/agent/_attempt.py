@@ -69,7 +69,7 @@ async def attempt(ctx: StepContext, first: bool) -> AttemptOutcome:
     builder.project_system_prompt(ctx.prompt, prepared, series, ctx.turn, ctx.step)
     if first:
         for message in ctx.messages:
-            ctx.session.append("user/message", message, surface_op="append")
+            ctx.session.append(message, surface_op="append")
     request = builder.build(prepared, ctx.rt.tools.schemas(ctx.agent.id), series, signal)
     signal.throw_if_aborted()
     return await _stream(ctx, prepared, request)

@@ -34,7 +34,7 @@ def open_turn(agent: Agent, controller: AbortController) -> TurnState:
     """Write ``turn/start`` and claim the first batch, synchronously."""
     with initiator_context(agent):
         turn = agent.session.last_turn + 1
-        agent.session.append("turn/start", TurnStart(turn=turn))
+        agent.session.append(TurnStart(turn=turn))
         state = TurnState(turn, controller.signal)
         try:
             state.claimed = agent.inbox.claim("next-turn", turn)
@@ -92,7 +92,7 @@ async def run_turn(agent: Agent, state: TurnState) -> str:
             reason = TurnEndReason(kind="error", error=failure_of(exc))
             agent.report_error(state.turn, state.step if state.failed_in_step else 0, exc)
     try:
-        agent.session.append("turn/end", TurnEnd(turn=state.turn, reason=reason))
+        agent.session.append(TurnEnd(turn=state.turn, reason=reason))
     except Exception as exc:
         agent.report_error(state.turn, 0, exc)
     if host_exc is not None:

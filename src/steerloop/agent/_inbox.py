@@ -181,7 +181,6 @@ class Inbox(metaclass=RuntimeOwned):
                 seen.add(message.id)
         removed = queue[s : s + d]
         self._session.append(
-            "agent/inbox/spliced",
             InboxSpliced(
                 target=target,
                 start=s,

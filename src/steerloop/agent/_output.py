@@ -238,7 +238,6 @@ class OutputController(Generic[T]):
         self.value = value
         self.recorded = True
         session.append(
-            "turn/output",
             TurnOutput(turn=payload.turn, message_seq=seq, output=self.spec.to_json(value)),
             ignorable=True,
         )

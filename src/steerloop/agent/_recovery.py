@@ -58,7 +58,6 @@ class ToolCallTracker:
             call_seq = self.call_seqs.get(call.id)
             source = call_seq if call_seq is not None else self.message_seq
             self._session.append(
-                "tool/result",
                 conservative_result(turn, step, call, call_seq),
                 surface_op="append",
                 source_event_seqs=(source,) if source is not None else None,

@@ -41,7 +41,7 @@ class RequestBuilder:
         self._session = session
         self._ids = ids
         self._options = options
-        self._header_config: tuple[int, CallConfig] | None = None  # decoded latest header
+        self._header_config: tuple[RequestHeader, CallConfig] | None = None  # decoded latest header
         # (config, adapter defaults, tool schemas, header body) of the last request built
         self._header_body: tuple[CallConfig, dict[str, Any], Any, dict[str, Any]] | None = None
         self._sent = False  # this loop instance sent its first request
@@ -49,14 +49,14 @@ class RequestBuilder:
 
     def default_config(self) -> CallConfig:
         """The options' config before the first request, then the latest header's."""
-        header = self._session.latest("request/header")
+        header = self._session.latest(RequestHeader)
         if not self._sent or header is None:
             return self._options.call_config()
         cached = self._header_config
-        if cached is None or cached[0] != header.seq:
+        if cached is None or cached[0] is not header:
             cached = self._header_config = (
-                header.seq,
-                CallConfig.from_json(header.data.header.get("config", {})),
+                header,
+                CallConfig.from_json(header.header.get("config", {})),
             )
         return cached[1]
 
@@ -76,8 +76,8 @@ class RequestBuilder:
             )
 
         if not nodes:
-            if session.latest("system/message") is None:
-                session.append("system/message", event(content), surface_op="append")
+            if session.latest(SystemMessageEvent) is None:
+                session.append(event(content), surface_op="append")
             return
         active = [s for s in nodes if session.event(s).data.message.content]
         if prepared.reads_in_history_system and not starts_series:
@@ -85,14 +85,13 @@ class RequestBuilder:
             if current == content:
                 return
             if content and active:
-                session.append("system/message", event(content), surface_op="append")
+                session.append(event(content), surface_op="append")
                 return
         # Normalise: the head node carries the prompt and no other system node is active, so
         # derive_messages() holds at most one system message, at index 0 (C7.6-4/5).
         head = nodes[0]
         if session.event(head).data.message.content != content:
             session.append(
-                "system/message",
                 event(content),
                 surface_op=Replace(head, head),
                 source_event_seqs=(head,),
@@ -100,7 +99,6 @@ class RequestBuilder:
         for seq in active:
             if seq != head:
                 session.append(
-                    "system/message",
                     event(()),
                     surface_op=Replace(seq, seq),
                     source_event_seqs=(seq,),
@@ -117,18 +115,17 @@ class RequestBuilder:
         session = self._session
         config = prepared.config
         header = self._header(config, prepared.adapter_defaults, tools)
-        latest = session.latest("request/header")
+        latest = session.latest(RequestHeader)
         reason: str | None = None
         series = starts_series or session.surface_replaced != self._replaced_at
         if not self._sent:
             reason = "initial" if latest is None else "resume"
-        elif latest is None or (latest.data.header is not header and latest.data.header != header):
+        elif latest is None or (latest.header is not header and latest.header != header):
             reason = "change"
         elif series:
             reason = "series"
         if reason is not None:
             session.append(
-                "request/header",
                 RequestHeader(header=header, reason=reason, starts_series=series),  # type: ignore[arg-type]
             )
         context = RequestContext(
@@ -137,9 +134,8 @@ class RequestBuilder:
             context_window=prepared.context_window,
             system_prompt_update="in-history" if prepared.reads_in_history_system else None,
         )
-        latest_ctx = session.latest("request/context")
-        if latest_ctx is None or latest_ctx.data != context:
-            session.append("request/context", context)
+        if session.latest(RequestContext) != context:
+            session.append(context)
         self._sent = True
         self._replaced_at = session.surface_replaced
         return GenerateRequest(

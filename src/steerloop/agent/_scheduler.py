@@ -139,7 +139,6 @@ class ToolScheduler:
         slot = self.slots[index]
         args, parse_error = self.parsed[index]
         slot.call_seq = self.session.append(
-            "tool/call",
             ToolCallEvent(
                 turn=self.turn,
                 step=self.step,
@@ -229,7 +228,6 @@ class ToolScheduler:
                 code=err.code if err else "TOOL_FAILED", name=err.name if err else None
             )
         self.session.append(
-            "tool/result",
             ToolResultEvent(
                 turn=self.turn,
                 step=self.step,
@@ -249,7 +247,6 @@ class ToolScheduler:
     def _synthesise_aborted(self, index: int) -> None:
         call = self.calls[index]
         seq = self.session.append(
-            "tool/call",
             ToolCallEvent(
                 turn=self.turn,
                 step=self.step,

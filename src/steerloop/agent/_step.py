@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Literal
 from .._signal import AbortSignal
 from ..errors import AbortedError
 from ..messages import UserMessage
-from ..session._events import StepBoundary
+from ..session._events import StepEnd, StepStart
 from ._attempt import StepContext, attempt
 from ._recovery import ToolCallTracker
 from ._scheduler import ToolScheduler
@@ -61,8 +61,7 @@ async def run_step(
         prompt=prompt,
         starts_series=starts_series,
     )
-    boundary = StepBoundary(turn=ctx.turn, step=ctx.step)
-    ctx.session.append("step/start", boundary)
+    ctx.session.append(StepStart(turn=ctx.turn, step=ctx.step))
     tracker = ToolCallTracker(ctx.session)
     failure: BaseException | None = None
     try:
@@ -91,7 +90,7 @@ async def run_step(
     finally:
         tracker.close()
         try:
-            ctx.session.append("step/end", boundary)
+            ctx.session.append(StepEnd(turn=ctx.turn, step=ctx.step))
         except Exception as end_exc:
             if failure is None:
                 raise

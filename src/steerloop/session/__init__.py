@@ -1,5 +1,6 @@
 """Event-sourced sessions: the log, its events, the surface projection and persistence."""
 
+from . import events
 from ._events import Replace, SessionEvent, TurnEndReason
 from ._session import EventSink, Session, SessionEventPayload
 from .store import MemoryStore, SessionInfo, SessionStore
@@ -14,4 +15,5 @@ __all__ = [
     "SessionInfo",
     "SessionStore",
     "TurnEndReason",
+    "events",
 ]

@@ -33,6 +33,7 @@ from .._model import (
     ToolCallDelta,
     UsageChunk,
 )
+from .._records import fast_init
 from ..errors import SessionCorruptError
 from ..messages import (
     AssistantMessage,
@@ -44,6 +45,7 @@ from ..messages import (
     message_from_json,
 )
 from ._events import (
+    RECORD_TYPES,
     SURFACE_TYPES,
     AssistantAttempt,
     AssistantMessageEvent,
@@ -54,6 +56,8 @@ from ._events import (
     SessionEndSeed,
     SessionEvent,
     StepBoundary,
+    StepEnd,
+    StepStart,
     StreamRecord,
     SurfaceOp,
     SystemMessageEvent,
@@ -66,6 +70,20 @@ from ._events import (
     TurnStart,
 )
 from ._inbox_fold import fold_inbox
+
+# Faster constructors for the records built on every append and every decoded row: the
+# records declare plain frozen dataclasses; the speed trick (``fast_init``) is applied here,
+# behind the codec boundary, once, when the session package is imported.
+for _record in (
+    Replace,
+    SessionEvent,
+    StepBoundary,
+    TurnEndReason,
+    ToolErrorInfo,
+    *RECORD_TYPES,
+):
+    if _record is not UserMessage:  # a message record: the messages module owns its init
+        fast_init(_record)
 
 __all__ = [
     "KNOWN_TYPES",
@@ -329,8 +347,12 @@ def _turn_output(data: Mapping[str, Json]) -> TurnOutput:
     )
 
 
-def _step(data: Mapping[str, Json]) -> StepBoundary:
-    return StepBoundary(turn=_int(data, "turn", minimum=1), step=_int(data, "step", minimum=1))
+def _step_start(data: Mapping[str, Json]) -> StepStart:
+    return StepStart(turn=_int(data, "turn", minimum=1), step=_int(data, "step", minimum=1))
+
+
+def _step_end(data: Mapping[str, Json]) -> StepEnd:
+    return StepEnd(turn=_int(data, "turn", minimum=1), step=_int(data, "step", minimum=1))
 
 
 def _system(data: Mapping[str, Json]) -> SystemMessageEvent:
@@ -432,8 +454,8 @@ _DECODERS: dict[str, Callable[[Mapping[str, Json]], Any]] = {
     "turn/start": lambda d: TurnStart(turn=_int(d, "turn", minimum=1)),
     "turn/end": _turn_end,
     "turn/output": _turn_output,
-    "step/start": _step,
-    "step/end": _step,
+    "step/start": _step_start,
+    "step/end": _step_end,
     "user/message": lambda d: _message(d, UserMessage, "user/message"),
     "system/message": _system,
     "assistant/message": _assistant,

@@ -1,28 +1,33 @@
-"""Durable event types: the envelope and one frozen payload record per type."""
+"""Durable event types: the envelope and one frozen payload record per type.
+
+Plain frozen dataclasses: the faster ``__init__``s and the per-class encoders are the
+codec's business (``_codec`` and ``_encode``), not these declarations'.
+"""
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, TypeAlias
+from typing import Any, ClassVar, Literal, TypeAlias
 
 from .._cancel import CancelCause
 from .._model import LlmFailure, StreamChunk, TokenUsage, chunk_to_json
-from .._records import fast_init
 from ..messages import (
     AssistantMessage,
     Message,
     SystemMessage,
     ToolResultMessage,
     UserMessage,
-    message_to_json,
 )
+from ._encode import encode
 
 __all__ = [
+    "RECORD_TYPES",
     "SURFACE_TYPES",
     "AssistantAttempt",
     "AssistantMessageEvent",
+    "EventRecord",
     "InboxSpliced",
     "Replace",
     "RequestContext",
@@ -30,6 +35,8 @@ __all__ = [
     "SessionEndSeed",
     "SessionEvent",
     "StepBoundary",
+    "StepEnd",
+    "StepStart",
     "StreamRecord",
     "SurfaceOp",
     "SystemMessageEvent",
@@ -47,7 +54,6 @@ SURFACE_TYPES = frozenset({"system/message", "user/message", "assistant/message"
 InboxTarget = Literal["next-turn", "next-step"]
 
 
-@fast_init
 @dataclass(frozen=True, slots=True)
 class Replace:
     """Surface op substituting the contiguous surface range ``start_seq..end_seq``."""
@@ -59,13 +65,13 @@ class Replace:
 SurfaceOp: TypeAlias = Literal["append"] | Replace
 
 
-@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TurnStart:
+    TYPE: ClassVar[Literal["turn/start"]] = "turn/start"
+
     turn: int
 
 
-@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TurnEndReason:
     """``completed``, ``blocked``, ``aborted{reason}``, ``error{error}``, ``max-tokens``,
@@ -76,14 +82,14 @@ class TurnEndReason:
     error: LlmFailure | None = None
 
 
-@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TurnEnd:
+    TYPE: ClassVar[Literal["turn/end"]] = "turn/end"
+
     turn: int
     reason: TurnEndReason
 
 
-@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TurnOutput:
     """Payload of ``turn/output`` (log-only, ignorable): a turn's validated structured output.
@@ -92,23 +98,35 @@ class TurnOutput:
     read from (its text, or its ``final_result`` tool call).
     """
 
+    TYPE: ClassVar[Literal["turn/output"]] = "turn/output"
+
     turn: int
     message_seq: int
     output: Any = None
 
 
-@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StepBoundary:
-    """Payload of ``step/start`` and ``step/end``."""
+    """The fields of ``step/start`` and ``step/end`` (each has its own record below)."""
 
     turn: int
     step: int
 
 
-@fast_init
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepStart(StepBoundary):
+    TYPE: ClassVar[Literal["step/start"]] = "step/start"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepEnd(StepBoundary):
+    TYPE: ClassVar[Literal["step/end"]] = "step/end"
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SystemMessageEvent:
+    TYPE: ClassVar[Literal["system/message"]] = "system/message"
+
     turn: int
     step: int
     message: SystemMessage
@@ -184,9 +202,10 @@ class StreamRecord:
 _set = object.__setattr__
 
 
-@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AssistantMessageEvent:
+    TYPE: ClassVar[Literal["assistant/message"]] = "assistant/message"
+
     turn: int
     step: int
     message: AssistantMessage
@@ -195,17 +214,19 @@ class AssistantMessageEvent:
     interrupted: bool = False
 
 
-@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AssistantAttempt:
+    TYPE: ClassVar[Literal["assistant/attempt"]] = "assistant/attempt"
+
     turn: int
     step: int
     stream: tuple[StreamRecord, ...]
 
 
-@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ToolCallEvent:
+    TYPE: ClassVar[Literal["tool/call"]] = "tool/call"
+
     turn: int
     step: int
     call_id: str
@@ -213,16 +234,16 @@ class ToolCallEvent:
     arguments: str
 
 
-@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ToolErrorInfo:
     code: str
     name: str | None = None
 
 
-@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ToolResultEvent:
+    TYPE: ClassVar[Literal["tool/result"]] = "tool/result"
+
     turn: int
     step: int
     message: ToolResultMessage
@@ -230,9 +251,10 @@ class ToolResultEvent:
     meta: Any = None
 
 
-@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class InboxSpliced:
+    TYPE: ClassVar[Literal["agent/inbox/spliced"]] = "agent/inbox/spliced"
+
     target: InboxTarget
     start: int
     removed_count: int = 0
@@ -240,30 +262,71 @@ class InboxSpliced:
     outcome: Literal["canceled"] | None = None
 
 
-@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RequestHeader:
+    TYPE: ClassVar[Literal["request/header"]] = "request/header"
+
     header: Mapping[str, Any]
     reason: Literal["initial", "resume", "change", "series"]
     starts_series: bool = False
 
 
-@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RequestContext:
+    TYPE: ClassVar[Literal["request/context"]] = "request/context"
+
     provider: str
     model: str
     context_window: int | None = None
     system_prompt_update: Literal["in-history"] | None = None
 
 
-@fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SessionEndSeed:
+    TYPE: ClassVar[Literal["session/end-seed"]] = "session/end-seed"
+
     inherited: bool = False
 
 
-@fast_init
+EventRecord: TypeAlias = (
+    TurnStart
+    | TurnEnd
+    | TurnOutput
+    | StepStart
+    | StepEnd
+    | UserMessage
+    | SystemMessageEvent
+    | AssistantMessageEvent
+    | AssistantAttempt
+    | ToolCallEvent
+    | ToolResultEvent
+    | InboxSpliced
+    | RequestHeader
+    | RequestContext
+    | SessionEndSeed
+    # context/compacted (plugin-written, EVENTS.md §2.4a) joins here with its record.
+)
+"""The payload record of a durable event type; each names its type in ``TYPE``."""
+
+RECORD_TYPES: tuple[type[EventRecord], ...] = (
+    TurnStart,
+    TurnEnd,
+    TurnOutput,
+    StepStart,
+    StepEnd,
+    UserMessage,
+    SystemMessageEvent,
+    AssistantMessageEvent,
+    AssistantAttempt,
+    ToolCallEvent,
+    ToolResultEvent,
+    InboxSpliced,
+    RequestHeader,
+    RequestContext,
+    SessionEndSeed,
+)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SessionEvent:
     """One entry of the append-only log."""
@@ -305,66 +368,3 @@ def surface_message(event: SessionEvent) -> Message | None:
     if isinstance(data, ToolResultEvent):
         return data.message
     return None
-
-
-_SCALARS = (str, int, float, bool)
-_MESSAGES = (UserMessage, SystemMessage, AssistantMessage, ToolResultMessage)
-_encoders: dict[type, Callable[[Any], Any]] = {}
-
-
-def encode(value: Any) -> Any:
-    """The lossless JSON form of a payload value."""
-    if value is None or isinstance(value, _SCALARS):
-        return value
-    cls = type(value)
-    encoder = _encoders.get(cls)
-    if encoder is None:
-        encoder = _encoders[cls] = _encoder_for(cls)
-    return encoder(value)
-
-
-def _encoder_for(cls: type) -> Callable[[Any], Any]:
-    """One encoder per class, chosen once: the hot path is a dict lookup and a call."""
-    if issubclass(cls, _MESSAGES):
-        return message_to_json
-    to_json = getattr(cls, "to_json", None)
-    if to_json is not None:
-        return to_json  # type: ignore[no-any-return]
-    if dataclasses.is_dataclass(cls):
-        return _fields_encoder(cls)
-    if issubclass(cls, list | tuple):
-        return lambda value: [encode(v) for v in value]
-    if issubclass(cls, Mapping):
-        return lambda value: {str(k): encode(v) for k, v in value.items()}
-
-    def refuse(value: Any) -> Any:
-        raise ValueError(f"{type(value).__name__} has no JSON form")
-
-    return refuse
-
-
-_PLAIN = frozenset((str, int, float, bool))
-
-
-def _fields_encoder(cls: type) -> Callable[[Any], dict[str, Any]]:
-    """An encoder written out for one dataclass: a field holding a plain scalar is copied
-    without a call, ``None`` fields are left out, anything else goes through ``encode``.
-
-    Every event is encoded once on its way to the store; the generic loop over the
-    fields (``getattr`` and an ``encode`` call per field) was half of ``Session.append``.
-    """
-    lines = ["def encode_fields(value):", "    out = {}"]
-    for f in dataclasses.fields(cls):
-        if not f.name.isidentifier():  # pragma: no cover - dataclass fields always are
-            raise TypeError(f"{cls.__name__}.{f.name} is not an identifier")
-        lines += [
-            f"    item = value.{f.name}",
-            "    if item is not None:",
-            f"        out[{f.name!r}] = item if item.__class__ in plain else encode(item)",
-        ]
-    lines.append("    return out")
-    namespace: dict[str, Any] = {"plain": _PLAIN, "encode": encode}
-    exec("\n".join(lines), namespace)
-    function: Callable[[Any], dict[str, Any]] = namespace["encode_fields"]
-    function.__qualname__ = f"encode_fields[{cls.__qualname__}]"
-    return function

@@ -21,15 +21,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from .._ids import new_id
 from ..errors import SessionCorruptError
 from ..messages import TextBlock, ToolCallBlock, ToolResultMessage
 from ._events import (
     AssistantMessageEvent,
+    EventRecord,
     SessionEvent,
     StepBoundary,
+    StepEnd,
     SurfaceOp,
     ToolCallEvent,
     ToolErrorInfo,
@@ -77,7 +78,7 @@ class RepairEvent:
     """One synthetic event to append (the Session assigns seq and time)."""
 
     type: str
-    data: Any
+    data: EventRecord
     surface_op: SurfaceOp | None = None
     source_event_seqs: tuple[int, ...] | None = None
 
@@ -124,7 +125,7 @@ def check_structure(events: Sequence[SessionEvent]) -> None:
                 raise corrupt(event, f"step starts inside open step {open_step.step}")
             open_step = data
         elif event.type == "step/end" and isinstance(data, StepBoundary):
-            if data != open_step:
+            if not _same_step(data, open_step):
                 raise corrupt(event, f"step {data.turn}.{data.step} ends but was not open")
             close_step(event)
             open_step = None
@@ -133,6 +134,11 @@ def check_structure(events: Sequence[SessionEvent]) -> None:
                 unanswered = {c.id: event.seq for c in data.message.tool_calls}
         elif isinstance(data, ToolResultEvent):
             unanswered.pop(data.message.call_id, None)
+
+
+def _same_step(end: StepBoundary, start: StepBoundary | None) -> bool:
+    """``end`` closes ``start`` (a ``step/end`` and a ``step/start`` are different records)."""
+    return start is not None and end.turn == start.turn and end.step == start.step
 
 
 def plan_repair(events: Sequence[SessionEvent]) -> list[RepairEvent]:
@@ -160,7 +166,11 @@ def plan_repair(events: Sequence[SessionEvent]) -> list[RepairEvent]:
         data = event.data
         if event.type == "step/start" and isinstance(data, StepBoundary):
             open_step = data
-        elif event.type == "step/end" and isinstance(data, StepBoundary) and data == open_step:
+        elif (
+            event.type == "step/end"
+            and isinstance(data, StepBoundary)
+            and _same_step(data, open_step)
+        ):
             open_step = None
         elif isinstance(data, AssistantMessageEvent) and not data.interrupted:
             message = event
@@ -193,9 +203,7 @@ def plan_repair(events: Sequence[SessionEvent]) -> list[RepairEvent]:
             )
     if open_step is not None:
         out.append(
-            RepairEvent(
-                type="step/end", data=StepBoundary(turn=open_step.turn, step=open_step.step)
-            )
+            RepairEvent(type="step/end", data=StepEnd(turn=open_step.turn, step=open_step.step))
         )
     out.append(
         RepairEvent(

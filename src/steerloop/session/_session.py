@@ -4,31 +4,35 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, overload
+from typing import Any, TypeVar, overload
 
 from .._hooks import HookBus
 from .._ids import Clock, default_clock
 from .._owned import RuntimeOwned
-from .._records import fast_init
 from ..errors import SessionStorageError
 from ..messages import Message, check_json
 from ._codec import KNOWN_TYPES
+from ._encode import encode
 from ._events import (
     SURFACE_TYPES,
+    EventRecord,
     Replace,
     SessionEndSeed,
     SessionEvent,
     SurfaceOp,
     TurnStart,
-    encode,
     surface_message,
 )
 from ._repair import plan_repair
 
 __all__ = ["EventSink", "Session", "SessionEventPayload"]
 
+R = TypeVar("R", bound=EventRecord)
+JsonPayload = dict[str, Any] | list[Any] | str | int | float | bool | None
+"""A plain payload of a type without a record (a plugin's own event type)."""
+_NO_DATA: Any = object()
 
-@fast_init
+
 @dataclass(frozen=True, slots=True)
 class SessionEventPayload:
     """Payload of the ``session/event`` hook."""
@@ -131,13 +135,12 @@ class Session(metaclass=RuntimeOwned):
         if repair:
             for fix in plan_repair(seed):
                 self.append(
-                    fix.type,
                     fix.data,
                     surface_op=fix.surface_op,
                     source_event_seqs=fix.source_event_seqs,
                 )
         if self._events and _needs_seed_marker(self._events[-1], inherited_seed):
-            self.append("session/end-seed", SessionEndSeed(inherited=inherited_seed))
+            self.append(SessionEndSeed(inherited=inherited_seed))
 
     # --- reading ---------------------------------------------------------------------
 
@@ -149,9 +152,21 @@ class Session(metaclass=RuntimeOwned):
     def next_seq(self) -> int:
         return len(self._events) + 1
 
-    def latest(self, type: str) -> SessionEvent | None:
-        """The most recent event of ``type``."""
-        return self._latest.get(type)
+    @overload
+    def latest(self, type: type[R], /) -> R | None: ...
+    @overload
+    def latest(self, type: str, /) -> SessionEvent | None: ...
+    def latest(self, type: type[R] | str, /) -> R | SessionEvent | None:
+        """The payload of the most recent event of a record's type (``latest(TurnStart)``);
+        given a type name, the most recent event itself."""
+        if isinstance(type, str):
+            return self._latest.get(type)
+        event = self._latest.get(type.TYPE)
+        if event is None:
+            return None
+        data = event.data
+        # A plain-JSON payload appended under a record's type name is not that record.
+        return data if isinstance(data, type) else None
 
     def surface_seqs(self) -> tuple[int, ...]:
         return tuple(self._surface)
@@ -175,10 +190,32 @@ class Session(metaclass=RuntimeOwned):
 
     # --- writing ---------------------------------------------------------------------
 
+    @overload
+    def append(
+        self,
+        record: EventRecord,
+        /,
+        *,
+        surface_op: SurfaceOp | None = None,
+        source_event_seqs: Sequence[int] | None = None,
+        ignorable: bool = False,
+    ) -> SessionEvent: ...
+    @overload
     def append(
         self,
         type: str,
-        data: Any,
+        data: JsonPayload,
+        /,
+        *,
+        surface_op: SurfaceOp | None = None,
+        source_event_seqs: Sequence[int] | None = None,
+        ignorable: bool = False,
+    ) -> SessionEvent: ...
+    def append(
+        self,
+        type: str | EventRecord,
+        data: JsonPayload | EventRecord = _NO_DATA,
+        /,
         *,
         surface_op: SurfaceOp | None = None,
         source_event_seqs: Sequence[int] | None = None,
@@ -186,9 +223,20 @@ class Session(metaclass=RuntimeOwned):
     ) -> SessionEvent:
         """Validate and append one event; notify ``session/event`` listeners synchronously.
 
+        ``append(record)`` writes a typed payload record under its ``TYPE``;
+        ``append(type, data)`` writes a plain JSON payload (a plugin's own event type).
+
         Raises:
             SessionStorageError: the session is sealed (``seal``).
         """
+        if data is _NO_DATA:
+            data = type
+            name = getattr(type, "TYPE", None)
+            if not isinstance(name, str):
+                raise ValueError(f"{type.__class__.__name__} is not an event payload record")
+            type = name
+        elif not isinstance(type, str):
+            raise ValueError("append(type, data) takes a type name; append(record) a record")
         if self._sealed is not None:
             raise SessionStorageError(f"session {self.id!r} takes no more events: {self._sealed}")
         seq = len(self._events) + 1

@@ -1,0 +1,60 @@
+"""The public payload records of the durable event types (EVENTS.md §2).
+
+One record per type; each names its type in ``TYPE`` (``events.TurnEnd.TYPE == "turn/end"``),
+so code reading a log (``event.data``) or writing one (``session.append(record)``) needs no
+private import.
+"""
+
+from __future__ import annotations
+
+from ..messages import UserMessage
+from ._events import (
+    AssistantAttempt,
+    AssistantMessageEvent,
+    EventRecord,
+    InboxSpliced,
+    Replace,
+    RequestContext,
+    RequestHeader,
+    SessionEndSeed,
+    SessionEvent,
+    StepBoundary,
+    StepEnd,
+    StepStart,
+    StreamRecord,
+    SurfaceOp,
+    SystemMessageEvent,
+    ToolCallEvent,
+    ToolErrorInfo,
+    ToolResultEvent,
+    TurnEnd,
+    TurnEndReason,
+    TurnOutput,
+    TurnStart,
+)
+
+__all__ = [
+    "AssistantAttempt",
+    "AssistantMessageEvent",
+    "EventRecord",
+    "InboxSpliced",
+    "Replace",
+    "RequestContext",
+    "RequestHeader",
+    "SessionEndSeed",
+    "SessionEvent",
+    "StepBoundary",
+    "StepEnd",
+    "StepStart",
+    "StreamRecord",
+    "SurfaceOp",
+    "SystemMessageEvent",
+    "ToolCallEvent",
+    "ToolErrorInfo",
+    "ToolResultEvent",
+    "TurnEnd",
+    "TurnEndReason",
+    "TurnOutput",
+    "TurnStart",
+    "UserMessage",
+]
