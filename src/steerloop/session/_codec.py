@@ -68,6 +68,7 @@ from ._events import (
     TurnEndReason,
     TurnOutput,
     TurnStart,
+    install_chunk_decoder,
 )
 from ._inbox_fold import fold_inbox
 
@@ -313,6 +314,9 @@ def chunk_from_json(raw: Json) -> StreamChunk:
         return _chunk(raw)
     except _Malformed as exc:
         raise SessionCorruptError(f"stream chunk: {exc}") from None
+
+
+install_chunk_decoder(chunk_from_json)
 
 
 # --- payloads, one decoder per type ----------------------------------------------------

@@ -7,7 +7,7 @@ codec's business (``_codec`` and ``_encode``), not these declarations'.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, TypeAlias
 
@@ -132,6 +132,16 @@ class SystemMessageEvent:
     message: SystemMessage
 
 
+# The chunk decoder of lazy records. The codec installs it at import (``install_chunk_decoder``)
+# so that this module, below the codec, never imports it; only the codec makes lazy records.
+_decode_chunk: list[Callable[[Any], StreamChunk]] = []
+
+
+def install_chunk_decoder(decode: Callable[[Any], StreamChunk]) -> None:
+    """Set how a lazy ``StreamRecord`` decodes its stored chunk (called once by the codec)."""
+    _decode_chunk[:] = [decode]
+
+
 class StreamRecord:
     """One received chunk and the epoch-ms time it arrived.
 
@@ -167,9 +177,7 @@ class StreamRecord:
     def chunk(self) -> StreamChunk:
         chunk = self._chunk
         if chunk is None:
-            from ._codec import chunk_from_json
-
-            chunk = chunk_from_json(self._raw)
+            chunk = _decode_chunk[0](self._raw)
             _set(self, "_chunk", chunk)
             _set(self, "_raw", None)
         return chunk
