@@ -17,7 +17,8 @@ from .._owned import RuntimeOwned
 from .._signal import AbortController, AbortSignal
 from ..llm._types import CallConfig
 from ..messages import UserMessage
-from ._decisions import ErrorPayload, StatusPayload
+from ..session._events import SessionEvent
+from ._decisions import CompactPayload, ErrorPayload, StatusPayload
 from ._inbox import Inbox, InboxTarget, fold_inbox
 from ._options import AgentOptions
 
@@ -183,6 +184,27 @@ class Agent(metaclass=RuntimeOwned):
                 self._converge()
 
         return asyncio.ensure_future(run())
+
+    async def compact(self) -> SessionEvent | None:
+        """Compact the history now, through the policy ``install_compaction`` registered.
+
+        Runs as a maintenance job (sends meanwhile are latched) and writes exactly one
+        ``context/compacted``; returns it, or ``None`` when nothing is old enough to compact.
+
+        Raises:
+            RuntimeError: the agent is not idle, or no compaction policy is installed.
+        """
+        hooks = self._rt.hooks
+        if not hooks.has("agent/compact"):
+            raise RuntimeError(
+                "agent.compact() needs a compaction policy: steerloop.context.install_compaction"
+            )
+
+        async def job(signal: AbortSignal) -> SessionEvent | None:
+            result = await hooks.serial("agent/compact", CompactPayload(self, signal))
+            return result if isinstance(result, SessionEvent) else None
+
+        return await self.run_maintenance(job)
 
     def _begin_maintenance(self) -> AbortController:
         self._phase = "maintenance"

@@ -13,7 +13,9 @@ from ..llm._types import LlmFailure, TokenUsage
 from ..llm.chunks import StreamChunk, chunk_to_json
 from ..messages import (
     AssistantMessage,
+    Block,
     Message,
+    MessageSource,
     SystemMessage,
     ToolResultMessage,
     UserMessage,
@@ -21,9 +23,11 @@ from ..messages import (
 )
 
 __all__ = [
+    "COMPACTION_PLUGIN",
     "SURFACE_TYPES",
     "AssistantAttempt",
     "AssistantMessageEvent",
+    "ContextCompacted",
     "InboxSpliced",
     "Replace",
     "RequestContext",
@@ -40,10 +44,16 @@ __all__ = [
     "TurnEnd",
     "TurnEndReason",
     "TurnStart",
+    "compaction_message",
+    "compaction_op_ok",
     "encode",
 ]
 
-SURFACE_TYPES = frozenset({"system/message", "user/message", "assistant/message", "tool/result"})
+SURFACE_TYPES = frozenset(
+    {"system/message", "user/message", "assistant/message", "tool/result", "context/compacted"}
+)
+#: ``source.plugin`` of the summary message a ``context/compacted`` node projects to.
+COMPACTION_PLUGIN = "compaction"
 InboxTarget = Literal["next-turn", "next-step"]
 
 
@@ -74,6 +84,7 @@ class TurnEndReason:
     kind: Literal["completed", "blocked", "aborted", "error", "max-tokens", "interrupted"]
     reason: CancelCause | None = None
     error: LlmFailure | None = None
+    detail: str | None = None  # ``blocked``: the pre-step reject's reason (a limit's name)
 
 
 @fast_init
@@ -245,6 +256,24 @@ class RequestContext:
 
 @fast_init
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ContextCompacted:
+    """Payload of ``context/compacted``: the surface up to ``upto_seq`` became ``summary``.
+
+    The event is a surface ``Replace`` whose range ends at ``upto_seq``; it projects to one
+    user message (source kind ``plugin``, plugin ``compaction``). ``usage`` is the summary
+    request's (strategy ``summarize``), which is not itself a session event.
+    """
+
+    upto_seq: int
+    summary: tuple[Block, ...]
+    strategy: str
+    tokens_before: int | None = None
+    tokens_after: int | None = None
+    usage: TokenUsage | None = None
+
+
+@fast_init
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SessionEndSeed:
     inherited: bool = False
 
@@ -290,7 +319,27 @@ def surface_message(event: SessionEvent) -> Message | None:
         return data.message if data.message.content else None
     if isinstance(data, ToolResultEvent):
         return data.message
+    if isinstance(data, ContextCompacted):
+        return compaction_message(event.seq, data)
     return None
+
+
+def compaction_op_ok(data: Any, op: SurfaceOp | None) -> bool:
+    """A ``context/compacted`` is a ``Replace`` ending at its ``upto_seq``."""
+    return (
+        isinstance(data, ContextCompacted)
+        and isinstance(op, Replace)
+        and op.end_seq == data.upto_seq
+    )
+
+
+_COMPACTION_SOURCE = MessageSource(kind="plugin", plugin=COMPACTION_PLUGIN)
+
+
+def compaction_message(seq: int, data: ContextCompacted) -> UserMessage:
+    """The summary message of the ``context/compacted`` at ``seq`` (its id follows the seq,
+    so equal logs derive equal messages)."""
+    return UserMessage(id=f"compaction-{seq}", content=data.summary, source=_COMPACTION_SOURCE)
 
 
 _SCALARS = (str, int, float, bool)
