@@ -45,7 +45,7 @@ def _with_usage(chunks: list[StreamChunk], request: GenerateRequest) -> list[Str
     return [*chunks[:-1], UsageChunk(usage=usage), chunks[-1]]
 
 
-def make_model() -> Callable[[GenerateRequest], list[StreamChunk]]:
+def make_model(prefix: str = "c") -> Callable[[GenerateRequest], list[StreamChunk]]:
     """Each question → one ``fetch`` call, then a short answer; a summary request → a recap."""
     calls = itertools.count(1)
 
@@ -56,7 +56,7 @@ def make_model() -> Callable[[GenerateRequest], list[StreamChunk]]:
         last = request.messages[-1]
         if last.role == "tool":
             return _with_usage(text_response(f"answered {last.call_id}"), request)
-        call = tool_call_response(f"c{next(calls)}", "fetch", {"q": "x"})
+        call = tool_call_response(f"{prefix}{next(calls)}", "fetch", {"q": "x"})
         return _with_usage(call, request)
 
     return model
