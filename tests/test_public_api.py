@@ -88,7 +88,13 @@ PROSE_NAMES = {
     ],
 }
 
-CHECKED_MODULES = ("steerloop", "steerloop.testing", "steerloop.llm", "steerloop.llm.chunks")
+CHECKED_MODULES = (
+    "steerloop",
+    "steerloop.testing",
+    "steerloop.llm",
+    "steerloop.llm.chunks",
+    "steerloop.context",
+)
 
 _IMPORT = re.compile(r"^\s*from\s+([\w.]+)\s+import\s+(\([^)]*\)|[^\n#]+)", re.MULTILINE)
 
@@ -121,7 +127,9 @@ def test_every_name_in_all_exists() -> None:
         assert hasattr(steerloop, name), name
 
 
-@pytest.mark.parametrize("module", ["steerloop.testing", "steerloop.llm", "steerloop.llm.chunks"])
+@pytest.mark.parametrize(
+    "module", ["steerloop.testing", "steerloop.llm", "steerloop.llm.chunks", "steerloop.context"]
+)
 def test_subpackage_all_is_sorted_and_resolves(module: str) -> None:
     """The public subpackages export a sorted ``__all__`` whose names resolve."""
     mod = importlib.import_module(module)
