@@ -244,3 +244,60 @@ async def test_an_unknown_context_window_needs_max_context_tokens(h: Any) -> Non
     await settle(agent)
     assert agent.session.events[-1].data.reason.kind == "completed"
     assert request_tokens(h.adapter.requests[-1]) < 2_000
+
+
+async def test_a_failing_summary_is_asked_once_per_turn(h: Any) -> None:
+    """After an automatic summary failed, the rest of that turn's steps send no further
+    summary request; the next turn tries again."""
+    install_compaction(h.rt, max_context_tokens=1_200, keep_recent_tokens=600,
+                       strategy="summarize")  # fmt: skip
+    h.rt.tools.register(fetch_tool())
+    model = make_model()
+    asked: list[int] = []
+
+    def flaky(request: Any) -> Any:
+        if is_summary_request(request):
+            asked.append(agent.session.last_turn)
+            return error_response("overloaded", "try later")
+        return model(request)
+
+    agent = await h.agent(*[flaky] * 60)
+    await _turns(agent, 6)
+    assert len(asked) >= 3 and asked == sorted(set(asked))
+
+
+def test_hostile_compaction_events_are_refused() -> None:
+    """A ``context/compacted`` that is not a ``Replace`` ending at its ``upto_seq`` is refused
+    by ``Session.append`` (nothing appended) and by the loader (``SessionCorruptError``)."""
+    from steerloop import SessionCorruptError, SessionEvent
+
+    session = Session._create("hostile")
+    for text in ("a", "b", "c"):
+        session.append("user/message", user_message(text), surface_op="append")
+    data = ContextCompacted(upto_seq=2, summary=(), strategy="window")
+    with pytest.raises(ValueError):
+        session.append("context/compacted", data, surface_op=Replace(1, 3),
+                       source_event_seqs=(1, 2, 3))  # fmt: skip
+    with pytest.raises(ValueError):
+        session.append("context/compacted", data, surface_op="append")
+    with pytest.raises(ValueError):
+        session.append("context/compacted", {"upto_seq": 2}, surface_op=Replace(1, 2),
+                       source_event_seqs=(1, 2))  # fmt: skip
+    with pytest.raises(ValueError, match="cite"):
+        session.append("context/compacted", data, surface_op=Replace(1, 2), source_event_seqs=(1,))
+    assert len(session.events) == 3
+    good = session.append("context/compacted", data, surface_op=Replace(1, 2),
+                          source_event_seqs=(1, 2))  # fmt: skip
+    raw = [e.to_json() for e in session.events]
+    assert decode_log(raw)[-1] == good
+    for bad in (
+        {**raw[3], "surface_op": "append"},
+        {**raw[3], "data": {**raw[3]["data"], "upto_seq": 1}},
+        {**raw[3], "data": {**raw[3]["data"], "strategy": ""}},
+        {**raw[3], "data": {**raw[3]["data"], "summary": [{"type": "image"}]}},
+        {**raw[3], "data": {**raw[3]["data"], "tokens_after": -1}},
+        {**raw[3], "data": {**raw[3]["data"], "usage": {"input_tokens": "many"}}},
+    ):
+        with pytest.raises(SessionCorruptError, match="seq 4"):
+            decode_log([*raw[:3], bad])
+    assert isinstance(good, SessionEvent)

@@ -128,6 +128,9 @@ class _Policy:
         self.max_context_tokens = max_context_tokens
         self.keep_recent_tokens = keep_recent_tokens
         self.strategy = strategy
+        # agent id -> the turn whose automatic summary failed: not asked again in that turn,
+        # so a provider that keeps failing costs one summary request per turn, not per step.
+        self.failed_turn: dict[str, int] = {}
 
     async def pre_step(
         self, payload: PreStepPayload, next_: Callable[[], Awaitable[PreStepDecision]]
@@ -137,6 +140,8 @@ class _Policy:
         if decision.kind != "enter" or (not decision.messages and payload.step == 1):
             return decision
         agent = payload.agent
+        if self.failed_turn.get(agent.id) == payload.turn:
+            return decision
         bound, keep = await self.bounds(agent, payload.signal)
         if estimate_tokens(agent.session, decision.messages) <= bound:
             return decision
@@ -191,6 +196,7 @@ class _Policy:
                 self.rt.hooks.emit(FAILED_HOOK, CompactionFailed(agent, self.strategy, exc))
                 if raise_failure:
                     raise
+                self.failed_turn[agent.id] = session.last_turn
                 return None
             text = bounded(text, session, budget)
         summary = (TextBlock(text),)
