@@ -316,7 +316,9 @@ def single_events(draw: st.DrawFn) -> SessionEvent:
         data = draw(json_values)
         ignorable = True
     elif kind == "context/compacted":
-        # A Replace ending at upto_seq, always (the codec refuses anything else).
+        # A Replace of earlier seqs ending at upto_seq, always (the codec refuses anything else).
+        seq = max(seq, 2)
+        earlier = st.integers(min_value=1, max_value=seq - 1)
         start, end = sorted(draw(st.tuples(earlier, earlier)))
         data = ContextCompacted(
             upto_seq=end,
