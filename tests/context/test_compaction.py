@@ -301,3 +301,35 @@ def test_hostile_compaction_events_are_refused() -> None:
         with pytest.raises(SessionCorruptError, match="seq 4"):
             decode_log([*raw[:3], bad])
     assert isinstance(good, SessionEvent)
+
+
+async def test_an_in_history_system_message_inside_the_range_comes_back(h: Any) -> None:
+    """On a route that reads in-history system messages, a prompt change appended a second
+    system node; a compaction over it shadows it, and the next attempt's projection appends
+    the current prompt again, so the request still ends its system text with the current
+    prompt (C7.6-4) and equals ``derive_messages()`` (C7.6-10)."""
+    prompt = {"text": "A"}
+    h.rt.system_prompt.add_section("p", lambda agent: prompt["text"])
+    h.adapter.model_info = ModelInfo(reads_in_history_system=True)
+    install_compaction(h.rt, max_context_tokens=100_000, keep_recent_tokens=10,
+                       strategy="window")  # fmt: skip
+    agent = await h.agent(*[text_response(f"a{i}") for i in range(1, 5)])
+    await _turns(agent, 1)
+    prompt["text"] = "B"
+    await _turns(agent, 2, start=2)
+    systems = [m for m in agent.session.derive_messages() if m.role == "system"]
+    assert [m.content[0].text for m in systems] == ["A", "B"]
+    event = await within(agent.compact())
+    systems_b = [
+        e
+        for e in agent.session.events
+        if e.type == "system/message" and e.data.message.content[0].text == "B"
+    ]
+    appended = [e.seq for e in systems_b]
+    assert appended[0] in event.source_event_seqs
+    await _turns(agent, 1, start=4)
+    request = h.adapter.requests[-1]
+    assert list(request.messages) == agent.session.derive_messages()[:-1]
+    texts = [m.content[0].text for m in request.messages if m.role == "system"]
+    assert texts[-1] == "B"
+    assert derived_problems(request.messages) == []
