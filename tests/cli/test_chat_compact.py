@@ -69,6 +69,5 @@ async def test_compact_command_and_context_footer(
     assert "RECAP: apples and pears were discussed." in after
     assert "tell me about apples" not in after  # the first turn is summarized
     assert "and pears" in after  # the latest turn is kept verbatim
-    screen = await tmux.capture()
-    assert "ctx ~" in screen and "/3k" in screen
+    await tmux.wait_screen("ctx ~", "/3k")  # the footer is redrawn with the prompt: poll
     await tmux.send("C-d")
