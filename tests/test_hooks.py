@@ -26,7 +26,7 @@ def test_every_documented_hook_has_its_mode() -> None:
         "runtime/closing",  # awaited by Runtime.close(); plugins release what they hold
     ]  # fmt: skip
     waterfall = ["agent/pre-step", "agent/request", "agent/request-error", "tools/post-execute"]
-    serial = ["agent/turn-stopping", "tools/pre-execute"]
+    serial = ["agent/turn-stopping", "tools/pre-execute", "agent/compact"]
     for name in emit:
         assert bus.mode(name) == "emit", name
     for name in waterfall:

@@ -90,7 +90,13 @@ PROSE_NAMES = {
     ],
 }
 
-CHECKED_MODULES = ("steerloop", "steerloop.testing", "steerloop.llm", "steerloop.llm.chunks")
+CHECKED_MODULES = (
+    "steerloop",
+    "steerloop.testing",
+    "steerloop.llm",
+    "steerloop.llm.chunks",
+    "steerloop.context",
+)
 
 _IMPORT = re.compile(r"^\s*from\s+([\w.]+)\s+import\s+(\([^)]*\)|[^\n#]+)", re.MULTILINE)
 
@@ -125,7 +131,13 @@ def test_every_name_in_all_exists() -> None:
 
 @pytest.mark.parametrize(
     "module",
-    ["steerloop.testing", "steerloop.llm", "steerloop.llm.chunks", "steerloop.session.events"],
+    [
+        "steerloop.testing",
+        "steerloop.llm",
+        "steerloop.llm.chunks",
+        "steerloop.session.events",
+        "steerloop.context",
+    ],
 )
 def test_subpackage_all_is_sorted_and_resolves(module: str) -> None:
     """The public subpackages export a sorted ``__all__`` whose names resolve."""
@@ -189,6 +201,7 @@ EVENT_TYPES = [
     "agent/inbox/spliced",
     "assistant/attempt",
     "assistant/message",
+    "context/compacted",
     "request/context",
     "request/header",
     "session/end-seed",

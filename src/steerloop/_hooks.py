@@ -38,6 +38,7 @@ HOOK_MODES: dict[str, HookMode] = {
     "agent/request": "waterfall",
     "agent/request-error": "waterfall",
     "agent/turn-stopping": "serial",
+    "agent/compact": "serial",
     "session/event": "emit",
     "tools/pre-execute": "serial",
     "tools/post-execute": "waterfall",

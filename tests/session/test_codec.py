@@ -46,6 +46,7 @@ from steerloop.session._codec import (
 from steerloop.session._events import (
     AssistantAttempt,
     AssistantMessageEvent,
+    ContextCompacted,
     InboxSpliced,
     RequestContext,
     RequestHeader,
@@ -129,7 +130,9 @@ async def test_every_event_of_a_real_run_round_trips() -> None:
         live = agent.session
         await live.flush()
         written = {e.type for e in live.events}
-        assert written >= KNOWN_TYPES - {"session/end-seed"}, KNOWN_TYPES - written
+        # context/compacted is a plugin's (round trip: tests/context/test_compaction.py).
+        plugin = {"session/end-seed", "context/compacted"}
+        assert written >= KNOWN_TYPES - plugin, KNOWN_TYPES - written
         for event in live.events:
             again = through_json(event)
             assert again == event
@@ -234,6 +237,7 @@ reasons = st.one_of(
         TurnEndReason,
         kind=st.sampled_from(["completed", "blocked", "max-tokens", "interrupted"]),
     ),
+    st.builds(TurnEndReason, kind=st.just("blocked"), detail=texts),
     st.builds(TurnEndReason, kind=st.just("aborted"), reason=causes),
     st.builds(TurnEndReason, kind=st.just("error"), error=failures),
 )
@@ -307,7 +311,7 @@ SURFACE: dict[str, st.SearchStrategy[Any]] = {
 
 def test_strategies_cover_every_known_type() -> None:
     """The generated events below span every type the codec knows."""
-    assert set(LOG_ONLY) | set(SURFACE) == KNOWN_TYPES
+    assert set(LOG_ONLY) | set(SURFACE) | {"context/compacted"} == KNOWN_TYPES
 
 
 @st.composite
@@ -319,8 +323,23 @@ def single_events(draw: st.DrawFn) -> SessionEvent:
     sources: tuple[int, ...] | None = None
     ignorable = draw(st.booleans())
     if kind == "plugin/note":
-        data = draw(json_values)
+        data: Any = draw(json_values)
         ignorable = True
+    elif kind == "context/compacted":
+        # A Replace of earlier seqs ending at upto_seq, always (the codec refuses anything else).
+        seq = max(seq, 2)
+        earlier = st.integers(min_value=1, max_value=seq - 1)
+        start, end = sorted(draw(st.tuples(earlier, earlier)))
+        data = ContextCompacted(
+            upto_seq=end,
+            summary=draw(st.lists(blocks, max_size=2).map(tuple)),
+            strategy=draw(st.sampled_from(["window", "drop-tool-results", "summarize"])),
+            tokens_before=draw(st.none() | small),
+            tokens_after=draw(st.none() | small),
+            usage=draw(st.none() | usages),
+        )
+        surface_op = Replace(start, end)
+        sources = tuple(range(start, end + 1))
     elif kind in SURFACE:
         data = draw(SURFACE[kind])
         if seq > 1 and draw(st.booleans()):

@@ -17,9 +17,9 @@ from .._cancel import CancelCause
 from .._owned import RuntimeOwned
 from .._signal import AbortSignal
 from ..messages import UserMessage
-from ..session._events import TurnEnd, TurnEndReason
+from ..session._events import SessionEvent, TurnEnd, TurnEndReason
 from ..session._repair import plan_repair
-from ._decisions import ErrorPayload, StatusPayload
+from ._decisions import CompactPayload, ErrorPayload, StatusPayload
 from ._inbox import Inbox, InboxTarget, fold_inbox
 from ._options import AgentOptions
 from ._phase import PhaseMachine
@@ -250,6 +250,27 @@ class Agent(metaclass=RuntimeOwned):
                 phase.converge()
 
         return asyncio.ensure_future(run())
+
+    async def compact(self) -> SessionEvent | None:
+        """Compact the history now, through the policy ``install_compaction`` registered.
+
+        Runs as a maintenance job (sends meanwhile are latched) and writes exactly one
+        ``context/compacted``; returns it, or ``None`` when nothing is old enough to compact.
+
+        Raises:
+            RuntimeError: the agent is not idle, or no compaction policy is installed.
+        """
+        hooks = self.services.hooks
+        if not hooks.has("agent/compact"):
+            raise RuntimeError(
+                "agent.compact() needs a compaction policy: steerloop.context.install_compaction"
+            )
+
+        async def job(signal: AbortSignal) -> SessionEvent | None:
+            result = await hooks.serial("agent/compact", CompactPayload(self, signal))
+            return result if isinstance(result, SessionEvent) else None
+
+        return await self.run_maintenance(job)
 
     # --- drivers ---------------------------------------------------------------------
 

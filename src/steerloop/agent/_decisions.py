@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 __all__ = [
     "AgentPayload",
     "ClaimedPayload",
+    "CompactPayload",
     "ErrorPayload",
     "InboxMessagePayload",
     "PreStepDecision",
@@ -36,11 +37,12 @@ __all__ = [
 @fast_init
 @dataclass(frozen=True, slots=True)
 class PreStepDecision:
-    """``agent/pre-step`` result: ``enter(messages)`` or ``reject()``."""
+    """``agent/pre-step`` result: ``enter(messages)`` or ``reject(reason)``."""
 
     kind: Literal["enter", "reject"]
     messages: tuple[UserMessage, ...] = ()
     starts_request_series: bool = False
+    reason: str | None = None  # a reject's, recorded as ``turn/end.reason.detail``
 
     @classmethod
     def enter(
@@ -52,8 +54,10 @@ class PreStepDecision:
         return cls("enter", batch, starts_request_series)
 
     @classmethod
-    def reject(cls) -> PreStepDecision:
-        return cls("reject")
+    def reject(cls, reason: str | None = None) -> PreStepDecision:
+        if reason is not None and not isinstance(reason, str):
+            raise ValueError("PreStepDecision.reject() takes a str reason")
+        return cls("reject", reason=reason)
 
 
 @fast_init
@@ -144,6 +148,15 @@ class RequestErrorPayload:
     provider: str
     failure: LlmFailure
     retry_policy: RetryPolicy | None
+    signal: AbortSignal
+
+
+@fast_init
+@dataclass(frozen=True, slots=True)
+class CompactPayload:
+    """``agent/compact``: compact ``agent``'s history now (the maintenance job's signal)."""
+
+    agent: Agent
     signal: AbortSignal
 
 

@@ -150,7 +150,7 @@ async def _turn_body(agent: Agent, state: TurnState) -> TurnEndReason:
         if not isinstance(decision, PreStepDecision):
             raise TypeError(f"agent/pre-step must return a PreStepDecision, not {decision!r}")
         if decision.kind == "reject":
-            return TurnEndReason(kind="blocked")
+            return TurnEndReason(kind="blocked", detail=decision.reason)
         if not decision.messages and not owes_request:
             return _stop_reason(state)
         state.step += 1

@@ -29,9 +29,11 @@ from rich.table import Table
 from rich.text import Text
 
 from .._cancel import CancelCause
+from .._hooks import Disposer
 from .._runtime import Runtime
 from ..agent._factory import AgentHandle
 from ..agent._options import AgentOptions
+from ..context import estimate_tokens, install_compaction
 from ..errors import SteerloopError
 from ..goals import GoalError, install_goals
 from ..llm._types import CallConfig
@@ -109,8 +111,13 @@ class _Chat:
             "/model": self._model,
             "/tools": self._tools,
             "/goal": self._goal,
+            "/compact": self._compact,
             "/help": self._help,
         }
+        # The context window of the current route (None: unknown) and whether compaction is
+        # installed (it needs a known window: install_compaction follows the route's).
+        self.window: int | None = None
+        self.compaction: Disposer | None = None
 
     @property
     def agent(self) -> Any:
@@ -135,6 +142,7 @@ class _Chat:
         self.config = live.config
         self.rt.hooks.on("agent/request", self._on_request)
         self.goals = install_goals(self.rt)
+        await self._follow_window()
         events = self.agent.session.events
         if events:
             self.screen.emit(lambda c: EventRenderer(c).render_all(events))
@@ -155,6 +163,8 @@ class _Chat:
 
     def _on_event(self, payload: Any) -> None:
         self.view.on_event(payload)
+        if payload.event.type == "context/compacted":
+            self._note(_compacted_note(payload.event.data))
         if payload.event.type == "turn/end":
             self._deny_asks()
             # "Ctrl-C again to quit" is about the turn being cancelled: once it has ended,
@@ -401,7 +411,10 @@ class _Chat:
             self._error(str(exc))
             return
         self.route = (provider, model)
+        await self._follow_window()
         self._note(f"the next requests use {provider}/{model}")
+        if self.compaction is None:
+            self._note(f"automatic compaction is off: the context window of {model} is unknown")
 
     async def _goal(self, arg: str) -> None:
         goal = self.goals.goal_of(self.agent)
@@ -430,6 +443,32 @@ class _Chat:
                 self._note(f"goal set (up to {new.round_cap} rounds): {summarise(arg, 80)}")
         except GoalError as exc:
             self._error(str(exc))
+
+    async def _follow_window(self) -> None:
+        """Learn the route's context window; compaction (bounded by it) runs only when known."""
+        provider, model = self.route
+        try:
+            prepared = await self.rt.llm.prepare_call(CallConfig(provider=provider, model=model))
+            self.window = prepared.context_window
+        except SteerloopError:
+            self.window = None
+        if self.window is not None and self.compaction is None:
+            self.compaction = install_compaction(self.rt, strategy="summarize")
+        elif self.window is None and self.compaction is not None:
+            self.compaction()
+            self.compaction = None
+
+    async def _compact(self, _arg: str) -> None:
+        if self.compaction is None:
+            self._error(
+                "/compact needs the model's context window: set context_window under "
+                '[providers.NAME.models."MODEL"] in steerloop.toml'
+            )
+            return
+        self._note("compacting…")
+        event = await self.agent.compact()  # RuntimeError while a turn runs: reported
+        if event is None:
+            self._note("nothing to compact: the history is within what is kept verbatim")
 
     async def _tools(self, _arg: str) -> None:
         self.screen.print(tools_table(self.rt.tools.list(self.agent.id)))
@@ -460,6 +499,29 @@ class _Chat:
     def _toolbar(self) -> FormattedText:
         provider, model = self.route
         state = "running" if self.agent.status == "running" else "idle"
+        used = _tokens(estimate_tokens(self.agent.session))
+        context = f"ctx ~{used}/{_tokens(self.window)}" if self.window else f"ctx ~{used}"
         return FormattedText(
-            [("", f" {self.agent.id} · {provider}/{model} · {state} · /help · Ctrl-D quits ")]
+            [
+                (
+                    "",
+                    f" {self.agent.id} · {provider}/{model} · {context} · {state} · /help · "
+                    "Ctrl-D quits ",
+                )
+            ]
         )
+
+
+def _tokens(count: int) -> str:
+    """A token count the way the footer shows it: ``950``, ``12.3k``, ``128k``."""
+    if count < 1_000:
+        return str(count)
+    if count < 100_000:
+        return f"{count / 1_000:.1f}k".replace(".0k", "k")
+    return f"{round(count / 1_000)}k"
+
+
+def _compacted_note(data: Any) -> str:
+    before, after = data.tokens_before, data.tokens_after
+    sizes = f": ~{_tokens(before)} → ~{_tokens(after)} tokens" if before and after else ""
+    return f"context compacted ({data.strategy}){sizes}"

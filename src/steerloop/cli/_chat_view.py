@@ -49,6 +49,7 @@ _HELP = (
     ("/tools", "list the tools the agent can call"),
     ("/goal TEXT", "set a goal the agent pursues round by round (replaces the current one)"),
     ("/goal", "show the goal; /goal pause | resume | clear change it"),
+    ("/compact", "summarize the older history now (the footer shows ~context/window tokens)"),
     ("/help", "this help"),
     ("/quit", "leave (also Ctrl-D, or Ctrl-C when idle / twice)"),
     ("Ctrl-C", "cancel the running turn (queued messages are kept); the history stays consistent"),

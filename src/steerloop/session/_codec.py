@@ -49,6 +49,7 @@ from ._events import (
     SURFACE_TYPES,
     AssistantAttempt,
     AssistantMessageEvent,
+    ContextCompacted,
     InboxSpliced,
     Replace,
     RequestContext,
@@ -68,6 +69,7 @@ from ._events import (
     TurnEndReason,
     TurnOutput,
     TurnStart,
+    compaction_op_ok,
     install_chunk_decoder,
 )
 from ._inbox_fold import fold_inbox
@@ -339,7 +341,9 @@ def _turn_end(data: Mapping[str, Json]) -> TurnEnd:
     error = None if reason.get("error") is None else _failure(reason["error"], "reason.error")
     return TurnEnd(
         turn=_int(data, "turn", minimum=1),
-        reason=TurnEndReason(kind=kind, reason=cause, error=error),
+        reason=TurnEndReason(
+            kind=kind, reason=cause, error=error, detail=_opt_str(reason, "detail")
+        ),
     )
 
 
@@ -454,6 +458,27 @@ def _context(data: Mapping[str, Json]) -> RequestContext:
     )
 
 
+def _compacted(data: Mapping[str, Json]) -> ContextCompacted:
+    strategy = _str(data, "strategy")
+    if not strategy:
+        _fail("'strategy' must be a non-empty string")
+    summary = []
+    for raw in _list(data, "summary"):
+        try:
+            summary.append(block_from_json(_obj(raw, "summary block")))
+        except (ValueError, TypeError, AttributeError) as exc:
+            _fail(f"summary block: {exc}")
+    usage = data.get("usage")
+    return ContextCompacted(
+        upto_seq=_int(data, "upto_seq", minimum=1),
+        summary=tuple(summary),
+        strategy=strategy,
+        tokens_before=_opt_int(data, "tokens_before", minimum=0),
+        tokens_after=_opt_int(data, "tokens_after", minimum=0),
+        usage=None if usage is None else _usage(usage),
+    )
+
+
 _DECODERS: dict[str, Callable[[Mapping[str, Json]], Any]] = {
     "turn/start": lambda d: TurnStart(turn=_int(d, "turn", minimum=1)),
     "turn/end": _turn_end,
@@ -470,6 +495,7 @@ _DECODERS: dict[str, Callable[[Mapping[str, Json]], Any]] = {
     "request/header": _header,
     "request/context": _context,
     "session/end-seed": lambda d: SessionEndSeed(inherited=_bool(d, "inherited", False)),
+    "context/compacted": _compacted,
 }
 
 KNOWN_TYPES: frozenset[str] = frozenset(_DECODERS)
@@ -539,6 +565,8 @@ def _decode(raw: Mapping[str, Json], seq: int) -> SessionEvent:
         _fail(f"{type_} is a surface event and has no surface_op")
     if not is_surface and (surface_op is not None or sources is not None):
         _fail(f"{type_} is log-only but carries surface metadata")
+    if type_ == "context/compacted" and not compaction_op_ok(data, surface_op):
+        _fail("context/compacted must be a Replace whose range ends at its upto_seq")
     return _event(seq, time, type_, data, ignorable, surface_op, sources)
 
 

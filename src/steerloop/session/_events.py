@@ -15,7 +15,9 @@ from .._cancel import CancelCause
 from .._model import LlmFailure, StreamChunk, TokenUsage, chunk_to_json
 from ..messages import (
     AssistantMessage,
+    Block,
     Message,
+    MessageSource,
     SystemMessage,
     ToolResultMessage,
     UserMessage,
@@ -23,10 +25,12 @@ from ..messages import (
 from ._encode import encode
 
 __all__ = [
+    "COMPACTION_PLUGIN",
     "RECORD_TYPES",
     "SURFACE_TYPES",
     "AssistantAttempt",
     "AssistantMessageEvent",
+    "ContextCompacted",
     "EventRecord",
     "InboxSpliced",
     "Replace",
@@ -47,10 +51,16 @@ __all__ = [
     "TurnEndReason",
     "TurnOutput",
     "TurnStart",
+    "compaction_message",
+    "compaction_op_ok",
     "encode",
 ]
 
-SURFACE_TYPES = frozenset({"system/message", "user/message", "assistant/message", "tool/result"})
+SURFACE_TYPES = frozenset(
+    {"system/message", "user/message", "assistant/message", "tool/result", "context/compacted"}
+)
+#: ``source.plugin`` of the summary message a ``context/compacted`` node projects to.
+COMPACTION_PLUGIN = "compaction"
 InboxTarget = Literal["next-turn", "next-step"]
 
 
@@ -80,6 +90,7 @@ class TurnEndReason:
     kind: Literal["completed", "blocked", "aborted", "error", "max-tokens", "interrupted"]
     reason: CancelCause | None = None
     error: LlmFailure | None = None
+    detail: str | None = None  # ``blocked``: the pre-step reject's reason (a limit's name)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -290,6 +301,25 @@ class RequestContext:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ContextCompacted:
+    """Payload of ``context/compacted``: the surface up to ``upto_seq`` became ``summary``.
+
+    The event is a surface ``Replace`` whose range ends at ``upto_seq``; it projects to one
+    user message (source kind ``plugin``, plugin ``compaction``). ``usage`` is the summary
+    request's (strategy ``summarize``), which is not itself a session event.
+    """
+
+    TYPE: ClassVar[Literal["context/compacted"]] = "context/compacted"
+
+    upto_seq: int
+    summary: tuple[Block, ...]
+    strategy: str
+    tokens_before: int | None = None
+    tokens_after: int | None = None
+    usage: TokenUsage | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SessionEndSeed:
     TYPE: ClassVar[Literal["session/end-seed"]] = "session/end-seed"
 
@@ -312,7 +342,7 @@ EventRecord: TypeAlias = (
     | RequestHeader
     | RequestContext
     | SessionEndSeed
-    # context/compacted (plugin-written, EVENTS.md §2.4a) joins here with its record.
+    | ContextCompacted
 )
 """The payload record of a durable event type; each names its type in ``TYPE``."""
 
@@ -332,6 +362,7 @@ RECORD_TYPES: tuple[type[EventRecord], ...] = (
     RequestHeader,
     RequestContext,
     SessionEndSeed,
+    ContextCompacted,
 )
 
 
@@ -375,4 +406,24 @@ def surface_message(event: SessionEvent) -> Message | None:
         return data.message if data.message.content else None
     if isinstance(data, ToolResultEvent):
         return data.message
+    if isinstance(data, ContextCompacted):
+        return compaction_message(event.seq, data)
     return None
+
+
+def compaction_op_ok(data: Any, op: SurfaceOp | None) -> bool:
+    """A ``context/compacted`` is a ``Replace`` ending at its ``upto_seq``."""
+    return (
+        isinstance(data, ContextCompacted)
+        and isinstance(op, Replace)
+        and op.end_seq == data.upto_seq
+    )
+
+
+_COMPACTION_SOURCE = MessageSource(kind="plugin", plugin=COMPACTION_PLUGIN)
+
+
+def compaction_message(seq: int, data: ContextCompacted) -> UserMessage:
+    """The summary message of the ``context/compacted`` at ``seq`` (its id follows the seq,
+    so equal logs derive equal messages)."""
+    return UserMessage(id=f"compaction-{seq}", content=data.summary, source=_COMPACTION_SOURCE)

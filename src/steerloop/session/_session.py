@@ -21,6 +21,7 @@ from ._events import (
     SessionEvent,
     SurfaceOp,
     TurnStart,
+    compaction_op_ok,
     surface_message,
 )
 from ._repair import plan_repair
@@ -330,6 +331,11 @@ class Session(metaclass=RuntimeOwned):
                 raise ValueError("a replace must cite every node it shadows")
         elif surface_op is not None and surface_op != "append":
             raise ValueError(f"unknown surface_op {surface_op!r}")
+        if type == "context/compacted" and not compaction_op_ok(data, surface_op):
+            raise ValueError(
+                "context/compacted takes a ContextCompacted payload and a Replace ending at "
+                "its upto_seq"
+            )
         if isinstance(data, dict | list) or type not in _TYPED:
             check_json(encode(data), f"payload of {type}")
 

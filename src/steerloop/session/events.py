@@ -11,6 +11,7 @@ from ..messages import UserMessage
 from ._events import (
     AssistantAttempt,
     AssistantMessageEvent,
+    ContextCompacted,
     EventRecord,
     InboxSpliced,
     Replace,
@@ -36,6 +37,7 @@ from ._events import (
 __all__ = [
     "AssistantAttempt",
     "AssistantMessageEvent",
+    "ContextCompacted",
     "EventRecord",
     "InboxSpliced",
     "Replace",
