@@ -115,3 +115,47 @@ async def test_mcp_ls_lists_servers_status_and_tools(tmp_path: Path, workspace: 
         line.startswith("broken stdio failed: MCP server 'broken' could not") for line in lines
     )
     assert "f__grow" in out
+
+
+async def test_serve_default_profile_installs_the_configured_mcp_servers(
+    tmp_path: Path, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``serve`` without ``--profiles`` builds what ``chat`` builds, MCP servers included: the
+    configured server's tools are registered on the process's runtime, a server that cannot
+    start is a warning, and ``rt.close()`` ends the server."""
+    from steerloop import Runtime
+    from steerloop.cli._serve import default_profiles
+
+    missing = tmp_path / "no-such-server"
+    (workspace / "steerloop.toml").write_text(
+        f"""
+model = "local/m"
+
+[providers.local]
+kind = "openai"
+base_url = "http://127.0.0.1:9/v1"
+
+[mcp.servers.f]
+command = {json.dumps(sys.executable)}
+args = [{json.dumps(str(FAULT_SERVER))}, {json.dumps(str(tmp_path / "state"))}]
+
+[mcp.servers.broken]
+command = {json.dumps(str(missing))}
+"""
+    )
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "xdg-state"))
+    monkeypatch.chdir(workspace)
+    settings = load_settings(workspace)
+    warnings: list[str] = []
+    monkeypatch.setattr("steerloop.cli._serve.log.warning", warnings.append)
+    rt = await Runtime.open()
+    try:
+        profiles = await default_profiles(settings)(rt)
+        assert [p.name for p in profiles] == ["default"]
+        names = {t.name for t in rt.tools.list()}
+        assert {"f__echo", "f__count", "read_file"} <= names
+        assert [w for w in warnings if "'broken' not started" in w], warnings
+    finally:
+        await rt.close(timeout=30)
+    assert {t.name for t in rt.tools.list()}.isdisjoint({"f__echo", "f__count"})

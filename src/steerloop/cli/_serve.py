@@ -14,6 +14,7 @@ from .._runtime import Runtime
 from ..agent._options import AgentOptions
 from ..llm.config import ProviderConfigError, register_providers
 from ..workspace import install_approval, workspace_tools
+from ._mcp import install_configured_mcp
 from ._session_setup import resolve_route
 from ._settings import Settings
 
@@ -34,11 +35,12 @@ def is_loopback(host: str) -> bool:
 
 def default_profiles(settings: Settings) -> Any:
     """The ``default`` profile: what ``steerloop chat`` builds (providers from the config,
-    workspace tools of the working directory). Approval is ``read-only`` until approvals
-    can be answered over HTTP. With no provider configured there is no profile, and
-    creating a session says what to configure."""
+    workspace tools of the working directory, the ``[mcp.servers]`` of ``steerloop.toml``).
+    Approval is ``read-only`` until approvals can be answered over HTTP. With no provider
+    configured there is no profile, and creating a session says what to configure; an MCP
+    server that fails to start is a warning in the server's log."""
 
-    def build(rt: Runtime) -> list[Any]:
+    async def build(rt: Runtime) -> list[Any]:
         from ..service import Profile
 
         try:
@@ -50,6 +52,7 @@ def default_profiles(settings: Settings) -> Any:
         for tool in workspace_tools(Path.cwd()):
             rt.tools.register(tool)
         install_approval(rt, "read-only")
+        await install_configured_mcp(rt, settings.mcp_servers, log.warning)
         return [Profile(name="default", options=AgentOptions(provider=provider, model=model))]
 
     return build

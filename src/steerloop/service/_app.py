@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import inspect
 import hmac
 import os
 import socket
@@ -72,6 +73,8 @@ def create_app(
         rt = await Runtime.open(store=store)
         try:
             found = profiles(rt) if callable(profiles) else profiles
+            if inspect.isawaitable(found):  # a profiles callable may set up asynchronously
+                found = await found
             by_name = check_profiles(found)
             if retry:
                 install_retry(rt)
