@@ -356,3 +356,42 @@ async def test_the_feed_pings_with_a_comment_while_nothing_happens(tmp_path: Pat
                 if line:
                     assert line.startswith(":"), line  # nothing durable yet: only pings
                     break
+
+
+async def test_a_traceparent_on_a_message_links_the_turn_it_causes(tmp_path: Path) -> None:
+    """The API node carries W3C trace context from ``POST .../messages`` into the turn the
+    message causes: that turn's ``invoke_agent`` span links to the caller's span context."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from steerloop.telemetry import install_otel
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    model = Model(text_response("one"), text_response("two"))
+    build = model.profiles()
+
+    def profiles(rt: Runtime) -> list[Profile]:
+        install_otel(rt, tracer_provider=provider)
+        found: list[Profile] = build(rt)
+        return found
+
+    trace_id = "4bf92f3577b34da6a3ce929d0e0e4736"
+    traceparent = f"00-{trace_id}-00f067aa0ba902b7-01"
+    async with served(create_app(sqlite_url(tmp_path), profiles)) as client:
+        assert (await client.post("/v1/sessions", json={"session_id": "t1"})).status_code == 201
+        plain = {"mode": "followup", "content": "untraced"}
+        assert (await client.post("/v1/sessions/t1/messages", json=plain)).status_code == 202
+        await wait_for_log(client, "t1", lambda ev: turn_ends(ev) == 1)
+        traced = {"mode": "followup", "content": "traced"}
+        sent = await client.post(
+            "/v1/sessions/t1/messages", json=traced, headers={"traceparent": traceparent}
+        )
+        assert sent.status_code == 202
+        await wait_for_log(client, "t1", lambda ev: turn_ends(ev) == 2)
+    turns = [s for s in exporter.get_finished_spans() if s.name == "invoke_agent"]
+    assert len(turns) == 2
+    assert [len(s.links) for s in turns] == [0, 1]
+    assert format(turns[1].links[0].context.trace_id, "032x") == trace_id

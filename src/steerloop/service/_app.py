@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import contextlib
-import inspect
 import hmac
+import inspect
 import os
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -182,7 +182,11 @@ def create_app(
         message_id = _opt_str(body, "message_id")
         key = _opt_str(body, "idempotency_key")
         await host.require(session_id)
-        answer = host.submit(session_id, mode, content, message_id, key)
+        # W3C trace context of the caller: the turn this message causes links to it.
+        trace = {
+            k: request.headers[k] for k in ("traceparent", "tracestate") if k in request.headers
+        }
+        answer = host.submit(session_id, mode, content, message_id, key, trace=trace or None)
         return JSONResponse(answer, status_code=202)
 
     async def cancel(request: Request, host: ServiceHost) -> Response:

@@ -16,7 +16,7 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -61,6 +61,7 @@ class _Command:
     message_id: str | None = None
     content: str = ""
     keep_inbox: bool = False
+    trace: Mapping[str, str] | None = None  # traceparent/tracestate of the request
 
 
 @dataclass(slots=True)
@@ -319,6 +320,7 @@ class ServiceHost:
         message_id: str | None,
         key: str | None,
         keep_inbox: bool = False,
+        trace: Mapping[str, str] | None = None,
     ) -> dict[str, Any]:
         """Accept one command: its ``cmd_seq`` is the next of the session, it is applied
         after every earlier one. Synchronous, so two submits never interleave."""
@@ -334,7 +336,9 @@ class ServiceHost:
                 f"session {session_id!r} has {queue.unconsumed} commands not yet applied",
                 {"Retry-After": "1"},
             )
-        command = _Command(queue.next_seq, kind, content=content, keep_inbox=keep_inbox)
+        command = _Command(
+            queue.next_seq, kind, content=content, keep_inbox=keep_inbox, trace=trace
+        )
         queue.next_seq += 1
         answer: dict[str, Any] = {"cmd_seq": command.cmd_seq}
         if kind != "cancel":
@@ -374,6 +378,8 @@ class ServiceHost:
             agent.cancel(CancelCause.user(), keep_inbox=command.keep_inbox)
             return
         message = user_message(command.content, id=command.message_id)
+        if command.trace is not None:
+            _link_trace(agent, command.trace)
         if command.kind == "followup":
             agent.followup(message)
         elif command.kind == "steer":
@@ -505,3 +511,12 @@ class ServiceHost:
         if store is None:
             return 0
         return (await store.info(session_id)).events
+
+
+def _link_trace(agent: Agent, headers: Mapping[str, str]) -> None:
+    """Link the agent's next turn span to the caller's trace (a no-op without the otel extra)."""
+    try:
+        from ..telemetry import link_next_turn
+    except ImportError:
+        return
+    link_next_turn(agent, headers)
