@@ -48,7 +48,7 @@ def test_unknown_hook_name_raises_value_error() -> None:
 def test_non_callable_listener_raises_value_error() -> None:
     """A listener must be callable."""
     with pytest.raises(ValueError):
-        HookBus().on("agent/status", "not callable")  # type: ignore[arg-type]
+        HookBus().on("agent/status", "not callable")  # type: ignore[call-overload]
 
 
 def test_define_plugin_hook_and_conflicting_mode() -> None:

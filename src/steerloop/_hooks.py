@@ -16,11 +16,13 @@ import asyncio
 import inspect
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any, Literal, TypeVar
+from typing import Any, Generic, Literal, TypeVar, overload
 
-__all__ = ["Disposer", "HookBus", "HookMode"]
+__all__ = ["Disposer", "EmitHook", "HookBus", "HookMode", "SerialHook", "WaterfallHook"]
 
 T = TypeVar("T")
+P = TypeVar("P")
+R = TypeVar("R")
 HookMode = Literal["emit", "serial", "waterfall"]
 _log = logging.getLogger("steerloop")
 
@@ -47,6 +49,28 @@ HOOK_MODES: dict[str, HookMode] = {
     # plugins holding connections or processes release them here.
     "runtime/closing": "emit",
 }
+
+
+class EmitHook(str, Generic[P]):
+    """A typed handle of a notification hook: its listeners take the payload ``P``.
+
+    It is the hook's name (a ``str``), so it goes wherever a name goes; the type parameters
+    let ``HookBus.on`` check a listener against the hook's payload and result.
+    """
+
+    mode: HookMode = "emit"
+
+
+class SerialHook(str, Generic[P, R]):
+    """A typed handle of a serial hook: ``listener(P)`` returns ``R`` or ``None`` (no opinion)."""
+
+    mode: HookMode = "serial"
+
+
+class WaterfallHook(str, Generic[P, R]):
+    """A typed handle of a waterfall hook: ``listener(P, next)`` returns ``R``."""
+
+    mode: HookMode = "waterfall"
 
 
 class Disposer:
@@ -106,6 +130,34 @@ class HookBus:
         except KeyError:
             raise ValueError(f"unknown hook {name!r}") from None
 
+    @overload
+    def on(
+        self,
+        name: EmitHook[P],
+        listener: Callable[[P], Awaitable[None] | None],
+        *,
+        owner: str | None = None,
+    ) -> Disposer: ...
+    @overload
+    def on(
+        self,
+        name: SerialHook[P, R],
+        listener: Callable[[P], Awaitable[R | None]],
+        *,
+        owner: str | None = None,
+    ) -> Disposer: ...
+    @overload
+    def on(
+        self,
+        name: WaterfallHook[P, R],
+        listener: Callable[[P, Callable[[], Awaitable[R]]], Awaitable[R]],
+        *,
+        owner: str | None = None,
+    ) -> Disposer: ...
+    @overload
+    def on(
+        self, name: str, listener: Callable[..., Any], *, owner: str | None = None
+    ) -> Disposer: ...
     def on(self, name: str, listener: Callable[..., Any], *, owner: str | None = None) -> Disposer:
         """Register ``listener`` for ``name``; returns its disposer."""
         self.mode(name)
