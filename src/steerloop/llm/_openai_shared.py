@@ -10,7 +10,7 @@ from typing import Any
 import openai
 
 from ._failures import classify
-from ._http import redact, retry_after_ms
+from ._http import NO_KEY, redact, retry_after_ms
 from ._types import LlmFailure, ModelInfo
 
 __all__ = [
@@ -18,6 +18,7 @@ __all__ = [
     "REASONING_MODELS",
     "RESPONSES_FIRST",
     "failure_from_exception",
+    "open_client",
     "resolve_known",
     "responses_first",
 ]
@@ -138,3 +139,26 @@ def failure_from_exception(exc: BaseException, *, secret: str | None = None) -> 
     return LlmFailure(
         message=redact(f"{type(exc).__name__}: {exc}", secret), code="UNKNOWN", retryable=False
     )
+
+
+def open_client(
+    base_url: str | None,
+    api_key: str | None,
+    default_headers: Mapping[str, str] | None,
+    timeout: float | None,
+) -> tuple[openai.AsyncOpenAI, str | None]:
+    """The SDK client of an OpenAI adapter (its hidden retries off) and the key to redact.
+
+    A server named by ``base_url`` without a key gets a placeholder: local servers need none,
+    and a key from the environment must not travel to a host the caller named.
+    """
+    if api_key is None and base_url is not None:
+        api_key = NO_KEY
+    client = openai.AsyncOpenAI(
+        base_url=base_url or "https://api.openai.com/v1",
+        api_key=api_key,
+        default_headers=dict(default_headers) if default_headers else None,
+        timeout=timeout,
+        max_retries=0,
+    )
+    return client, api_key or client.api_key

@@ -30,8 +30,8 @@ from ..messages import (
     UserMessage,
 )
 from ._failures import classify
-from ._http import NO_KEY, redact
-from ._openai_shared import REASONING_MODELS, failure_from_exception, resolve_known
+from ._http import redact
+from ._openai_shared import REASONING_MODELS, failure_from_exception, open_client, resolve_known
 from ._provider_stream import error_finish, provider_stream
 from ._types import GenerateRequest, LlmFailure, ModelInfo, TokenUsage
 from .chunks import (
@@ -92,16 +92,7 @@ class OpenAIResponsesAdapter:
         models: Mapping[str, ModelInfo] | None = None,
         reasoning_summary: str | None = "auto",
     ) -> None:
-        if api_key is None and base_url is not None:
-            api_key = NO_KEY
-        self._client = openai.AsyncOpenAI(
-            base_url=base_url or "https://api.openai.com/v1",
-            api_key=api_key,
-            default_headers=dict(default_headers) if default_headers else None,
-            timeout=timeout,
-            max_retries=0,
-        )
-        self._secret = api_key or self._client.api_key
+        self._client, self._secret = open_client(base_url, api_key, default_headers, timeout)
         self._models = dict(models or {})
         self._summary = reasoning_summary
 

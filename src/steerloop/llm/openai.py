@@ -29,12 +29,12 @@ from ..messages import (
     ToolResultMessage,
     UserMessage,
 )
-from ._http import NO_KEY
 from ._openai_shared import (
     KNOWN_MODELS,
     REASONING_MODELS,
     RESPONSES_FIRST,
     failure_from_exception,
+    open_client,
     resolve_known,
     responses_first,
 )
@@ -104,18 +104,7 @@ class OpenAIChatAdapter:
         models: Mapping[str, ModelInfo] | None = None,
         reasoning_replay: ReasoningReplay = "tool-loop",
     ) -> None:
-        if api_key is None and base_url is not None:
-            api_key = NO_KEY
-        self._secret = api_key
-        self._client = openai.AsyncOpenAI(
-            base_url=base_url or "https://api.openai.com/v1",
-            api_key=api_key,
-            default_headers=dict(default_headers) if default_headers else None,
-            timeout=timeout,
-            max_retries=0,
-        )
-        if self._secret is None:
-            self._secret = self._client.api_key
+        self._client, self._secret = open_client(base_url, api_key, default_headers, timeout)
         self._models = dict(models or {})
         self._reasoning_replay = reasoning_replay
 

@@ -698,9 +698,7 @@ class _SqliteWriter(BufferedWriter):
         self._enqueue = store._writer.ops.put
 
     def _refuse(self) -> None:
-        failure = self._failed.get(self._key)
-        if failure is not None:
-            raise failure[0](failure[1])
+        raise_failure(self._failed.get(self._key))
 
     def _store_line(self, seq: int, line: str) -> None:
         if self._store._closed:
