@@ -148,11 +148,44 @@ async def test_schema_is_created_with_a_version_and_refuses_a_newer_one(
     newer steerloop is refused rather than misread."""
     assert await stores().list() == ()
     rows = await sql(f'SELECT version FROM "{schema}".steerloop_schema_version')
-    assert [row["version"] for row in rows] == [SCHEMA_VERSION]
+    assert [row["version"] for row in rows] == list(range(1, SCHEMA_VERSION + 1))
     assert await stores().list() == ()  # a second opener migrates nothing
     await sql(f'INSERT INTO "{schema}".steerloop_schema_version (version) VALUES (99)')
     with pytest.raises(SessionStorageError, match="version 99"):
         await stores().list()
+
+
+async def test_a_version_1_schema_upgrades_in_place(schema: str, stores: StoreFactory) -> None:
+    """A database written by a v1 steerloop gains the service tables and keeps its rows."""
+    from steerloop.session.store.postgres._schema import _MIGRATIONS, Tables
+
+    tables = Tables(schema)
+    await sql(f'CREATE SCHEMA "{schema}"')
+    await sql(
+        f"CREATE TABLE {tables.version} (version integer PRIMARY KEY, "
+        "applied_at timestamptz NOT NULL DEFAULT now())"
+    )
+    conn = await asyncpg.connect(PG_URL, timeout=5)
+    try:  # several statements: execute, not a prepared fetch
+        await conn.execute(
+            _MIGRATIONS[1].format(
+                sessions=tables.sessions, events=tables.events, leases=tables.leases
+            )
+        )
+    finally:
+        await conn.close()
+    await sql(f"INSERT INTO {tables.version} (version) VALUES (1)")
+    await sql(
+        f"INSERT INTO {tables.leases} (session_id, owner, lease_id, token, expires_at) "
+        "VALUES ('s1', 'old-host', NULL, 7, now())"
+    )
+    assert await stores().list() == ()
+    rows = await sql(f"SELECT version FROM {tables.version} ORDER BY version")
+    assert [row["version"] for row in rows] == [1, 2]
+    leases = await sql(f"SELECT session_id, owner, token, owner_key FROM {tables.leases}")
+    assert [tuple(row) for row in leases] == [("s1", "old-host", 7, None)]
+    for table in (tables.workers, tables.specs, tables.commands, tables.wakeups, tables.live):
+        assert [tuple(r) for r in await sql(f"SELECT count(*) FROM {table}")] == [(0,)]
 
 
 # --- the store on its own ------------------------------------------------------------------

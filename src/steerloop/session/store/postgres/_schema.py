@@ -22,7 +22,7 @@ __all__ = [
     "migrate",
 ]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 """Version of the table layout (``steerloop_schema_version``)."""
 
 
@@ -73,6 +73,70 @@ _MIGRATIONS: dict[int, str] = {
         acquired_at timestamptz NOT NULL DEFAULT now()
     );
     """,
+    # v2: the service's tables (design/SERVICE.md §3.2). Workers meet only through these rows:
+    # ``owner_key`` names the advisory lock whose holder is the lease owner's live process;
+    # ``cmd_seq`` comes from bumping ``specs.cmd_seq`` (a row lock per session), so every
+    # session's commands are numbered without gaps whichever API node accepted them.
+    2: """
+    ALTER TABLE {leases} ADD COLUMN owner_key bigint;
+    CREATE INDEX ON {leases} (owner_key) WHERE lease_id IS NOT NULL;
+    CREATE TABLE {workers} (
+        key bigint PRIMARY KEY,
+        worker_id text NOT NULL UNIQUE,
+        host text NOT NULL,
+        pid integer NOT NULL,
+        profiles jsonb NOT NULL DEFAULT '{{}}',
+        capacity integer NOT NULL DEFAULT 0,
+        resident integer NOT NULL DEFAULT 0,
+        draining boolean NOT NULL DEFAULT false,
+        started_at timestamptz NOT NULL DEFAULT now(),
+        heartbeat_at timestamptz,
+        lock_missing_since timestamptz
+    );
+    CREATE TABLE {specs} (
+        session_id text PRIMARY KEY,
+        profile text NOT NULL,
+        profile_version integer NOT NULL,
+        meta jsonb,
+        cmd_seq bigint NOT NULL DEFAULT 0,
+        status text NOT NULL DEFAULT 'new'
+            CHECK (status IN ('new', 'idle', 'running', 'unloaded')),
+        created_at timestamptz NOT NULL DEFAULT now(),
+        updated_at timestamptz NOT NULL DEFAULT now()
+    );
+    CREATE TABLE {commands} (
+        session_id text NOT NULL REFERENCES {specs} (session_id) ON DELETE CASCADE,
+        cmd_seq bigint NOT NULL CHECK (cmd_seq >= 1),
+        kind text NOT NULL
+            CHECK (kind IN ('followup', 'steer', 'inject', 'cancel', 'approval', 'dispose')),
+        message_id text,
+        body json NOT NULL,
+        idem_key text,
+        answer json,
+        created_at timestamptz NOT NULL DEFAULT now(),
+        consumed_at timestamptz,
+        consumed_seq bigint,
+        PRIMARY KEY (session_id, cmd_seq),
+        UNIQUE (session_id, idem_key)
+    );
+    CREATE INDEX ON {commands} (session_id, cmd_seq) WHERE consumed_at IS NULL;
+    CREATE TABLE {wakeups} (
+        session_id text PRIMARY KEY,
+        reason text NOT NULL,
+        due_at timestamptz NOT NULL DEFAULT now(),
+        claimed_by bigint,
+        claimed_at timestamptz,
+        attempts integer NOT NULL DEFAULT 0
+    );
+    CREATE UNLOGGED TABLE {live} (
+        session_id text NOT NULL,
+        after_seq bigint NOT NULL,
+        n integer NOT NULL,
+        token bigint NOT NULL,
+        frame json NOT NULL,
+        PRIMARY KEY (session_id, after_seq, n)
+    );
+    """,
 }
 
 
@@ -86,6 +150,11 @@ class Tables:
         self.sessions = f"{s}.steerloop_sessions"
         self.events = f"{s}.steerloop_events"
         self.leases = f"{s}.steerloop_leases"
+        self.workers = f"{s}.steerloop_workers"
+        self.specs = f"{s}.steerloop_specs"
+        self.commands = f"{s}.steerloop_commands"
+        self.wakeups = f"{s}.steerloop_wakeups"
+        self.live = f"{s}.steerloop_live"
         self.acquire = f"""
             INSERT INTO {self.leases} AS l (session_id, owner, lease_id, token, expires_at)
             VALUES ($1, $2, $3, 1, now() + make_interval(secs => $4))
@@ -131,7 +200,14 @@ async def migrate(conn: Any, tables: Tables) -> None:
         for version in range(current + 1, SCHEMA_VERSION + 1):
             await conn.execute(
                 _MIGRATIONS[version].format(
-                    sessions=tables.sessions, events=tables.events, leases=tables.leases
+                    sessions=tables.sessions,
+                    events=tables.events,
+                    leases=tables.leases,
+                    workers=tables.workers,
+                    specs=tables.specs,
+                    commands=tables.commands,
+                    wakeups=tables.wakeups,
+                    live=tables.live,
                 )
             )
             await conn.execute(f"INSERT INTO {tables.version} (version) VALUES ($1)", version)
