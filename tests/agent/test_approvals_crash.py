@@ -72,7 +72,7 @@ async def test_a_pending_approval_killed_with_its_process_is_repaired_not_starte
                 name="write",
                 arguments="{}",
                 reason="'write' may change the workspace",
-            ),  # fmt: skip
+            ),
         )
         model = ScriptedAdapter([text_response("ok")])
         rt.llm.register_adapter(["mock"], model)
