@@ -320,3 +320,10 @@ def test_stored_approval_events_are_checked() -> None:
         validate_log(_log(CALL, ASK, ASK))
     with pytest.raises(SessionCorruptError, match="seq 3: unknown approval decision 'maybe'"):
         _log(CALL, ASK, {**ALLOW, "data": {"call_id": "c1", "decision": "maybe"}})
+
+
+def test_ask_takes_an_optional_string_reason() -> None:
+    assert ToolDecision.ask() == ToolDecision("ask", None)
+    assert ToolDecision.ask("why").reason == "why"
+    with pytest.raises(ValueError, match="string or None"):
+        ToolDecision.ask(3)  # type: ignore[arg-type]
