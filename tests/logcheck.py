@@ -12,6 +12,10 @@ well formed); ``assert_well_formed(session)`` fails the test with all of them. C
   ``TOOL_NOT_STARTED`` recovery answer; every tool call of a non-interrupted
   ``assistant/message`` is answered exactly once before its step ends; an interrupted
   message carries no tool calls;
+* approvals: each ``tool/approval-requested`` follows its call's ``tool/call`` and precedes its
+  ``tool/result``, once per call; at most one ``tool/approval-decided`` per request, between
+  the two; ``deny`` gives ``DENIED``; a request closed without a decision is answered
+  ``ABORTED_BEFORE_DISPATCH`` (cancel) or ``TOOL_NOT_STARTED`` (crash repair);
 * inbox: folding ``agent/inbox/spliced`` events, every splice is in bounds, each inserted
   message id is removed at most once (no message claimed twice), and a ``user/message`` of
   an inbox message follows its claim, is never a dropped one, and appears only once;
@@ -38,6 +42,7 @@ def log_problems(session: Any) -> list[str]:
     _check_seqs(events, problems)
     _check_turns_and_steps(events, problems)
     _check_tools(events, problems)
+    _check_approvals(events, problems)
     _check_inbox(events, problems)
     problems += derived_problems(session.derive_messages())
     return [f"{session.id}: {p}" for p in problems]
@@ -142,6 +147,42 @@ def _check_tools(events: Sequence[Any], problems: list[str]) -> None:
     for cid in call_seq:
         if results[cid] == 0:
             problems.append(f"tool/call {cid} has no tool/result")
+
+
+_UNDECIDED_CODES = ("ABORTED_BEFORE_DISPATCH", _TOOL_NOT_STARTED)
+
+
+def _check_approvals(events: Sequence[Any], problems: list[str]) -> None:
+    called: set[str] = set()
+    answered: set[str] = set()
+    asked: dict[str, str | None] = {}  # call id -> decision (None while undecided)
+    for event in events:
+        t, d = event.type, event.data
+        if t == "tool/call":
+            called.add(d.call_id)
+        elif t == "tool/approval-requested":
+            if d.call_id not in called or d.call_id in answered:
+                problems.append(f"seq {event.seq}: approval request outside {d.call_id}'s call")
+            if d.call_id in asked:
+                problems.append(f"seq {event.seq}: second approval request for {d.call_id}")
+            asked[d.call_id] = None
+        elif t == "tool/approval-decided":
+            if d.call_id not in asked or d.call_id in answered:
+                problems.append(f"seq {event.seq}: decision for {d.call_id} with no open request")
+            elif asked[d.call_id] is not None:
+                problems.append(f"seq {event.seq}: second decision for {d.call_id}")
+            asked[d.call_id] = d.decision
+        elif t == "tool/result":
+            cid = d.message.call_id
+            answered.add(cid)
+            if cid not in asked:
+                continue
+            code = d.error.code if d.error is not None else None
+            decision = asked[cid]
+            if decision == "deny" and code != "DENIED":
+                problems.append(f"seq {event.seq}: denied call {cid} answered {code}")
+            if decision is None and code not in _UNDECIDED_CODES:
+                problems.append(f"seq {event.seq}: undecided call {cid} answered {code}")
 
 
 def _check_inbox(events: Sequence[Any], problems: list[str]) -> None:

@@ -3,7 +3,8 @@ fault injection and the small script entries the agent tests share.
 
 ``compact(session)`` renders the log in the notation of CONTRACTS.md, e.g.
 ``["ins(nt,u1)", "T+1", "claim(nt,u1)", "S+1.1", "sys", "user(u1)", "hdr(initial)", "ctx",
-"msg", "S-1.1", "T-1:completed"]``; messages are labelled by their first text block.
+"msg", "S-1.1", "T-1:completed"]``; messages are labelled by their first text block;
+approvals are ``ask(c1)`` and ``decide(c1,allow)``.
 
 ``Bench.tool(name, ...)`` defines a tool whose body appends ``begin:<call_id>`` and
 ``end:<call_id>`` to ``bench.trace``, sets ``bench.started[call_id]`` on entry and, when
@@ -101,6 +102,10 @@ def render(event: SessionEvent, queues: dict[str, list[Any]] | None = None) -> l
     if t == "tool/result":
         code = f",{d.error.code}" if d.error is not None else ""
         return [f"result({d.message.call_id}{code})"]
+    if t == "tool/approval-requested":
+        return [f"ask({d.call_id})"]
+    if t == "tool/approval-decided":
+        return [f"decide({d.call_id},{d.decision})"]
     return [t]
 
 

@@ -81,7 +81,7 @@ async def test_a_single_provider_name_drives_an_agent(rt: Runtime) -> None:
 
 def test_decision_kinds_are_literals() -> None:
     hints = typing.get_type_hints(ToolDecision)
-    assert typing.get_args(hints["kind"]) == ("allow", "deny")
+    assert typing.get_args(hints["kind"]) == ("allow", "deny", "ask")
     assert typing.get_args(typing.get_type_hints(PostExecute)["kind"]) == ("accept", "block")
 
 

@@ -24,6 +24,7 @@ def test_every_documented_hook_has_its_mode() -> None:
         "agent/session-start", "agent/inbox/inserted", "agent/inbox/claimed",
         "agent/inbox/discarded", "agent/assistant-stream", "session/event", "tools/result",
         "runtime/closing",  # awaited by Runtime.close(); plugins release what they hold
+        "tools/approval-requested",  # a held call's request is durable: answerers decide
     ]  # fmt: skip
     waterfall = ["agent/pre-step", "agent/request", "agent/request-error", "tools/post-execute"]
     serial = ["agent/turn-stopping", "tools/pre-execute", "agent/compact"]

@@ -208,6 +208,8 @@ EVENT_TYPES = [
     "step/end",
     "step/start",
     "system/message",
+    "tool/approval-decided",
+    "tool/approval-requested",
     "tool/call",
     "tool/result",
     "turn/end",

@@ -45,6 +45,9 @@ HOOK_MODES: dict[str, HookMode] = {
     "tools/pre-execute": "serial",
     "tools/post-execute": "waterfall",
     "tools/result": "emit",
+    # After a call's tool/approval-requested is written: answerers (a terminal prompt, a
+    # callback) call agent.decide_approval.
+    "tools/approval-requested": "emit",
     # Awaited by Runtime.close() once every agent is disposed, before the store closes:
     # plugins holding connections or processes release them here.
     "runtime/closing": "emit",

@@ -6,6 +6,7 @@
     ├── AbortedError                  cooperative cancellation observed (carries the reason)
     ├── LlmError                      a model call failed; carries an ``LlmFailure``
     ├── ToolDefinitionError           a tool definition is malformed
+    ├── ApprovalError                 a decision for a call that is not waiting for one
     └── SessionPersistenceError       the session log could not be loaded or stored
         ├── SessionPersistenceNotFoundError
         ├── SessionCorruptError
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AbortedError",
+    "ApprovalError",
     "LlmError",
     "SessionConflictError",
     "SessionCorruptError",
@@ -58,6 +60,20 @@ class LlmError(SteerloopError):
 
 class ToolDefinitionError(SteerloopError, ValueError):
     """A tool definition is malformed (bad name, schema or options)."""
+
+
+class ApprovalError(SteerloopError):
+    """``decide_approval`` refused: the call is not waiting for a decision.
+
+    ``state`` says why: ``"unknown"`` (never asked about), ``"decided"`` (already answered)
+    or ``"closed"`` (its wait ended without a decision: the turn was cancelled or the call
+    answered otherwise). Nothing was written.
+    """
+
+    def __init__(self, call_id: str, state: str, message: str) -> None:
+        super().__init__(message)
+        self.call_id = call_id
+        self.state = state
 
 
 class SessionPersistenceError(SteerloopError):

@@ -29,7 +29,7 @@ from .llm._types import CallConfig
 from .session._events import SessionEvent
 from .session._session import SessionEventPayload
 from .tools._define import PostExecute, ToolDecision
-from .tools._runtime import ToolHookPayload
+from .tools._runtime import ApprovalHookPayload, ToolHookPayload
 
 if TYPE_CHECKING:
     from ._runtime import Runtime
@@ -51,6 +51,7 @@ __all__ = [
     "SESSION_EVENT",
     "SESSION_START",
     "STATUS",
+    "TOOLS_APPROVAL_REQUESTED",
     "TOOLS_POST_EXECUTE",
     "TOOLS_PRE_EXECUTE",
     "TOOLS_RESULT",
@@ -79,6 +80,7 @@ TOOLS_POST_EXECUTE: WaterfallHook[ToolHookPayload, PostExecute] = WaterfallHook(
     "tools/post-execute"
 )
 TOOLS_RESULT: EmitHook[ToolHookPayload] = EmitHook("tools/result")
+TOOLS_APPROVAL_REQUESTED: EmitHook[ApprovalHookPayload] = EmitHook("tools/approval-requested")
 RUNTIME_CLOSING: EmitHook[Runtime] = EmitHook("runtime/closing")
 
 HANDLES: tuple[str, ...] = (
@@ -100,6 +102,7 @@ HANDLES: tuple[str, ...] = (
     TOOLS_PRE_EXECUTE,
     TOOLS_POST_EXECUTE,
     TOOLS_RESULT,
+    TOOLS_APPROVAL_REQUESTED,
     RUNTIME_CLOSING,
 )
 """Every handle, one per hook of the runtime."""

@@ -251,6 +251,25 @@ async def test_commands_approval_queue_and_fork(
         "sessions", "export", "C1", "--store", store, env=env, cwd=workspace
     )
     assert "hello fork" not in out  # the parent is untouched by the fork's turn
+    # The terminal's answers are the durable approval events (EVENTS.md §2.4a).
+    logged = [json.loads(line) for line in out.splitlines()]
+    approvals = [
+        (e["type"], e["data"].get("call_id") or e["data"]["message"]["call_id"],
+         e["data"].get("decision") or (e["data"].get("error") or {}).get("code"),
+         e["data"].get("by"))
+        for e in logged
+        if e["type"].startswith("tool/approval-") or e["type"] in ("tool/call", "tool/result")
+    ]  # fmt: skip
+    assert approvals == [
+        ("tool/call", "w1", None, None),
+        ("tool/approval-requested", "w1", None, None),
+        ("tool/approval-decided", "w1", "allow", "terminal"),
+        ("tool/result", "w1", None, None),
+        ("tool/call", "w2", None, None),
+        ("tool/approval-requested", "w2", None, None),
+        ("tool/approval-decided", "w2", "deny", "terminal"),
+        ("tool/result", "w2", "DENIED", None),
+    ]
     assert not server.errors
 
 

@@ -44,6 +44,8 @@ from steerloop.session._codec import (
     validate_log,
 )
 from steerloop.session._events import (
+    ApprovalDecided,
+    ApprovalRequested,
     AssistantAttempt,
     AssistantMessageEvent,
     ContextCompacted,
@@ -130,8 +132,14 @@ async def test_every_event_of_a_real_run_round_trips() -> None:
         live = agent.session
         await live.flush()
         written = {e.type for e in live.events}
-        # context/compacted is a plugin's (round trip: tests/context/test_compaction.py).
-        plugin = {"session/end-seed", "context/compacted"}
+        # context/compacted is a plugin's (round trip: tests/context/test_compaction.py);
+        # the approval events need a policy (round trip: tests/agent/test_approvals.py).
+        plugin = {
+            "session/end-seed",
+            "context/compacted",
+            "tool/approval-requested",
+            "tool/approval-decided",
+        }
         assert written >= KNOWN_TYPES - plugin, KNOWN_TYPES - written
         for event in live.events:
             again = through_json(event)
@@ -283,7 +291,25 @@ LOG_ONLY: dict[str, st.SearchStrategy[Any]] = {
         message_seq=turns,
         output=st.none() | small | texts | st.dictionaries(texts, small, max_size=2),
     ),
+    "tool/approval-requested": st.builds(
+        ApprovalRequested,
+        turn=turns,
+        step=turns,
+        call_id=ids,
+        name=ids,
+        arguments=texts,
+        reason=opt_texts,
+    ),
+    "tool/approval-decided": st.builds(
+        ApprovalDecided,
+        call_id=ids,
+        decision=st.sampled_from(["allow", "deny"]),
+        reason=opt_texts,
+        by=opt_texts,
+    ),
 }
+# Pairing rules of their own (check_approvals): not drawn into the generated whole logs.
+APPROVALS = {"tool/approval-requested", "tool/approval-decided"}
 SURFACE: dict[str, st.SearchStrategy[Any]] = {
     "user/message": user_messages,
     "system/message": st.builds(
@@ -418,7 +444,9 @@ def logs(draw: st.DrawFn) -> Session:
             )
             queue[start : start + removed] = [m.id for m in inserted]
         elif action == "log":
-            kind = draw(st.sampled_from(sorted(set(LOG_ONLY) - {"agent/inbox/spliced"})))
+            kind = draw(
+                st.sampled_from(sorted(set(LOG_ONLY) - {"agent/inbox/spliced"} - APPROVALS))
+            )
             session.append(kind, draw(LOG_ONLY[kind]))
         else:
             session.append("plugin/note", draw(json_objects), ignorable=True)

@@ -16,6 +16,7 @@ from steerloop.tools import Tool, ToolExec
 from steerloop.workspace import install_approval, workspace_tools
 
 from ..conftest import Harness, compact, label, settle
+from ..support import events_of
 
 CALLS_AND_RESULTS = ("call(", "result(")
 
@@ -48,8 +49,6 @@ def meeting_reads(tool: Tool, parties: int) -> Tool:
 def test_invalid_modes_are_refused(rt: Any) -> None:
     with pytest.raises(ValueError, match="approval mode"):
         install_approval(rt, "yolo")  # type: ignore[arg-type]
-    with pytest.raises(ValueError, match="ask"):
-        install_approval(rt, "ask")
     assert not rt.hooks.has("tools/pre-execute")
 
 
@@ -165,9 +164,11 @@ async def test_ask_no_denies_and_the_model_sees_it(h: Harness, root: Path) -> No
     )
     agent.followup(user_message("u1"))
     await settle(agent)
-    assert compact(agent.session, only=(*CALLS_AND_RESULTS, "T-")) == [
-        "call(c1)", "result(c1,DENIED)", "T-1:completed",
+    assert compact(agent.session, only=(*CALLS_AND_RESULTS, "ask(", "decide(", "T-")) == [
+        "call(c1)", "ask(c1)", "decide(c1,deny)", "result(c1,DENIED)", "T-1:completed",
     ]  # fmt: skip
+    decided = events_of(agent.session, "tool/approval-decided")[0].data
+    assert (decided.reason, decided.by) == ("denied by the user", "user")
     assert asked == ["shell"]
     assert len(h.adapter.requests) == 2
     last = h.adapter.requests[1].messages[-1]
@@ -224,8 +225,9 @@ async def test_cancel_while_asking_stops_waiting(h: Harness, root: Path) -> None
     await asyncio.wait_for(asking.wait(), 5)
     agent.cancel(CancelCause.user())
     await settle(agent)
-    assert compact(agent.session)[-4:] == [
+    assert compact(agent.session)[-5:] == [
         "call(c1)",
+        "ask(c1)",
         "result(c1,ABORTED_BEFORE_DISPATCH)",
         "S-1.1",
         "T-1:aborted",

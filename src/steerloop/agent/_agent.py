@@ -17,8 +17,9 @@ from .._cancel import CancelCause
 from .._owned import RuntimeOwned
 from .._signal import AbortSignal
 from ..messages import UserMessage
-from ..session._events import SessionEvent, TurnEnd, TurnEndReason
+from ..session._events import ApprovalRequested, SessionEvent, TurnEnd, TurnEndReason
 from ..session._repair import plan_repair
+from ._approvals import Approvals, Decision
 from ._decisions import CompactPayload, ErrorPayload, StatusPayload
 from ._inbox import Inbox, InboxTarget, fold_inbox
 from ._options import AgentOptions
@@ -74,6 +75,7 @@ class Agent(metaclass=RuntimeOwned):
         # Owns the request-header cache.
         self._requests = RequestBuilder(session, options, services.ids)
         self._driver_tasks: set[asyncio.Task[None]] = set()
+        self.approvals = Approvals(session)  # calls held for a person's decision
 
     def __repr__(self) -> str:
         return f"<Agent {self.id} {self.phase.phase}>"
@@ -136,6 +138,34 @@ class Agent(metaclass=RuntimeOwned):
                 phase.latch()
         elif phase.phase == "idle":
             self._start_driver()
+
+    # --- approvals (EVENTS.md §2.4a) ---------------------------------------------------
+
+    def decide_approval(
+        self,
+        call_id: str,
+        decision: Decision,
+        *,
+        reason: str | None = None,
+        by: str | None = None,
+    ) -> int:
+        """Answer the call ``call_id`` a ``ToolDecision.ask`` holds; returns the seq of the
+        ``tool/approval-decided`` written, synchronously, by this call.
+
+        ``deny`` gives the call the result ``DENIED`` (``reason`` as its content); ``allow``
+        runs it. ``by`` records who decided.
+
+        Raises:
+            ValueError: a bad argument (``decision`` other than ``"allow"``/``"deny"``).
+            ApprovalError: the call is not waiting for a decision (never asked about,
+                already decided, or its turn was cancelled); nothing is written.
+        """
+        return self.approvals.decide(call_id, decision, reason, by)
+
+    @property
+    def pending_approvals(self) -> tuple[ApprovalRequested, ...]:
+        """The ``tool/approval-requested`` records still waiting for ``decide_approval``."""
+        return self.approvals.pending
 
     # --- one call (agent/_run.py) ----------------------------------------------------
 

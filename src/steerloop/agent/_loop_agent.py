@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ..tools._agent_ref import AgentRef
 
 if TYPE_CHECKING:
+    from ._approvals import Approvals
     from ._inbox import Inbox
     from ._options import AgentOptions
     from ._phase import PhaseMachine
@@ -39,5 +40,7 @@ class LoopAgent(AgentRef, Protocol):
 
     @property
     def phase(self) -> PhaseMachine: ...
+    @property
+    def approvals(self) -> Approvals: ...
 
     def report_error(self, turn: int, step: int, error: BaseException) -> None: ...

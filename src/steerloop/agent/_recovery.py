@@ -3,7 +3,8 @@
 The tracker observes the session only while its step is open, so a ``tool/call`` or
 ``tool/result`` recorded by any writer during the step counts. Classification is shared
 with restore repair: a call with a ``tool/call`` event gets ``TOOL_OUTCOME_UNKNOWN`` (it may
-have had effects), one without gets ``TOOL_NOT_STARTED``.
+have had effects), one without gets ``TOOL_NOT_STARTED``, and so does one held for approval
+and never allowed.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from typing import TYPE_CHECKING
 
 from ..messages import ToolCallBlock
 from ..session._events import (
+    ApprovalDecided,
+    ApprovalRequested,
     AssistantMessageEvent,
     SessionEvent,
     ToolCallEvent,
@@ -34,6 +37,7 @@ class ToolCallTracker:
         self.message_seq: int | None = None
         self.call_seqs: dict[str, int] = {}
         self.answered: set[str] = set()
+        self.held: set[str] = set()  # asked about, not allowed: the body never ran
         self._dispose = session.observe(self._see)
 
     def _see(self, event: SessionEvent) -> None:
@@ -45,6 +49,10 @@ class ToolCallTracker:
             self.call_seqs[data.call_id] = event.seq
         elif isinstance(data, ToolResultEvent):
             self.answered.add(data.message.call_id)
+        elif isinstance(data, ApprovalRequested):
+            self.held.add(data.call_id)
+        elif isinstance(data, ApprovalDecided) and data.decision == "allow":
+            self.held.discard(data.call_id)
 
     def close(self) -> None:
         self._dispose()
@@ -58,7 +66,7 @@ class ToolCallTracker:
             call_seq = self.call_seqs.get(call.id)
             source = call_seq if call_seq is not None else self.message_seq
             self._session.append(
-                conservative_result(turn, step, call, call_seq),
+                conservative_result(turn, step, call, call_seq, held=call.id in self.held),
                 surface_op="append",
                 source_event_seqs=(source,) if source is not None else None,
             )

@@ -12,6 +12,11 @@ Design notes:
   bodies run as tasks.
 * Finished bodies park their result in a slot; the commit cursor advances over consecutive
   ready slots: post-execute → ``tools/result`` → ``tool/result`` → deferred context.
+* A policy's ``ask`` holds the call: ``tool/approval-requested`` is appended and the call's
+  run (inline or a task, by the same rule as a body) first waits for the decision, racing
+  the turn's signal; ``deny`` answers ``DENIED``, ``allow`` dispatches. An exclusive held
+  call is still a barrier; a safe one waits in its task while later calls start, and
+  results still commit in model order.
 * On abort nothing new starts; started bodies drain and commit; every unstarted call gets
   ``tool/call`` + ``ABORTED_BEFORE_DISPATCH`` back to back; then ``AbortedError``.
 * A failure of the scheduler's own steps stops new starts, waits for started bodies and
@@ -26,14 +31,22 @@ import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from .._cancel import escapes
-from .._signal import AbortSignal
+from .._signal import AbortController, AbortSignal
 from ..errors import AbortedError
 from ..messages import MessageSource, ToolCallBlock, ToolResultMessage, UserMessage
-from ..session._events import ToolCallEvent, ToolErrorInfo, ToolResultEvent
-from ..tools._define import Tool, ToolExec, ToolResult
+from ..session._events import (
+    ApprovalDecided,
+    ApprovalRequested,
+    ToolCallEvent,
+    ToolErrorInfo,
+    ToolResultEvent,
+)
+from ..tools._define import Tool, ToolDecision, ToolExec, ToolResult
 from ..tools._runtime import (
     UNVALIDATED,
+    ApprovalHookPayload,
     aborted_before_dispatch,
+    denied,
     error_result,
     parse_arguments,
     result_blocks,
@@ -67,6 +80,10 @@ class ToolScheduler:
         self.step = step
         self.signal = signal
         self.concluded = False
+        # Ends the approval waits: the turn's abort, or the scheduler giving up (a failure
+        # of its own steps must not wait for a decision that may never come).
+        self.holds = AbortController()
+        self._relay = signal.add_listener(self.holds.abort)
 
     async def run(self, calls: tuple[ToolCallBlock, ...]) -> bool:
         """Run ``calls``; returns whether a committed result concluded the turn."""
@@ -100,9 +117,12 @@ class ToolScheduler:
                 started += 1
             await self._wait_all()
         except BaseException as exc:
+            self.holds.abort(exc)
             if not escapes(exc):  # the host's exceptions do not wait for stray bodies
                 await self._abandon()
             raise
+        finally:
+            self._relay()
         for index in range(started, len(calls)):
             self._synthesise_aborted(index)
         if self.signal.aborted:
@@ -161,18 +181,54 @@ class ToolScheduler:
         cached = self.validated.get(index)
         validated = cached[1] if cached is not None and cached[0] is tool else UNVALIDATED
         early = await self.rt.pipeline.prepare(exec, tool, parse_error, validated)
-        if early is not None or tool is None:
-            slot.result = early
+        if isinstance(early, ToolDecision) and tool is not None:
+            run = self._held(exec, tool, self._ask(exec, early.reason))
+        elif early is not None or tool is None:
+            slot.result = early if isinstance(early, ToolResult) else None
             await self._commit_ready()
             return
+        else:
+            run = self.rt.pipeline.dispatch(exec, tool)
         if not self.running and (not safe or index == len(self.calls) - 1):
             # Nothing could overlap this body: run it inline, saving a task and a wake-up.
-            slot.result = await self.rt.pipeline.dispatch(exec, tool)
+            slot.result = await run
             await self._commit_ready()
             return
-        task = asyncio.get_running_loop().create_task(self.rt.pipeline.dispatch(exec, tool))
+        task = asyncio.get_running_loop().create_task(run)
         self.running[task] = index
         task.add_done_callback(self._on_done)
+
+    # --- approvals ---------------------------------------------------------------------
+
+    def _ask(self, exec: ToolExec, reason: str | None) -> asyncio.Future[ApprovalDecided]:
+        """Record the approval request of ``exec`` and announce it to answerers."""
+        request = ApprovalRequested(
+            turn=self.turn,
+            step=self.step,
+            call_id=exec.call_id,
+            name=exec.name,
+            arguments=exec.raw_arguments,
+            reason=reason,
+        )
+        seq, decided = self.agent.approvals.request(request, self.holds.signal)
+        hooks = self.rt.hooks
+        if hooks.has("tools/approval-requested"):
+            hooks.emit("tools/approval-requested", ApprovalHookPayload(exec, request, seq))
+        return decided
+
+    async def _held(
+        self, exec: ToolExec, tool: Tool, decided: asyncio.Future[ApprovalDecided]
+    ) -> ToolResult:
+        """Wait for the decision on ``exec``, then deny it or run it."""
+        try:
+            decision = await self.holds.signal.race(decided)
+        except AbortedError:
+            return aborted_before_dispatch()
+        finally:
+            self.agent.approvals.release(exec.call_id)
+        if decision.decision == "deny":
+            return denied(decision.reason or "denied by the user")
+        return await self.rt.pipeline.dispatch(exec, tool)
 
     def _on_done(self, task: asyncio.Task[ToolResult]) -> None:
         if not task.cancelled():

@@ -36,7 +36,8 @@ def is_loopback(host: str) -> bool:
 def default_profiles(settings: Settings) -> Any:
     """The ``default`` profile: what ``steerloop chat`` builds (providers from the config,
     workspace tools of the working directory, the ``[mcp.servers]`` of ``steerloop.toml``).
-    Approval is ``read-only`` until approvals can be answered over HTTP. With no provider
+    Approval is ``ask`` answered over HTTP (``POST /v1/sessions/{id}/approvals/{call_id}``):
+    a call that may write waits for the decision. With no provider
     configured there is no profile, and creating a session says what to configure; an MCP
     server that fails to start is a warning in the server's log."""
 
@@ -51,7 +52,7 @@ def default_profiles(settings: Settings) -> Any:
         register_providers(rt, config)
         for tool in workspace_tools(Path.cwd()):
             rt.tools.register(tool)
-        install_approval(rt, "read-only")
+        install_approval(rt, "ask")  # answered over HTTP
         await install_configured_mcp(rt, settings.mcp_servers, log.warning)
         return [Profile(name="default", options=AgentOptions(provider=provider, model=model))]
 

@@ -24,6 +24,8 @@ from ._settings import Settings
 __all__ = ["Live", "LiveOptions", "open_live", "output_cap"]
 
 Ask = Callable[[ToolExec], Awaitable[bool]]
+#: ``tool/approval-decided.by`` of an answer typed in the terminal.
+APPROVAL_BY = "terminal"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -107,7 +109,9 @@ async def open_live(
     if options.tools:
         for tool in workspace_tools(workspace):
             rt.tools.register(tool)
-    install_approval(rt, options.approve, ask)  # type: ignore[arg-type]
+    # "ask": the prompt answers through agent.decide_approval, so the log records each
+    # request and its decision (tool/approval-requested, tool/approval-decided by terminal).
+    install_approval(rt, options.approve, ask, by=APPROVAL_BY)  # type: ignore[arg-type]
     await install_configured_mcp(rt, settings.mcp_servers, _warn)
     agent_options = AgentOptions(
         provider=provider,

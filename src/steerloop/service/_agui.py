@@ -124,6 +124,10 @@ class AguiRun:
             )
         elif kind == "agent/inbox/spliced":
             out.append(CustomEvent(name="steerloop.inbox", value=data))
+        elif kind == "tool/approval-requested":
+            out.append(CustomEvent(name="steerloop.approval-requested", value=data))
+        elif kind == "tool/approval-decided":
+            out.append(CustomEvent(name="steerloop.approval-decided", value=data))
         elif kind == "turn/end":
             out += self._close_text()
             reason = data.get("reason") if isinstance(data.get("reason"), dict) else {}

@@ -163,7 +163,15 @@ def create_app(
                 "status": status,
                 "last_seq": await host.last_seq(session_id),
                 "owner": owner,
-                "pending_approvals": [],
+                "pending_approvals": [
+                    {
+                        "call_id": r.call_id,
+                        "name": r.name,
+                        "arguments": r.arguments,
+                        "reason": r.reason,
+                    }
+                    for r in await host.pending_approvals(session_id)
+                ],
             }
         )
 
@@ -205,12 +213,19 @@ def create_app(
         call_id = request.path_params["call_id"]
         body = await _json_body(request, body_limit)
         _only(body, {"decision", "reason"})
-        if body.get("decision") not in ("allow", "deny"):
-            raise ApiError(422, "invalid_body", "decision must be allow or deny")
+        decision = body.get("decision")
+        if decision not in ("allow", "deny"):
+            raise ApiError(
+                422, "invalid_decision", f"decision must be 'allow' or 'deny', not {decision!r}"
+            )
+        reason = body.get("reason")
+        if reason is not None and (not isinstance(reason, str) or len(reason) > 4096):
+            raise ApiError(
+                422, "invalid_body", "reason must be a string of at most 4096 characters"
+            )
         await host.require(session_id)
-        raise ApiError(
-            404, "approval_not_found", f"session {session_id!r} has no pending call {call_id!r}"
-        )
+        answer = await host.submit_approval(session_id, call_id, decision, reason)
+        return JSONResponse(answer, status_code=202)
 
     async def get_log(request: Request, host: ServiceHost) -> Response:
         session_id = request.path_params["session_id"]

@@ -25,9 +25,11 @@ from .._ids import new_id
 from .._runtime import Runtime
 from ..agent._agent import Agent
 from ..agent._factory import AgentHandle
-from ..errors import SessionPersistenceNotFoundError
+from ..errors import ApprovalError, SessionPersistenceNotFoundError
 from ..llm.chunks import chunk_to_json
 from ..messages import user_message
+from ..session._approvals import approval_state, pending_approvals
+from ..session._events import ApprovalRequested
 from ._profile import Profile
 
 __all__ = ["ApiError", "ServiceHost"]
@@ -35,6 +37,9 @@ __all__ = ["ApiError", "ServiceHost"]
 log = logging.getLogger("steerloop.service")
 
 MessageMode = Literal["followup", "steer", "inject"]
+CommandKind = Literal["followup", "steer", "inject", "cancel", "approval"]
+#: ``tool/approval-decided.by`` of a decision that came over HTTP.
+APPROVAL_BY = "http"
 _ORIGIN_KIND = "service"
 _MAX_FRAMES = 4096
 """Live frames kept per open step; older ones are dropped (the committed
@@ -57,11 +62,15 @@ class ApiError(Exception):
 @dataclass(slots=True)
 class _Command:
     cmd_seq: int
-    kind: Literal["followup", "steer", "inject", "cancel"]
+    kind: CommandKind
     message_id: str | None = None
     content: str = ""
     keep_inbox: bool = False
     trace: Mapping[str, str] | None = None  # traceparent/tracestate of the request
+    # kind "approval": the call decided and the decision ("allow"/"deny"; ``content`` is
+    # the reason, "" for none)
+    call_id: str | None = None
+    decision: Literal["allow", "deny"] | None = None
 
 
 @dataclass(slots=True)
@@ -73,6 +82,7 @@ class _Queue:
     applying: bool = False
     drain: asyncio.Task[None] | None = None
     answers: dict[str, tuple[int, dict[str, Any]]] = field(default_factory=dict)
+    deciding: set[str] = field(default_factory=set)  # call ids of unapplied decisions
 
     @property
     def unconsumed(self) -> int:
@@ -315,12 +325,15 @@ class ServiceHost:
     def submit(
         self,
         session_id: str,
-        kind: Literal["followup", "steer", "inject", "cancel"],
+        kind: CommandKind,
         content: str,
         message_id: str | None,
         key: str | None,
         keep_inbox: bool = False,
         trace: Mapping[str, str] | None = None,
+        *,
+        call_id: str | None = None,
+        decision: Literal["allow", "deny"] | None = None,
     ) -> dict[str, Any]:
         """Accept one command: its ``cmd_seq`` is the next of the session, it is applied
         after every earlier one. Synchronous, so two submits never interleave."""
@@ -337,11 +350,19 @@ class ServiceHost:
                 {"Retry-After": "1"},
             )
         command = _Command(
-            queue.next_seq, kind, content=content, keep_inbox=keep_inbox, trace=trace
+            queue.next_seq,
+            kind,
+            content=content,
+            keep_inbox=keep_inbox,
+            trace=trace,
+            call_id=call_id,
+            decision=decision,
         )
         queue.next_seq += 1
         answer: dict[str, Any] = {"cmd_seq": command.cmd_seq}
-        if kind != "cancel":
+        if kind == "approval" and call_id is not None:
+            queue.deciding.add(call_id)
+        elif kind != "cancel":
             command.message_id = message_id or new_id("msg")
             answer["message_id"] = command.message_id
         queue.pending.append(command)
@@ -365,10 +386,17 @@ class ServiceHost:
                 return
             try:
                 self._apply(agent, command)
+            except ApprovalError as exc:
+                # Its call stopped waiting after the decision was accepted (an earlier
+                # cancel, the turn's end): the first outcome stands.
+                log.info("session %s: command %d: %s", session_id, command.cmd_seq, exc)
             except Exception:
                 # A command the agent refuses (e.g. a message id already in the log) is
                 # dropped so it cannot block the ones after it.
                 log.exception("session %s: command %d refused", session_id, command.cmd_seq)
+            finally:
+                if command.call_id is not None:
+                    queue.deciding.discard(command.call_id)
             queue.pending.popleft()
             queue.applying = False
             self._idle_since[session_id] = self._clock()
@@ -376,6 +404,12 @@ class ServiceHost:
     def _apply(self, agent: Agent, command: _Command) -> None:
         if command.kind == "cancel":
             agent.cancel(CancelCause.user(), keep_inbox=command.keep_inbox)
+            return
+        if command.kind == "approval":
+            assert command.call_id is not None and command.decision is not None
+            agent.decide_approval(
+                command.call_id, command.decision, reason=command.content or None, by=APPROVAL_BY
+            )
             return
         message = user_message(command.content, id=command.message_id)
         if command.trace is not None:
@@ -386,6 +420,49 @@ class ServiceHost:
             agent.steer(message)
         else:
             agent.inject(message)
+
+    # --- approvals ------------------------------------------------------------------------
+
+    async def pending_approvals(self, session_id: str) -> tuple[ApprovalRequested, ...]:
+        """The session's calls waiting for a decision: the live agent's, or the stored
+        log's fold when it is not loaded here."""
+        handle = self._handles.get(session_id)
+        if handle is not None:
+            return handle.agent.pending_approvals
+        store = self.rt.sessions.persistence
+        if store is None:
+            return ()
+        try:
+            return pending_approvals(await store.load(session_id))
+        except SessionPersistenceNotFoundError:
+            return ()
+
+    async def submit_approval(
+        self, session_id: str, call_id: str, decision: Literal["allow", "deny"], reason: str | None
+    ) -> dict[str, Any]:
+        """Accept a decision for a pending call as the session's next command.
+
+        The session is loaded first (a crashed one is repaired, which answers its pending
+        calls), so what is accepted is pending in the live agent.
+
+        Raises:
+            ApiError: 404 when the call is not waiting (or never asked about), 409 when it
+                was already decided or a decision for it is queued.
+        """
+        agent = await self.load(session_id)
+        if call_id in self._queue(session_id).deciding:
+            raise ApiError(
+                409, "approval_decided", f"a decision for call {call_id!r} is already queued"
+            )
+        if not any(r.call_id == call_id for r in agent.pending_approvals):
+            if approval_state(agent.session.events, call_id) == "decided":
+                raise ApiError(409, "approval_decided", f"call {call_id!r} was already decided")
+            raise ApiError(
+                404, "approval_not_found", f"session {session_id!r} has no pending call {call_id!r}"
+            )
+        return self.submit(
+            session_id, "approval", reason or "", None, None, call_id=call_id, decision=decision
+        )
 
     def unconsumed(self, session_id: str) -> int:
         queue = self._queues.get(session_id)

@@ -1,6 +1,7 @@
 """Event-sourced sessions: the log, its events, the surface projection and persistence."""
 
 from . import events
+from ._approvals import pending_approvals
 from ._events import Replace, SessionEvent, TurnEndReason
 from ._session import EventSink, Session, SessionEventPayload
 from .store import MemoryStore, SessionInfo, SessionStore
@@ -16,4 +17,5 @@ __all__ = [
     "SessionStore",
     "TurnEndReason",
     "events",
+    "pending_approvals",
 ]

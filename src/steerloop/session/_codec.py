@@ -47,6 +47,8 @@ from ..messages import (
 from ._events import (
     RECORD_TYPES,
     SURFACE_TYPES,
+    ApprovalDecided,
+    ApprovalRequested,
     AssistantAttempt,
     AssistantMessageEvent,
     ContextCompacted,
@@ -92,6 +94,7 @@ __all__ = [
     "KNOWN_TYPES",
     "ValidatedLog",
     "bulk_decoding",
+    "check_approvals",
     "checked_inbox",
     "chunk_from_json",
     "decode_log",
@@ -479,6 +482,29 @@ def _compacted(data: Mapping[str, Json]) -> ContextCompacted:
     )
 
 
+def _approval_requested(data: Mapping[str, Json]) -> ApprovalRequested:
+    return ApprovalRequested(
+        turn=_int(data, "turn", minimum=1),
+        step=_int(data, "step", minimum=1),
+        call_id=_str(data, "call_id"),
+        name=_str(data, "name"),
+        arguments=_str(data, "arguments"),
+        reason=_opt_str(data, "reason"),
+    )
+
+
+def _approval_decided(data: Mapping[str, Json]) -> ApprovalDecided:
+    decision = data.get("decision")
+    if decision not in ("allow", "deny"):
+        _fail(f"unknown approval decision {decision!r}")
+    return ApprovalDecided(
+        call_id=_str(data, "call_id"),
+        decision=decision,
+        reason=_opt_str(data, "reason"),
+        by=_opt_str(data, "by"),
+    )
+
+
 _DECODERS: dict[str, Callable[[Mapping[str, Json]], Any]] = {
     "turn/start": lambda d: TurnStart(turn=_int(d, "turn", minimum=1)),
     "turn/end": _turn_end,
@@ -496,6 +522,8 @@ _DECODERS: dict[str, Callable[[Mapping[str, Json]], Any]] = {
     "request/context": _context,
     "session/end-seed": lambda d: SessionEndSeed(inherited=_bool(d, "inherited", False)),
     "context/compacted": _compacted,
+    "tool/approval-requested": _approval_requested,
+    "tool/approval-decided": _approval_decided,
 }
 
 KNOWN_TYPES: frozenset[str] = frozenset(_DECODERS)
@@ -623,12 +651,13 @@ def validate_log(events: Sequence[SessionEvent]) -> dict[str, list[UserMessage]]
 
     Seqs run 1, 2, 3 … without gaps; every ``Replace`` names a contiguous range of the
     current surface and cites each node it shadows; the ``agent/inbox/spliced`` events
-    fold to a valid inbox (C7.4-20).
+    fold to a valid inbox (C7.4-20); approvals pair up (``check_approvals``).
 
     Raises:
         SessionCorruptError: naming the first offending seq.
     """
     surface: list[int] = []
+    approvals = False
     for expected, event in enumerate(events, start=1):
         if event.seq != expected:
             raise SessionCorruptError(
@@ -637,6 +666,8 @@ def validate_log(events: Sequence[SessionEvent]) -> dict[str, list[UserMessage]]
         op = event.surface_op
         if op == "append":
             surface.append(event.seq)
+        elif op is None:
+            approvals = approvals or event.type in _APPROVAL_TYPES
         elif isinstance(op, Replace):
             try:
                 start = surface.index(op.start_seq)
@@ -651,7 +682,56 @@ def validate_log(events: Sequence[SessionEvent]) -> dict[str, list[UserMessage]]
             if not set(surface[start : end + 1]) <= set(event.source_event_seqs or ()):
                 raise SessionCorruptError(f"seq {event.seq}: replace does not cite what it shadows")
             surface[start : end + 1] = [event.seq]
+    if approvals:  # most logs have none: one flag instead of a second pass
+        check_approvals(events)
     return fold_inbox(events)
+
+
+_APPROVAL_TYPES = frozenset(("tool/approval-requested", "tool/approval-decided"))
+
+
+def check_approvals(events: Sequence[SessionEvent]) -> None:
+    """Approval events pair up with their call (EVENTS.md §2.4a).
+
+    A ``tool/approval-requested`` follows its call's ``tool/call`` and comes before that
+    call's ``tool/result``, once per call; a ``tool/approval-decided`` answers an open request
+    (requested, not yet decided, no result yet), so there is at most one per request. A
+    request may close without a decision only through its call's result: a cancel while it
+    waits (``ABORTED_BEFORE_DISPATCH``) or a crash repaired to ``TOOL_NOT_STARTED``.
+
+    Raises:
+        SessionCorruptError: naming the first offending seq.
+    """
+    called: set[str] = set()  # calls with a tool/call and no tool/result yet
+    open_requests: set[str] = set()
+    decided: set[str] = set()
+
+    def corrupt(event: SessionEvent, what: str) -> SessionCorruptError:
+        return SessionCorruptError(f"seq {event.seq} ({event.type}): {what}")
+
+    for event in events:
+        data = event.data
+        if isinstance(data, ToolCallEvent):
+            called.add(data.call_id)
+            decided.discard(data.call_id)
+        elif isinstance(data, ToolResultEvent):
+            call_id = data.message.call_id
+            called.discard(call_id)
+            open_requests.discard(call_id)
+            decided.discard(call_id)
+        elif isinstance(data, ApprovalRequested):
+            if data.call_id not in called:
+                raise corrupt(event, f"call {data.call_id!r} has no open tool/call")
+            if data.call_id in open_requests or data.call_id in decided:
+                raise corrupt(event, f"call {data.call_id!r} was already asked about")
+            open_requests.add(data.call_id)
+        elif isinstance(data, ApprovalDecided):
+            if data.call_id in decided:
+                raise corrupt(event, f"call {data.call_id!r} was already decided")
+            if data.call_id not in open_requests:
+                raise corrupt(event, f"call {data.call_id!r} has no pending approval request")
+            open_requests.discard(data.call_id)
+            decided.add(data.call_id)
 
 
 class ValidatedLog(tuple[SessionEvent, ...]):

@@ -28,6 +28,8 @@ __all__ = [
     "COMPACTION_PLUGIN",
     "RECORD_TYPES",
     "SURFACE_TYPES",
+    "ApprovalDecided",
+    "ApprovalRequested",
     "AssistantAttempt",
     "AssistantMessageEvent",
     "ContextCompacted",
@@ -271,6 +273,34 @@ class ToolResultEvent:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ApprovalRequested:
+    """Payload of ``tool/approval-requested``: a pre-execute policy asked a person about a
+    call (written after the call's ``tool/call``; log-only)."""
+
+    TYPE: ClassVar[Literal["tool/approval-requested"]] = "tool/approval-requested"
+
+    turn: int
+    step: int
+    call_id: str
+    name: str
+    arguments: str
+    reason: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ApprovalDecided:
+    """Payload of ``tool/approval-decided``: the one answer to a pending request
+    (``by`` says who answered; log-only)."""
+
+    TYPE: ClassVar[Literal["tool/approval-decided"]] = "tool/approval-decided"
+
+    call_id: str
+    decision: Literal["allow", "deny"]
+    reason: str | None = None
+    by: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class InboxSpliced:
     TYPE: ClassVar[Literal["agent/inbox/spliced"]] = "agent/inbox/spliced"
 
@@ -343,6 +373,8 @@ EventRecord: TypeAlias = (
     | RequestContext
     | SessionEndSeed
     | ContextCompacted
+    | ApprovalRequested
+    | ApprovalDecided
 )
 """The payload record of a durable event type; each names its type in ``TYPE``."""
 
@@ -363,6 +395,8 @@ RECORD_TYPES: tuple[type[EventRecord], ...] = (
     RequestContext,
     SessionEndSeed,
     ContextCompacted,
+    ApprovalRequested,
+    ApprovalDecided,
 )
 
 

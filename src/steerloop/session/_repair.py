@@ -8,7 +8,8 @@ fork) writes anything, the Session appends, in this order:
 
 1. one conservative ``tool/result`` per tool call of the turn's latest assistant message
    that has no result, in model order — ``TOOL_OUTCOME_UNKNOWN`` when a ``tool/call`` was
-   recorded (the body may have had effects), ``TOOL_NOT_STARTED`` when none was;
+   recorded (the body may have had effects), ``TOOL_NOT_STARTED`` when none was, or when
+   the call was held for approval and never allowed (its body cannot have run);
 2. ``step/end`` if a step was open;
 3. ``turn/end{reason.kind: "interrupted"}``.
 
@@ -26,6 +27,8 @@ from .._ids import new_id
 from ..errors import SessionCorruptError
 from ..messages import TextBlock, ToolCallBlock, ToolResultMessage
 from ._events import (
+    ApprovalDecided,
+    ApprovalRequested,
     AssistantMessageEvent,
     EventRecord,
     SessionEvent,
@@ -58,11 +61,16 @@ NOT_STARTED_TEXT = "This tool call was never started: it did not run and had no 
 
 
 def conservative_result(
-    turn: int, step: int, call: ToolCallBlock, call_seq: int | None
+    turn: int, step: int, call: ToolCallBlock, call_seq: int | None, *, held: bool = False
 ) -> ToolResultEvent:
-    """The result written for a requested call that has no ``tool/result``."""
-    code = "TOOL_OUTCOME_UNKNOWN" if call_seq is not None else "TOOL_NOT_STARTED"
-    text = OUTCOME_UNKNOWN_TEXT if call_seq is not None else NOT_STARTED_TEXT
+    """The result written for a requested call that has no ``tool/result``.
+
+    ``held``: the call has a ``tool/approval-requested`` and no ``allow`` decision, so its
+    body never ran even though its ``tool/call`` exists.
+    """
+    unknown = call_seq is not None and not held
+    code = "TOOL_OUTCOME_UNKNOWN" if unknown else "TOOL_NOT_STARTED"
+    text = OUTCOME_UNKNOWN_TEXT if unknown else NOT_STARTED_TEXT
     return ToolResultEvent(
         turn=turn,
         step=step,
@@ -181,6 +189,7 @@ def plan_repair(events: Sequence[SessionEvent]) -> list[RepairEvent]:
         requested = message.data.message.tool_calls
         call_seqs: dict[str, int] = {}
         answered: set[str] = set()
+        held: set[str] = set()  # asked about and not allowed: the body never ran
         for event in tail:
             if event.seq <= message.seq:
                 continue
@@ -189,6 +198,10 @@ def plan_repair(events: Sequence[SessionEvent]) -> list[RepairEvent]:
                 call_seqs[data.call_id] = event.seq
             elif isinstance(data, ToolResultEvent):
                 answered.add(data.message.call_id)
+            elif isinstance(data, ApprovalRequested):
+                held.add(data.call_id)
+            elif isinstance(data, ApprovalDecided) and data.decision == "allow":
+                held.discard(data.call_id)
         for call in requested:
             if call.id in answered:
                 continue
@@ -196,7 +209,13 @@ def plan_repair(events: Sequence[SessionEvent]) -> list[RepairEvent]:
             out.append(
                 RepairEvent(
                     type="tool/result",
-                    data=conservative_result(message.data.turn, message.data.step, call, call_seq),
+                    data=conservative_result(
+                        message.data.turn,
+                        message.data.step,
+                        call,
+                        call_seq,
+                        held=call.id in held,
+                    ),
                     surface_op="append",
                     source_event_seqs=(call_seq if call_seq is not None else message.seq,),
                 )

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from ..messages import UserMessage
 from ._events import (
+    ApprovalDecided,
+    ApprovalRequested,
     AssistantAttempt,
     AssistantMessageEvent,
     ContextCompacted,
@@ -35,6 +37,8 @@ from ._events import (
 )
 
 __all__ = [
+    "ApprovalDecided",
+    "ApprovalRequested",
     "AssistantAttempt",
     "AssistantMessageEvent",
     "ContextCompacted",

@@ -2,9 +2,10 @@
 
 from ._define import PostExecute, Tool, ToolDecision, ToolError, ToolExec, ToolResult, define_tool
 from ._function import tool
-from ._runtime import ToolHookPayload, ToolPipeline, ToolRegistry
+from ._runtime import ApprovalHookPayload, ToolHookPayload, ToolPipeline, ToolRegistry
 
 __all__ = [
+    "ApprovalHookPayload",
     "PostExecute",
     "Tool",
     "ToolDecision",

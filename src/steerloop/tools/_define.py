@@ -77,9 +77,13 @@ class ToolExec:
 
 @dataclass(frozen=True, slots=True)
 class ToolDecision:
-    """A ``tools/pre-execute`` verdict."""
+    """A ``tools/pre-execute`` verdict: run the call, refuse it, or ask a person.
 
-    kind: Literal["allow", "deny"]
+    ``ask`` holds the call: the loop writes ``tool/approval-requested`` and waits (until the
+    turn is cancelled) for ``agent.decide_approval(call_id, "allow" | "deny")``.
+    """
+
+    kind: Literal["allow", "deny", "ask"]
     reason: str | None = None
 
     @classmethod
@@ -89,6 +93,13 @@ class ToolDecision:
     @classmethod
     def deny(cls, reason: str) -> ToolDecision:
         return cls("deny", reason)
+
+    @classmethod
+    def ask(cls, reason: str | None = None) -> ToolDecision:
+        """Hold the call until a person decides; ``reason`` says why they are asked."""
+        if reason is not None and not isinstance(reason, str):
+            raise ValueError("ToolDecision.ask(reason) takes a string or None")
+        return cls("ask", reason)
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,14 +19,17 @@ from .._signal import AbortController
 from ..errors import AbortedError
 from ..llm._types import ToolSchema
 from ..messages import Block, TextBlock, UserMessage, check_json
+from ..session._events import ApprovalRequested
 from ._define import PostExecute, Tool, ToolDecision, ToolError, ToolExec, ToolResult
 
 __all__ = [
     "MAX_ARGUMENT_DEPTH",
     "UNVALIDATED",
+    "ApprovalHookPayload",
     "ToolHookPayload",
     "ToolPipeline",
     "ToolRegistry",
+    "denied",
     "error_result",
     "parse_arguments",
     "result_blocks",
@@ -81,6 +84,17 @@ class ToolHookPayload:
 
     exec: ToolExec
     result: ToolResult | None = None
+
+
+@fast_init
+@dataclass(frozen=True, slots=True)
+class ApprovalHookPayload:
+    """Payload of ``tools/approval-requested``: the held call, its request record and the
+    request's seq. An answerer calls ``agent.decide_approval(exec.call_id, ...)``."""
+
+    exec: ToolExec
+    request: ApprovalRequested
+    seq: int
 
 
 class _Entry:
@@ -184,8 +198,9 @@ class ToolPipeline:
         tool: Tool | None,
         parse_error: str | None,
         validated: Any = UNVALIDATED,
-    ) -> ToolResult | None:
-        """Return a result that answers the call without running it, or ``None`` to dispatch.
+    ) -> ToolResult | ToolDecision | None:
+        """Return a result that answers the call without running it, ``None`` to dispatch,
+        or an ``ask`` decision: a person decides (the caller records the request and waits).
 
         ``validated`` carries arguments the caller already validated against ``tool``.
         """
@@ -217,8 +232,11 @@ class ToolPipeline:
             )
         if exec.signal.aborted:
             return aborted_before_dispatch()
-        if isinstance(decision, ToolDecision) and decision.kind == "deny":
-            return error_result("DENIED", decision.reason or "denied by policy")
+        if isinstance(decision, ToolDecision):
+            if decision.kind == "deny":
+                return denied(decision.reason)
+            if decision.kind == "ask":
+                return decision
         return None
 
     async def dispatch(self, exec: ToolExec, tool: Tool) -> ToolResult:
@@ -319,6 +337,11 @@ class ToolPipeline:
                     )
         self._hooks.emit("tools/result", ToolHookPayload(exec, result))
         return result, contexts
+
+
+def denied(reason: str | None) -> ToolResult:
+    """The answer of a call a policy or a person refused (``DENIED``, the reason as content)."""
+    return error_result("DENIED", reason or "denied by policy")
 
 
 def aborted_before_dispatch() -> ToolResult:
