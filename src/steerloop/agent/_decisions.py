@@ -72,9 +72,21 @@ class RequestErrorAction:
         return cls()
 
 
+class _OfAgent:
+    """The owner of a per-agent payload: its ``agent`` (``HookPayload``)."""
+
+    __slots__ = ()
+    agent: Agent
+
+    @property
+    def owner(self) -> str:
+        """The id of the agent the payload belongs to (scoped listeners see their own)."""
+        return self.agent.id
+
+
 @fast_init
 @dataclass(frozen=True, slots=True)
-class AgentPayload:
+class AgentPayload(_OfAgent):
     """``agent/created`` and ``agent/disposed``."""
 
     agent: Agent
@@ -82,21 +94,21 @@ class AgentPayload:
 
 @fast_init
 @dataclass(frozen=True, slots=True)
-class SessionStartPayload:
+class SessionStartPayload(_OfAgent):
     agent: Agent
     source: Literal["startup", "resume"]
 
 
 @fast_init
 @dataclass(frozen=True, slots=True)
-class StatusPayload:
+class StatusPayload(_OfAgent):
     agent: Agent
     status: Literal["idle", "running"]
 
 
 @fast_init
 @dataclass(frozen=True, slots=True)
-class ErrorPayload:
+class ErrorPayload(_OfAgent):
     agent: Agent
     turn: int
     step: int
@@ -105,7 +117,7 @@ class ErrorPayload:
 
 @fast_init
 @dataclass(frozen=True, slots=True)
-class InboxMessagePayload:
+class InboxMessagePayload(_OfAgent):
     """``agent/inbox/inserted`` and ``agent/inbox/discarded``."""
 
     agent: Agent
@@ -114,7 +126,7 @@ class InboxMessagePayload:
 
 @fast_init
 @dataclass(frozen=True, slots=True)
-class ClaimedPayload:
+class ClaimedPayload(_OfAgent):
     agent: Agent
     message: UserMessage
     turn: int
@@ -122,7 +134,7 @@ class ClaimedPayload:
 
 @fast_init
 @dataclass(frozen=True, slots=True)
-class PreStepPayload:
+class PreStepPayload(_OfAgent):
     agent: Agent
     messages: tuple[UserMessage, ...]
     turn: int
@@ -132,7 +144,7 @@ class PreStepPayload:
 
 @fast_init
 @dataclass(frozen=True, slots=True)
-class RequestPayload:
+class RequestPayload(_OfAgent):
     agent: Agent
     turn: int
     step: int
@@ -141,7 +153,7 @@ class RequestPayload:
 
 @fast_init
 @dataclass(frozen=True, slots=True)
-class RequestErrorPayload:
+class RequestErrorPayload(_OfAgent):
     agent: Agent
     turn: int
     step: int
@@ -153,7 +165,7 @@ class RequestErrorPayload:
 
 @fast_init
 @dataclass(frozen=True, slots=True)
-class CompactPayload:
+class CompactPayload(_OfAgent):
     """``agent/compact``: compact ``agent``'s history now (the maintenance job's signal)."""
 
     agent: Agent
@@ -162,7 +174,7 @@ class CompactPayload:
 
 @fast_init
 @dataclass(frozen=True, slots=True)
-class TurnStoppingPayload:
+class TurnStoppingPayload(_OfAgent):
     agent: Agent
     turn: int
     signal: AbortSignal
@@ -186,6 +198,6 @@ class StreamFrame:
 
 @fast_init
 @dataclass(frozen=True, slots=True)
-class StreamFramePayload:
+class StreamFramePayload(_OfAgent):
     agent: Agent
     frame: StreamFrame

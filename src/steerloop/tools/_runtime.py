@@ -82,6 +82,11 @@ class ToolHookPayload:
     exec: ToolExec
     result: ToolResult | None = None
 
+    @property
+    def owner(self) -> str:
+        """The id of the agent whose tool call this is (``HookPayload``)."""
+        return self.exec.agent.id
+
 
 class _Entry:
     __slots__ = ("owner", "tool")
