@@ -399,3 +399,28 @@ async def test_scoped_waterfall_skips_other_agents_listeners() -> None:
 
     assert await bus.waterfall("agent/request", _agent_payload("a1"), default) == "a1-only"
     assert await bus.waterfall("agent/request", _agent_payload("a2"), default) == "d"
+
+
+def test_owner_is_read_only_while_a_scoped_listener_is_registered() -> None:
+    """Emissions of a hook without scoped listeners never read the payload's owner: once the
+    last scoped listener is disposed, the bus is back to handing every payload over as is."""
+
+    class Counting:
+        reads = 0
+
+        @property
+        def owner(self) -> str:
+            Counting.reads += 1
+            return "a1"
+
+    bus = HookBus()
+    calls: list[str] = []
+    bus.on("agent/status", lambda p: calls.append("all"))
+    dispose = bus.on("agent/status", lambda p: calls.append("a1"), owner="a1")
+    bus.on("agent/status", lambda p: calls.append("a2"), owner="a2")()
+    bus.emit("agent/status", Counting())
+    assert (calls, Counting.reads) == (["all", "a1"], 1)
+    dispose()
+    calls.clear()
+    bus.emit("agent/status", Counting())
+    assert (calls, Counting.reads) == (["all"], 1)

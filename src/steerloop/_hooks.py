@@ -158,6 +158,9 @@ class HookBus:
 
     def __init__(self) -> None:
         self._listeners: dict[HookName, list[_Entry]] = {}
+        # Names with at least one owner-scoped listener: only their emissions read the
+        # payload's owner and filter. Kept by ``_set``, the one writer of ``_listeners``.
+        self._scoped: set[HookName] = set()
         self._modes: dict[HookName, HookMode] = {name: mode for name, mode in HOOK_MODES.items()}
         self._tasks: set[asyncio.Future[Any]] = set()
 
@@ -210,24 +213,29 @@ class HookBus:
         if not callable(listener):
             raise ValueError("listener must be callable")
         entry = _Entry(listener, owner)
-        entries = self._listeners.setdefault(name, [])
         # Copy-on-write: an emission in progress keeps iterating its own snapshot.
-        self._listeners[name] = [*entries, entry]
+        self._set(name, [*self._listeners.get(name, ()), entry])
 
         def dispose() -> None:
-            current = self._listeners.get(name, [])
-            self._listeners[name] = [e for e in current if e is not entry]
+            self._set(name, [e for e in self._listeners.get(name, ()) if e is not entry])
 
         return Disposer(dispose)
 
     def has(self, name: HookName) -> bool:
         return bool(self._listeners.get(name))
 
+    def _set(self, name: HookName, entries: list[_Entry]) -> None:
+        self._listeners[name] = entries
+        if any(e.owner is not None for e in entries):
+            self._scoped.add(name)
+        else:
+            self._scoped.discard(name)
+
     def _select(self, name: HookName, payload: HookPayload) -> list[_Entry]:
         entries = self._listeners.get(name)
         if not entries:
             return []
-        if all(e.owner is None for e in entries):
+        if name not in self._scoped:
             return entries
         owner = payload.owner
         return [e for e in entries if e.owner is None or e.owner == owner]
@@ -240,7 +248,7 @@ class HookBus:
             except Exception:
                 _log.exception("listener of %s raised", name)
                 continue
-            if inspect.isawaitable(result):
+            if result is not None and inspect.isawaitable(result):
                 task = asyncio.ensure_future(result)
                 self._tasks.add(task)
                 task.add_done_callback(self._settled(name))
@@ -257,14 +265,14 @@ class HookBus:
         """Await every listener in order; the first failure propagates."""
         for entry in self._select(name, payload):
             result = entry.fn(payload)
-            if inspect.isawaitable(result):
+            if result is not None and inspect.isawaitable(result):
                 await result
 
     async def serial(self, name: HookName, payload: HookPayload) -> Any:
         """Await listeners in order; return the first non-``None`` result."""
         for entry in self._select(name, payload):
             result = entry.fn(payload)
-            if inspect.isawaitable(result):
+            if result is not None and inspect.isawaitable(result):
                 result = await result
             if result is not None:
                 return result
@@ -286,7 +294,7 @@ class HookBus:
                 return await call(i - 1)
 
             result = entries[i].fn(payload, next_)
-            if inspect.isawaitable(result):
+            if result is not None and inspect.isawaitable(result):
                 result = await result
             return result
 
