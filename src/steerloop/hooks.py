@@ -10,73 +10,16 @@ from typing import Any
 
 from ._hooks import EmitHook, HookPayload, SerialHook, WaterfallHook
 from ._runtime import RuntimeClosing
-from .agent._handles import (
-    AGENT_COMPACT,
-    AGENT_CREATED,
-    AGENT_DISPOSED,
-    AGENT_ERROR,
-    ASSISTANT_STREAM,
-    INBOX_CLAIMED,
-    INBOX_DISCARDED,
-    INBOX_INSERTED,
-    PRE_STEP,
-    REQUEST,
-    REQUEST_ERROR,
-    SESSION_EVENT,
-    SESSION_START,
-    STATUS,
-    TOOLS_POST_EXECUTE,
-    TOOLS_PRE_EXECUTE,
-    TOOLS_RESULT,
-    TURN_STOPPING,
-)
+from .agent import _handles
+from .agent._handles import *  # noqa: F403 - the loop's handles, named in its __all__
 
-__all__ = [
-    "AGENT_COMPACT",
-    "AGENT_CREATED",
-    "AGENT_DISPOSED",
-    "AGENT_ERROR",
-    "ASSISTANT_STREAM",
-    "HANDLES",
-    "INBOX_CLAIMED",
-    "INBOX_DISCARDED",
-    "INBOX_INSERTED",
-    "PRE_STEP",
-    "REQUEST",
-    "REQUEST_ERROR",
-    "RUNTIME_CLOSING",
-    "SESSION_EVENT",
-    "SESSION_START",
-    "STATUS",
-    "TOOLS_POST_EXECUTE",
-    "TOOLS_PRE_EXECUTE",
-    "TOOLS_RESULT",
-    "TURN_STOPPING",
-    "HookPayload",
-    "RuntimeClosing",
-]
+__all__ = ["HANDLES", "RUNTIME_CLOSING", "HookPayload", "RuntimeClosing"]
+__all__ += _handles.__all__
 
 RUNTIME_CLOSING: EmitHook[RuntimeClosing] = EmitHook("runtime/closing")
 
 HANDLES: tuple[EmitHook[Any] | SerialHook[Any, Any] | WaterfallHook[Any, Any], ...] = (
-    AGENT_CREATED,
-    AGENT_DISPOSED,
-    STATUS,
-    AGENT_ERROR,
-    SESSION_START,
-    INBOX_INSERTED,
-    INBOX_CLAIMED,
-    INBOX_DISCARDED,
-    ASSISTANT_STREAM,
-    PRE_STEP,
-    REQUEST,
-    REQUEST_ERROR,
-    TURN_STOPPING,
-    AGENT_COMPACT,
-    SESSION_EVENT,
-    TOOLS_PRE_EXECUTE,
-    TOOLS_POST_EXECUTE,
-    TOOLS_RESULT,
+    *_handles.LOOP_HANDLES,
     RUNTIME_CLOSING,
 )
 """Every handle, one per hook of the runtime."""

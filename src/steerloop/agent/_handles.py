@@ -7,6 +7,8 @@ the runtime.
 
 from __future__ import annotations
 
+from typing import Any
+
 from .._hooks import EmitHook, SerialHook, WaterfallHook
 from ..llm._types import CallConfig
 from ..session._events import SessionEvent
@@ -39,6 +41,7 @@ __all__ = [
     "INBOX_CLAIMED",
     "INBOX_DISCARDED",
     "INBOX_INSERTED",
+    "LOOP_HANDLES",
     "PRE_STEP",
     "REQUEST",
     "REQUEST_ERROR",
@@ -73,3 +76,25 @@ TOOLS_POST_EXECUTE: WaterfallHook[ToolHookPayload, PostExecute] = WaterfallHook(
     "tools/post-execute"
 )
 TOOLS_RESULT: EmitHook[ToolHookPayload] = EmitHook("tools/result")
+
+LOOP_HANDLES: tuple[EmitHook[Any] | SerialHook[Any, Any] | WaterfallHook[Any, Any], ...] = (
+    AGENT_CREATED,
+    AGENT_DISPOSED,
+    STATUS,
+    AGENT_ERROR,
+    SESSION_START,
+    INBOX_INSERTED,
+    INBOX_CLAIMED,
+    INBOX_DISCARDED,
+    ASSISTANT_STREAM,
+    PRE_STEP,
+    REQUEST,
+    REQUEST_ERROR,
+    TURN_STOPPING,
+    AGENT_COMPACT,
+    SESSION_EVENT,
+    TOOLS_PRE_EXECUTE,
+    TOOLS_POST_EXECUTE,
+    TOOLS_RESULT,
+)
+"""The handles of the loop's hooks (``steerloop.hooks.HANDLES`` adds ``RUNTIME_CLOSING``)."""
