@@ -21,6 +21,7 @@ __all__ = [
     "CompactPayload",
     "ErrorPayload",
     "InboxMessagePayload",
+    "OfAgent",
     "PreStepDecision",
     "PreStepPayload",
     "RequestErrorAction",
@@ -72,8 +73,9 @@ class RequestErrorAction:
         return cls()
 
 
-class _OfAgent:
-    """The owner of a per-agent payload: its ``agent`` (``HookPayload``)."""
+class OfAgent:
+    """The owner of a per-agent payload is its ``agent`` (``HookPayload``); plugin payloads
+    with an ``agent`` field derive from it too."""
 
     __slots__ = ()
     agent: Agent
@@ -86,7 +88,7 @@ class _OfAgent:
 
 @fast_init
 @dataclass(frozen=True, slots=True)
-class AgentPayload(_OfAgent):
+class AgentPayload(OfAgent):
     """``agent/created`` and ``agent/disposed``."""
 
     agent: Agent
@@ -94,21 +96,21 @@ class AgentPayload(_OfAgent):
 
 @fast_init
 @dataclass(frozen=True, slots=True)
-class SessionStartPayload(_OfAgent):
+class SessionStartPayload(OfAgent):
     agent: Agent
     source: Literal["startup", "resume"]
 
 
 @fast_init
 @dataclass(frozen=True, slots=True)
-class StatusPayload(_OfAgent):
+class StatusPayload(OfAgent):
     agent: Agent
     status: Literal["idle", "running"]
 
 
 @fast_init
 @dataclass(frozen=True, slots=True)
-class ErrorPayload(_OfAgent):
+class ErrorPayload(OfAgent):
     agent: Agent
     turn: int
     step: int
@@ -117,7 +119,7 @@ class ErrorPayload(_OfAgent):
 
 @fast_init
 @dataclass(frozen=True, slots=True)
-class InboxMessagePayload(_OfAgent):
+class InboxMessagePayload(OfAgent):
     """``agent/inbox/inserted`` and ``agent/inbox/discarded``."""
 
     agent: Agent
@@ -126,7 +128,7 @@ class InboxMessagePayload(_OfAgent):
 
 @fast_init
 @dataclass(frozen=True, slots=True)
-class ClaimedPayload(_OfAgent):
+class ClaimedPayload(OfAgent):
     agent: Agent
     message: UserMessage
     turn: int
@@ -134,7 +136,7 @@ class ClaimedPayload(_OfAgent):
 
 @fast_init
 @dataclass(frozen=True, slots=True)
-class PreStepPayload(_OfAgent):
+class PreStepPayload(OfAgent):
     agent: Agent
     messages: tuple[UserMessage, ...]
     turn: int
@@ -144,7 +146,7 @@ class PreStepPayload(_OfAgent):
 
 @fast_init
 @dataclass(frozen=True, slots=True)
-class RequestPayload(_OfAgent):
+class RequestPayload(OfAgent):
     agent: Agent
     turn: int
     step: int
@@ -153,7 +155,7 @@ class RequestPayload(_OfAgent):
 
 @fast_init
 @dataclass(frozen=True, slots=True)
-class RequestErrorPayload(_OfAgent):
+class RequestErrorPayload(OfAgent):
     agent: Agent
     turn: int
     step: int
@@ -165,7 +167,7 @@ class RequestErrorPayload(_OfAgent):
 
 @fast_init
 @dataclass(frozen=True, slots=True)
-class CompactPayload(_OfAgent):
+class CompactPayload(OfAgent):
     """``agent/compact``: compact ``agent``'s history now (the maintenance job's signal)."""
 
     agent: Agent
@@ -174,7 +176,7 @@ class CompactPayload(_OfAgent):
 
 @fast_init
 @dataclass(frozen=True, slots=True)
-class TurnStoppingPayload(_OfAgent):
+class TurnStoppingPayload(OfAgent):
     agent: Agent
     turn: int
     signal: AbortSignal
@@ -198,6 +200,6 @@ class StreamFrame:
 
 @fast_init
 @dataclass(frozen=True, slots=True)
-class StreamFramePayload(_OfAgent):
+class StreamFramePayload(OfAgent):
     agent: Agent
     frame: StreamFrame

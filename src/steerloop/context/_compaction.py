@@ -23,7 +23,7 @@ from .. import hooks as h
 from .._hooks import Disposer
 from .._signal import AbortController, AbortSignal
 from ..agent._agent import Agent, live_agent
-from ..agent._decisions import CompactPayload, PreStepDecision, PreStepPayload
+from ..agent._decisions import CompactPayload, OfAgent, PreStepDecision, PreStepPayload
 from ..errors import LlmError
 from ..llm._assembler import BlockAssembler
 from ..llm._types import CallConfig, GenerateRequest, LlmFailure, TokenUsage
@@ -52,17 +52,12 @@ _SUMMARIZER_PROMPT = (
 
 
 @dataclass(frozen=True, slots=True)
-class CompactionFailed:
+class CompactionFailed(OfAgent):
     """Payload of ``context/compaction-failed``: a summary failed; the history is unchanged."""
 
     agent: Agent
     strategy: str
     error: BaseException
-
-    @property
-    def owner(self) -> str:
-        """The compacted agent's id (``HookPayload``)."""
-        return self.agent.id
 
 
 def _positive(name: str, value: int | None) -> None:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import hooks as h
 from .._hooks import Disposer
-from ..agent._decisions import AgentPayload, RequestErrorAction, RequestErrorPayload
+from ..agent._decisions import AgentPayload, OfAgent, RequestErrorAction, RequestErrorPayload
 from ..errors import AbortedError
 from ._types import LlmFailure, RetryPolicy
 
@@ -35,7 +35,7 @@ NON_RETRYABLE_CODES = frozenset(
 
 
 @dataclass(frozen=True, slots=True)
-class RetryNotice:
+class RetryNotice(OfAgent):
     """Payload of ``llm/retry``: ``attempt`` is the number of the request about to be sent."""
 
     agent: AgentRef
@@ -45,11 +45,6 @@ class RetryNotice:
     attempt: int
     delay_ms: int
     failure: LlmFailure
-
-    @property
-    def owner(self) -> str:
-        """The retrying agent's id (``HookPayload``)."""
-        return self.agent.id
 
 
 def _retryable(failure: LlmFailure) -> bool:
