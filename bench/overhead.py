@@ -5,7 +5,9 @@ this run, never absolute targets: (1) steerloop's time per step (one scripted to
 an async ``echo`` tool, then the next request) divided by the floor's, where the floor is a
 hand-written asyncio loop streaming the same chunks, parsing the same arguments and
 awaiting the same tool; (2) the wall time of one step with 16 parallel 50 ms tools as a
-ratio to 50 ms.
+ratio to 50 ms; (3) the same per-step time when the turn is awaited with ``agent.run`` (its
+watch listens, owner-scoped, to every ``session/event``), and the bus's cost per
+``session/event`` emission while two owner-scoped listeners (one of another agent) wait.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ def script_for(steps: int) -> list[Any]:
     ]
 
 
-async def run_steerloop(steps: int) -> float:
+async def run_steerloop(steps: int, via_run: bool = False) -> float:
     rt = await Runtime.open()
     rt.llm.register_adapter(["mock"], ScriptedAdapter(script_for(steps)))
     rt.tools.register(
@@ -62,11 +64,37 @@ async def run_steerloop(steps: int) -> float:
         session_id="bench", agent_options=AgentOptions(provider="mock", model="m")
     )
     start = time.perf_counter()
-    handle.agent.followup(user_message("go"))
-    await handle.agent.when_idle()
+    if via_run:
+        await handle.agent.run(user_message("go"))
+    else:
+        handle.agent.followup(user_message("go"))
+        await handle.agent.when_idle()
     elapsed = time.perf_counter() - start
     await rt.close()
     return elapsed / (steps + 1)
+
+
+def scoped_emit_cost(events: int) -> float:
+    """Seconds per ``session/event`` emission with two owner-scoped listeners registered."""
+    from types import SimpleNamespace
+
+    from steerloop._hooks import HookBus
+    from steerloop.session._session import SessionEventPayload
+
+    bus = HookBus()
+    seen: list[object] = []
+    bus.on("session/event", seen.append, owner="a")
+    bus.on("session/event", seen.append, owner="b")
+    session: Any = SimpleNamespace(id="a")
+    event: Any = None
+    payload = SessionEventPayload(session, event)
+    emit = bus.emit
+    start = time.perf_counter()
+    for _ in range(events):
+        emit("session/event", payload)
+    elapsed = time.perf_counter() - start
+    assert len(seen) == events
+    return elapsed / events
 
 
 async def _fake_model(chunks: list[StreamChunk]) -> AsyncIterator[StreamChunk]:
@@ -151,6 +179,13 @@ async def main() -> None:
     print(f"per step, steerloop (µs): {summary([o * 1e6 for o in ours])}")
     print(f"per step, bare asyncio floor (µs): {summary([f * 1e6 for f in floor])}")
     print(f"overhead ratio steerloop/floor: {summary(ratios)}")
+    via_run = [await run_steerloop(args.steps, via_run=True) for _ in range(args.repeats)]
+    print(f"per step, awaited with agent.run (µs): {summary([v * 1e6 for v in via_run])}")
+    emits = [scoped_emit_cost(100_000) for _ in range(args.repeats)]
+    print(
+        "per session/event emit, 2 owner-scoped listeners (ns): "
+        f"{summary([e * 1e9 for e in emits])}"
+    )
     walls = [await run_parallel(16, 0.05) for _ in range(args.repeats)]
     print(f"16 parallel 50 ms tools (pool 16), wall / 50 ms: {summary([w / 0.05 for w in walls])}")
 

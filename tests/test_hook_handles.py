@@ -16,8 +16,8 @@ def test_one_handle_per_hook_of_the_bus_with_its_mode() -> None:
     handles = {str(handle): handle for handle in hooks.HANDLES}
     assert len(handles) == len(hooks.HANDLES)
     assert set(handles) == set(HOOK_MODES)
-    assert {name: h.mode for name, h in handles.items()} == HOOK_MODES  # type: ignore[attr-defined]
-    assert hooks.PRE_STEP == "agent/pre-step" and isinstance(hooks.PRE_STEP, str)
+    assert {name: h.mode for name, h in handles.items()} == HOOK_MODES
+    assert str(hooks.PRE_STEP) == "agent/pre-step" and isinstance(hooks.PRE_STEP, str)
 
 
 async def test_listeners_through_handles_run_like_named_ones() -> None:

@@ -4,16 +4,26 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 from steerloop._hooks import HOOK_MODES, Disposer, HookBus
+from steerloop.session._session import SessionEventPayload
+from steerloop.tools._runtime import ToolHookPayload
+
+
+@dataclass(frozen=True)
+class _Unowned:
+    """A payload of no agent (``HookPayload``): only unscoped listeners receive it."""
+
+    owner: None = None
 
 
 def _agent_payload(agent_id: str, **fields: Any) -> SimpleNamespace:
-    return SimpleNamespace(agent=SimpleNamespace(id=agent_id), **fields)
+    return SimpleNamespace(agent=SimpleNamespace(id=agent_id), owner=agent_id, **fields)
 
 
 def test_every_documented_hook_has_its_mode() -> None:
@@ -68,7 +78,7 @@ def test_emit_calls_listeners_in_registration_order() -> None:
     """emit: every listener is called with the payload, in registration order."""
     bus = HookBus()
     calls: list[tuple[str, object]] = []
-    payload = object()
+    payload = _Unowned()
     bus.on("agent/status", lambda p: calls.append(("a", p)))
     bus.on("agent/status", lambda p: calls.append(("b", p)))
     bus.on("agent/status", lambda p: calls.append(("c", p)))
@@ -80,7 +90,7 @@ def test_emit_with_no_listeners_is_a_no_op() -> None:
     """Emitting a hook nobody listens to does nothing."""
     bus = HookBus()
     assert not bus.has("agent/status")
-    bus.emit("agent/status", object())
+    bus.emit("agent/status", _Unowned())
 
 
 def test_emit_contains_a_raising_listener(caplog: pytest.LogCaptureFixture) -> None:
@@ -95,7 +105,7 @@ def test_emit_contains_a_raising_listener(caplog: pytest.LogCaptureFixture) -> N
     bus.on("agent/status", boom)
     bus.on("agent/status", lambda p: calls.append("c"))
     with caplog.at_level(logging.ERROR, logger="steerloop"):
-        bus.emit("agent/status", object())
+        bus.emit("agent/status", _Unowned())
     assert calls == ["a", "c"]
     failures = [r for r in caplog.records if r.exc_info and "status boom" in str(r.exc_info[1])]
     assert len(failures) == 1
@@ -122,7 +132,7 @@ async def test_emit_runs_awaitables_and_logs_their_failures(
     bus.on("session/event", bad)
     bus.on("session/event", lambda p: calls.append("sync"))
     with caplog.at_level(logging.ERROR, logger="steerloop"):
-        bus.emit("session/event", object())
+        bus.emit("session/event", _Unowned())
         assert calls == ["sync"]  # emit itself does not wait
         gate.set()
         await asyncio.wait_for(bus.drain(), 1)
@@ -148,7 +158,7 @@ async def test_emit_awaited_awaits_in_order_and_propagates() -> None:
     bus.on("agent/created", second)
     bus.on("agent/created", lambda p: calls.append("third"))
     with pytest.raises(RuntimeError, match="veto"):
-        await bus.emit_awaited("agent/created", object())
+        await bus.emit_awaited("agent/created", _Unowned())
     assert calls == ["first", "second"]
 
 
@@ -172,16 +182,16 @@ async def test_serial_bails_on_first_non_none() -> None:
     bus.on("agent/turn-stopping", none_sync)
     bus.on("agent/turn-stopping", value)
     bus.on("agent/turn-stopping", lambda p: calls.append("d"))
-    assert await bus.serial("agent/turn-stopping", object()) == "stop"
+    assert await bus.serial("agent/turn-stopping", _Unowned()) == "stop"
     assert calls == ["a", "b", "c"]
 
 
 async def test_serial_returns_none_when_nobody_bails() -> None:
     """serial: with only ``None`` results (or no listeners) the result is ``None``."""
     bus = HookBus()
-    assert await bus.serial("tools/pre-execute", object()) is None
+    assert await bus.serial("tools/pre-execute", _Unowned()) is None
     bus.on("tools/pre-execute", lambda p: None)
-    assert await bus.serial("tools/pre-execute", object()) is None
+    assert await bus.serial("tools/pre-execute", _Unowned()) is None
 
 
 async def test_serial_false_is_a_result() -> None:
@@ -190,7 +200,7 @@ async def test_serial_false_is_a_result() -> None:
     calls: list[str] = []
     bus.on("tools/pre-execute", lambda p: False)
     bus.on("tools/pre-execute", lambda p: calls.append("later"))
-    assert await bus.serial("tools/pre-execute", object()) is False
+    assert await bus.serial("tools/pre-execute", _Unowned()) is False
     assert calls == []
 
 
@@ -218,7 +228,7 @@ async def test_waterfall_last_registered_first_with_next() -> None:
 
     bus.on("agent/request", first)
     bus.on("agent/request", second)
-    assert await bus.waterfall("agent/request", object(), default) == "second(first(d))"
+    assert await bus.waterfall("agent/request", _Unowned(), default) == "second(first(d))"
     assert trace == ["second>", "first>", "default", "first<", "second<"]
 
 
@@ -242,7 +252,7 @@ async def test_waterfall_without_next_short_circuits() -> None:
 
     bus.on("agent/pre-step", inner)
     bus.on("agent/pre-step", outer)
-    assert await bus.waterfall("agent/pre-step", object(), default) == "mine"
+    assert await bus.waterfall("agent/pre-step", _Unowned(), default) == "mine"
     assert trace == ["outer"]
 
 
@@ -253,7 +263,7 @@ async def test_waterfall_with_no_listeners_runs_the_default() -> None:
     async def default() -> int:
         return 42
 
-    assert await bus.waterfall("tools/post-execute", object(), default) == 42
+    assert await bus.waterfall("tools/post-execute", _Unowned(), default) == 42
 
 
 async def test_waterfall_accepts_sync_listeners() -> None:
@@ -264,9 +274,9 @@ async def test_waterfall_accepts_sync_listeners() -> None:
         return "d"
 
     bus.on("agent/request-error", lambda p, next_: next_())
-    assert await bus.waterfall("agent/request-error", object(), default) == "d"
+    assert await bus.waterfall("agent/request-error", _Unowned(), default) == "d"
     bus.on("agent/request-error", lambda p, next_: "plain")
-    assert await bus.waterfall("agent/request-error", object(), default) == "plain"
+    assert await bus.waterfall("agent/request-error", _Unowned(), default) == "plain"
 
 
 def test_disposer_is_idempotent() -> None:
@@ -278,7 +288,7 @@ def test_disposer_is_idempotent() -> None:
     assert isinstance(dispose_a, Disposer)
     dispose_a()
     dispose_a()
-    bus.emit("agent/status", object())
+    bus.emit("agent/status", _Unowned())
     assert calls == ["b"]
 
 
@@ -290,8 +300,9 @@ def test_disposing_the_same_listener_registered_twice_removes_one() -> None:
     bus.on("agent/status", calls.append)
     first()
     first()
-    bus.emit("agent/status", "p")
-    assert calls == ["p"]
+    payload = _Unowned()
+    bus.emit("agent/status", payload)
+    assert calls == [payload]
 
 
 def test_disposing_during_emission_does_not_disturb_it() -> None:
@@ -310,10 +321,10 @@ def test_disposing_during_emission_does_not_disturb_it() -> None:
     disposers["a"] = bus.on("agent/status", a)
     disposers["b"] = bus.on("agent/status", lambda p: calls.append("b"))
     bus.on("agent/status", lambda p: calls.append("c"))
-    bus.emit("agent/status", object())
+    bus.emit("agent/status", _Unowned())
     assert calls == ["a", "b", "c"]
     calls.clear()
-    bus.emit("agent/status", object())
+    bus.emit("agent/status", _Unowned())
     assert calls == ["c", "late"]
 
 
@@ -329,7 +340,7 @@ async def test_disposing_during_serial_does_not_disturb_it() -> None:
 
     disposers["a"] = bus.on("agent/turn-stopping", a)
     bus.on("agent/turn-stopping", lambda p: calls.append("b"))
-    assert await bus.serial("agent/turn-stopping", object()) is None
+    assert await bus.serial("agent/turn-stopping", _Unowned()) is None
     assert calls == ["a", "b"]
 
 
@@ -346,17 +357,20 @@ def test_hook_scope_filters_by_owner() -> None:
 
 
 def test_hook_scope_owner_from_session_and_exec_payloads() -> None:
-    """A scope matches ``session/event`` payloads by session id and ``tools/*`` by exec.agent."""
+    """A payload's owner is explicit: ``session/event``'s is its session's id, ``tools/*``'s
+    its exec's agent's; a scope matches on it."""
     bus = HookBus()
     calls: list[str] = []
     bus.on("session/event", lambda p: calls.append(f"session:{p.session.id}"), owner="a1")
     bus.on("tools/result", lambda p: calls.append(f"tool:{p.exec.agent.id}"), owner="a1")
     for sid in ("a1", "a2"):
-        bus.emit("session/event", SimpleNamespace(session=SimpleNamespace(id=sid), event=None))
-        bus.emit(
-            "tools/result",
-            SimpleNamespace(exec=SimpleNamespace(agent=SimpleNamespace(id=sid)), result=None),
-        )
+        session: Any = SimpleNamespace(id=sid)
+        exec: Any = SimpleNamespace(agent=SimpleNamespace(id=sid))
+        event = SessionEventPayload(session, exec)
+        tool = ToolHookPayload(exec)
+        assert (event.owner, tool.owner) == (sid, sid)
+        bus.emit("session/event", event)
+        bus.emit("tools/result", tool)
     assert calls == ["session:a1", "tool:a1"]
 
 
@@ -386,3 +400,28 @@ async def test_scoped_waterfall_skips_other_agents_listeners() -> None:
 
     assert await bus.waterfall("agent/request", _agent_payload("a1"), default) == "a1-only"
     assert await bus.waterfall("agent/request", _agent_payload("a2"), default) == "d"
+
+
+def test_owner_is_read_only_while_a_scoped_listener_is_registered() -> None:
+    """Emissions of a hook without scoped listeners never read the payload's owner: once the
+    last scoped listener is disposed, the bus is back to handing every payload over as is."""
+
+    class Counting:
+        reads = 0
+
+        @property
+        def owner(self) -> str:
+            Counting.reads += 1
+            return "a1"
+
+    bus = HookBus()
+    calls: list[str] = []
+    bus.on("agent/status", lambda p: calls.append("all"))
+    dispose = bus.on("agent/status", lambda p: calls.append("a1"), owner="a1")
+    bus.on("agent/status", lambda p: calls.append("a2"), owner="a2")()
+    bus.emit("agent/status", Counting())
+    assert (calls, Counting.reads) == (["all", "a1"], 1)
+    dispose()
+    calls.clear()
+    bus.emit("agent/status", Counting())
+    assert (calls, Counting.reads) == (["all"], 1)

@@ -7,7 +7,8 @@
   runtime's default ends the chain.
 
 Registrations return a ``Disposer``. A listener registered with ``owner`` only receives
-that agent's payloads (an agent's scope registers its listeners that way).
+that agent's payloads (an agent's scope registers its listeners that way): every payload
+says whose it is in its ``owner`` attribute (``HookPayload``).
 """
 
 from __future__ import annotations
@@ -16,9 +17,20 @@ import asyncio
 import inspect
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any, Generic, Literal, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar, overload
 
-__all__ = ["Disposer", "EmitHook", "HookBus", "HookMode", "SerialHook", "WaterfallHook"]
+__all__ = [
+    "Disposer",
+    "EmitHook",
+    "EmitListener",
+    "HookBus",
+    "HookMode",
+    "HookPayload",
+    "SerialHook",
+    "SerialListener",
+    "WaterfallHook",
+    "WaterfallListener",
+]
 
 T = TypeVar("T")
 P = TypeVar("P")
@@ -54,26 +66,72 @@ HOOK_MODES: dict[str, HookMode] = {
 }
 
 
-class EmitHook(str, Generic[P]):
-    """A typed handle of a notification hook: its listeners take the payload ``P``.
+class HookPayload(Protocol):
+    """What every hook payload carries: the id of the agent it belongs to (an agent and its
+    session share the id), or ``None`` for a payload of no agent."""
 
-    It is the hook's name (a ``str``), so it goes wherever a name goes; the type parameters
-    let ``HookBus.on`` check a listener against the hook's payload and result.
-    """
+    @property
+    def owner(self) -> str | None: ...
+
+
+class _Handle(str):
+    """A hook's name carrying its mode (the runtime class of every typed handle)."""
 
     mode: HookMode = "emit"
 
 
-class SerialHook(str, Generic[P, R]):
-    """A typed handle of a serial hook: ``listener(P)`` returns ``R`` or ``None`` (no opinion)."""
+if TYPE_CHECKING:
+    # To a type checker a handle is *not* a ``str``: a listener that does not fit the handle's
+    # overload of ``HookBus.on`` must not fall through to the plain-name overload, which takes
+    # any callable. At run time a handle is its name (``_Handle``), so it goes wherever a
+    # name goes and ``rt.hooks.on("agent/status", ...)`` stays the same registration.
 
-    mode: HookMode = "serial"
+    class _TypedHandle:
+        mode: HookMode
+
+        def __init__(self, name: str) -> None: ...
+        def __str__(self) -> str: ...
+
+    class EmitHook(_TypedHandle, Generic[P]):
+        """A typed handle of a notification hook: its listeners take the payload ``P``."""
+
+    class SerialHook(_TypedHandle, Generic[P, R]):
+        """A typed handle of a serial hook: ``listener(P)`` returns ``R`` or ``None``."""
+
+    class WaterfallHook(_TypedHandle, Generic[P, R]):
+        """A typed handle of a waterfall hook: ``listener(P, next)`` returns ``R``."""
+
+    HookName = str | _TypedHandle
+else:
+
+    class EmitHook(_Handle, Generic[P]):
+        """A typed handle of a notification hook: its listeners take the payload ``P``.
+
+        It is the hook's name (a ``str``), so it goes wherever a name goes; the type
+        parameters let ``HookBus.on`` check a listener against the hook's payload and result.
+        """
+
+        mode = "emit"
+
+    class SerialHook(_Handle, Generic[P, R]):
+        """A typed handle of a serial hook: ``listener(P)`` returns ``R`` or ``None``."""
+
+        mode = "serial"
+
+    class WaterfallHook(_Handle, Generic[P, R]):
+        """A typed handle of a waterfall hook: ``listener(P, next)`` returns ``R``."""
+
+        mode = "waterfall"
+
+    HookName = str
 
 
-class WaterfallHook(str, Generic[P, R]):
-    """A typed handle of a waterfall hook: ``listener(P, next)`` returns ``R``."""
-
-    mode: HookMode = "waterfall"
+EmitListener = Callable[[P], Awaitable[None] | None]
+"""A listener of an ``EmitHook[P]``."""
+SerialListener = Callable[[P], Awaitable[R | None] | R | None]
+"""A listener of a ``SerialHook[P, R]``: ``None`` is no opinion."""
+WaterfallListener = Callable[[P, Callable[[], Awaitable[R]]], Awaitable[R]]
+"""A listener of a ``WaterfallHook[P, R]``: it gets the payload and ``next``."""
 
 
 class Disposer:
@@ -98,36 +156,25 @@ class _Entry:
         self.owner = owner
 
 
-def owner_of(payload: object) -> str | None:
-    """The agent/session id a payload belongs to, for scoped listeners."""
-    agent = getattr(payload, "agent", None)
-    if agent is not None:
-        return str(agent.id)
-    session = getattr(payload, "session", None)
-    if session is not None:
-        return str(session.id)
-    exec_ = getattr(payload, "exec", None)
-    if exec_ is not None and exec_.agent is not None:
-        return str(exec_.agent.id)
-    return None
-
-
 class HookBus:
     """Named hooks with fixed modes (see the module docstring)."""
 
     def __init__(self) -> None:
-        self._listeners: dict[str, list[_Entry]] = {}
-        self._modes: dict[str, HookMode] = dict(HOOK_MODES)
+        self._listeners: dict[HookName, list[_Entry]] = {}
+        # Names with at least one owner-scoped listener: only their emissions read the
+        # payload's owner and filter. Kept by ``_set``, the one writer of ``_listeners``.
+        self._scoped: set[HookName] = set()
+        self._modes: dict[HookName, HookMode] = {name: mode for name, mode in HOOK_MODES.items()}
         self._tasks: set[asyncio.Future[Any]] = set()
 
-    def define(self, name: str, mode: HookMode) -> None:
+    def define(self, name: HookName, mode: HookMode) -> None:
         """Declare a plugin hook; redefining a hook with another mode raises ``ValueError``."""
         existing = self._modes.get(name)
         if existing is not None and existing != mode:
             raise ValueError(f"hook {name!r} already has mode {existing!r}")
         self._modes[name] = mode
 
-    def mode(self, name: str) -> HookMode:
+    def mode(self, name: HookName) -> HookMode:
         try:
             return self._modes[name]
         except KeyError:
@@ -137,7 +184,7 @@ class HookBus:
     def on(
         self,
         name: EmitHook[P],
-        listener: Callable[[P], Awaitable[None] | None],
+        listener: EmitListener[P],
         *,
         owner: str | None = None,
     ) -> Disposer: ...
@@ -145,7 +192,7 @@ class HookBus:
     def on(
         self,
         name: SerialHook[P, R],
-        listener: Callable[[P], Awaitable[R | None]],
+        listener: SerialListener[P, R],
         *,
         owner: str | None = None,
     ) -> Disposer: ...
@@ -153,7 +200,7 @@ class HookBus:
     def on(
         self,
         name: WaterfallHook[P, R],
-        listener: Callable[[P, Callable[[], Awaitable[R]]], Awaitable[R]],
+        listener: WaterfallListener[P, R],
         *,
         owner: str | None = None,
     ) -> Disposer: ...
@@ -161,35 +208,42 @@ class HookBus:
     def on(
         self, name: str, listener: Callable[..., Any], *, owner: str | None = None
     ) -> Disposer: ...
-    def on(self, name: str, listener: Callable[..., Any], *, owner: str | None = None) -> Disposer:
+    def on(
+        self, name: HookName, listener: Callable[..., Any], *, owner: str | None = None
+    ) -> Disposer:
         """Register ``listener`` for ``name``; returns its disposer."""
         self.mode(name)
         if not callable(listener):
             raise ValueError("listener must be callable")
         entry = _Entry(listener, owner)
-        entries = self._listeners.setdefault(name, [])
         # Copy-on-write: an emission in progress keeps iterating its own snapshot.
-        self._listeners[name] = [*entries, entry]
+        self._set(name, [*self._listeners.get(name, ()), entry])
 
         def dispose() -> None:
-            current = self._listeners.get(name, [])
-            self._listeners[name] = [e for e in current if e is not entry]
+            self._set(name, [e for e in self._listeners.get(name, ()) if e is not entry])
 
         return Disposer(dispose)
 
-    def has(self, name: str) -> bool:
+    def has(self, name: HookName) -> bool:
         return bool(self._listeners.get(name))
 
-    def _select(self, name: str, payload: object) -> list[_Entry]:
+    def _set(self, name: HookName, entries: list[_Entry]) -> None:
+        self._listeners[name] = entries
+        if any(e.owner is not None for e in entries):
+            self._scoped.add(name)
+        else:
+            self._scoped.discard(name)
+
+    def _select(self, name: HookName, payload: HookPayload) -> list[_Entry]:
         entries = self._listeners.get(name)
         if not entries:
             return []
-        if all(e.owner is None for e in entries):
+        if name not in self._scoped:
             return entries
-        owner = owner_of(payload)
+        owner = payload.owner
         return [e for e in entries if e.owner is None or e.owner == owner]
 
-    def emit(self, name: str, payload: object) -> None:
+    def emit(self, name: HookName, payload: HookPayload) -> None:
         """Notify every listener; failures are logged, awaitables run as tracked tasks."""
         for entry in self._select(name, payload):
             try:
@@ -197,12 +251,12 @@ class HookBus:
             except Exception:
                 _log.exception("listener of %s raised", name)
                 continue
-            if inspect.isawaitable(result):
+            if result is not None and inspect.isawaitable(result):
                 task = asyncio.ensure_future(result)
                 self._tasks.add(task)
                 task.add_done_callback(self._settled(name))
 
-    def _settled(self, name: str) -> Callable[[asyncio.Future[Any]], None]:
+    def _settled(self, name: HookName) -> Callable[[asyncio.Future[Any]], None]:
         def done(task: asyncio.Future[Any]) -> None:
             self._tasks.discard(task)
             if not task.cancelled() and task.exception() is not None:
@@ -210,24 +264,26 @@ class HookBus:
 
         return done
 
-    async def emit_awaited(self, name: str, payload: object) -> None:
+    async def emit_awaited(self, name: HookName, payload: HookPayload) -> None:
         """Await every listener in order; the first failure propagates."""
         for entry in self._select(name, payload):
             result = entry.fn(payload)
-            if inspect.isawaitable(result):
+            if result is not None and inspect.isawaitable(result):
                 await result
 
-    async def serial(self, name: str, payload: object) -> Any:
+    async def serial(self, name: HookName, payload: HookPayload) -> Any:
         """Await listeners in order; return the first non-``None`` result."""
         for entry in self._select(name, payload):
             result = entry.fn(payload)
-            if inspect.isawaitable(result):
+            if result is not None and inspect.isawaitable(result):
                 result = await result
             if result is not None:
                 return result
         return None
 
-    async def waterfall(self, name: str, payload: object, default: Callable[[], Awaitable[T]]) -> T:
+    async def waterfall(
+        self, name: HookName, payload: HookPayload, default: Callable[[], Awaitable[T]]
+    ) -> T:
         """Run the chain, last-registered first, ending in ``default``."""
         entries = self._select(name, payload)
         if not entries:
@@ -241,7 +297,7 @@ class HookBus:
                 return await call(i - 1)
 
             result = entries[i].fn(payload, next_)
-            if inspect.isawaitable(result):
+            if result is not None and inspect.isawaitable(result):
                 result = await result
             return result
 

@@ -6,6 +6,7 @@ import asyncio
 import itertools
 import logging
 from collections.abc import Callable, Coroutine, Generator, Mapping, Sequence
+from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
@@ -22,7 +23,7 @@ from .session._session import EventSink, Session
 from .session._store import SessionStore, open_store
 from .tools._runtime import ToolPipeline, ToolRegistry
 
-__all__ = ["Runtime", "SessionRegistry"]
+__all__ = ["Runtime", "RuntimeClosing", "SessionRegistry"]
 
 _log = logging.getLogger("steerloop")
 
@@ -31,6 +32,18 @@ def _check_parallel(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"max_parallel_tool_calls must be a positive integer, not {value!r}")
     return value
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeClosing:
+    """Payload of ``runtime/closing``: ``runtime`` is closing; it belongs to no agent."""
+
+    runtime: Runtime
+
+    @property
+    def owner(self) -> None:
+        """No agent's (``HookPayload``): only unscoped listeners receive it."""
+        return None
 
 
 class Runtime:
@@ -190,7 +203,7 @@ class Runtime:
             await self.agents.close(timeout)
         finally:
             try:
-                await self.hooks.emit_awaited("runtime/closing", self)
+                await self.hooks.emit_awaited("runtime/closing", RuntimeClosing(self))
             except Exception:
                 _log.exception("a runtime/closing listener raised")
             await self.hooks.drain()

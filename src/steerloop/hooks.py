@@ -6,103 +6,20 @@ payload and result types and its mode, so a type checker checks a listener again
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any
 
-from ._hooks import EmitHook, SerialHook, WaterfallHook
-from .agent._decisions import (
-    AgentPayload,
-    ClaimedPayload,
-    CompactPayload,
-    ErrorPayload,
-    InboxMessagePayload,
-    PreStepDecision,
-    PreStepPayload,
-    RequestErrorAction,
-    RequestErrorPayload,
-    RequestPayload,
-    SessionStartPayload,
-    StatusPayload,
-    StreamFramePayload,
-    TurnStoppingPayload,
-)
-from .llm._types import CallConfig
-from .session._events import SessionEvent
-from .session._session import SessionEventPayload
-from .tools._define import PostExecute, ToolDecision
-from .tools._runtime import ApprovalHookPayload, ToolHookPayload
+from ._hooks import EmitHook, HookPayload, SerialHook, WaterfallHook
+from ._runtime import RuntimeClosing
+from .agent import _handles
+from .agent._handles import *  # noqa: F403 - the loop's handles, named in its __all__
 
-if TYPE_CHECKING:
-    from ._runtime import Runtime
+__all__ = ["HANDLES", "RUNTIME_CLOSING", "HookPayload", "RuntimeClosing"]
+__all__ += _handles.__all__
 
-__all__ = [
-    "AGENT_COMPACT",
-    "AGENT_CREATED",
-    "AGENT_DISPOSED",
-    "AGENT_ERROR",
-    "ASSISTANT_STREAM",
-    "HANDLES",
-    "INBOX_CLAIMED",
-    "INBOX_DISCARDED",
-    "INBOX_INSERTED",
-    "PRE_STEP",
-    "REQUEST",
-    "REQUEST_ERROR",
-    "RUNTIME_CLOSING",
-    "SESSION_EVENT",
-    "SESSION_START",
-    "STATUS",
-    "TOOLS_APPROVAL_REQUESTED",
-    "TOOLS_POST_EXECUTE",
-    "TOOLS_PRE_EXECUTE",
-    "TOOLS_RESULT",
-    "TURN_STOPPING",
-]
+RUNTIME_CLOSING: EmitHook[RuntimeClosing] = EmitHook("runtime/closing")
 
-AGENT_CREATED: EmitHook[AgentPayload] = EmitHook("agent/created")
-AGENT_DISPOSED: EmitHook[AgentPayload] = EmitHook("agent/disposed")
-STATUS: EmitHook[StatusPayload] = EmitHook("agent/status")
-AGENT_ERROR: EmitHook[ErrorPayload] = EmitHook("agent/error")
-SESSION_START: EmitHook[SessionStartPayload] = EmitHook("agent/session-start")
-INBOX_INSERTED: EmitHook[InboxMessagePayload] = EmitHook("agent/inbox/inserted")
-INBOX_CLAIMED: EmitHook[ClaimedPayload] = EmitHook("agent/inbox/claimed")
-INBOX_DISCARDED: EmitHook[InboxMessagePayload] = EmitHook("agent/inbox/discarded")
-ASSISTANT_STREAM: EmitHook[StreamFramePayload] = EmitHook("agent/assistant-stream")
-PRE_STEP: WaterfallHook[PreStepPayload, PreStepDecision] = WaterfallHook("agent/pre-step")
-REQUEST: WaterfallHook[RequestPayload, CallConfig] = WaterfallHook("agent/request")
-REQUEST_ERROR: WaterfallHook[RequestErrorPayload, RequestErrorAction | None] = WaterfallHook(
-    "agent/request-error"
-)
-TURN_STOPPING: SerialHook[TurnStoppingPayload, object] = SerialHook("agent/turn-stopping")
-AGENT_COMPACT: SerialHook[CompactPayload, SessionEvent] = SerialHook("agent/compact")
-SESSION_EVENT: EmitHook[SessionEventPayload] = EmitHook("session/event")
-TOOLS_PRE_EXECUTE: SerialHook[ToolHookPayload, ToolDecision] = SerialHook("tools/pre-execute")
-TOOLS_POST_EXECUTE: WaterfallHook[ToolHookPayload, PostExecute] = WaterfallHook(
-    "tools/post-execute"
-)
-TOOLS_RESULT: EmitHook[ToolHookPayload] = EmitHook("tools/result")
-TOOLS_APPROVAL_REQUESTED: EmitHook[ApprovalHookPayload] = EmitHook("tools/approval-requested")
-RUNTIME_CLOSING: EmitHook[Runtime] = EmitHook("runtime/closing")
-
-HANDLES: tuple[str, ...] = (
-    AGENT_CREATED,
-    AGENT_DISPOSED,
-    STATUS,
-    AGENT_ERROR,
-    SESSION_START,
-    INBOX_INSERTED,
-    INBOX_CLAIMED,
-    INBOX_DISCARDED,
-    ASSISTANT_STREAM,
-    PRE_STEP,
-    REQUEST,
-    REQUEST_ERROR,
-    TURN_STOPPING,
-    AGENT_COMPACT,
-    SESSION_EVENT,
-    TOOLS_PRE_EXECUTE,
-    TOOLS_POST_EXECUTE,
-    TOOLS_RESULT,
-    TOOLS_APPROVAL_REQUESTED,
+HANDLES: tuple[EmitHook[Any] | SerialHook[Any, Any] | WaterfallHook[Any, Any], ...] = (
+    *_handles.LOOP_HANDLES,
     RUNTIME_CLOSING,
 )
 """Every handle, one per hook of the runtime."""

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import shlex
 import sys
@@ -12,7 +11,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from tests.llm.sse_server import Reply, SSEServer, sse, sse_reply
+from tests.llm import openai_wire as wire
+from tests.llm.sse_server import Reply, SSEServer
 
 CLI = [sys.executable, "-m", "steerloop.cli"]
 WAIT = 20.0  # seconds; every wait is bounded and polls
@@ -32,59 +32,13 @@ _PROVIDER_VARS = (
 # --- OpenAI chat-completions wire -----------------------------------------------------------
 
 
-def chunk(delta: dict[str, Any] | None = None, finish: str | None = None, **extra: Any) -> bytes:
-    """One ``chat.completion.chunk`` event."""
-    body: dict[str, Any] = {
-        "id": "chatcmpl-1",
-        "object": "chat.completion.chunk",
-        "created": 1,
-        "model": "m",
-        "choices": [],
-        **extra,
-    }
-    if delta is not None or finish is not None:
-        body["choices"] = [{"index": 0, "delta": delta or {}, "finish_reason": finish}]
-    return sse(body)
-
-
-def usage(prompt: int, completion: int) -> bytes:
-    return chunk(
-        usage={
-            "prompt_tokens": prompt,
-            "completion_tokens": completion,
-            "total_tokens": prompt + completion,
-        }
-    )
-
-
-DONE = sse("[DONE]")
-
-
-def text_events(*pieces: str) -> list[bytes]:
-    return [chunk({"role": "assistant", "content": ""}), *(chunk({"content": p}) for p in pieces)]
-
-
 def text_reply(
     *pieces: str, prompt_tokens: int = 11, completion_tokens: int = 7, **kwargs: Any
 ) -> Reply:
     """A complete streamed text answer with usage (``kwargs`` go to ``sse_reply``)."""
-    return sse_reply(
-        [*text_events(*pieces), chunk({}, "stop"), usage(prompt_tokens, completion_tokens), DONE],
-        **kwargs,
+    return wire.text_reply(
+        *pieces, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, **kwargs
     )
-
-
-def tool_call_events(call_id: str, name: str, args: Mapping[str, Any]) -> list[bytes]:
-    raw = json.dumps(args)
-    half = len(raw) // 2
-    first = {"index": 0, "id": call_id, "type": "function", "function": {"name": name}}
-    return [
-        chunk({"tool_calls": [{**first, "function": {"name": name, "arguments": raw[:half]}}]}),
-        chunk({"tool_calls": [{"index": 0, "function": {"arguments": raw[half:]}}]}),
-        chunk({}, "tool_calls"),
-        usage(20, 9),
-        DONE,
-    ]
 
 
 def request_text(server: SSEServer, index: int) -> str:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -11,24 +10,6 @@ from tests.cli.helpers import CLI, Tmux, clean_env, request_text, text_reply, wa
 from tests.llm.sse_server import SSEServer
 
 pytestmark = pytest.mark.timeout(120)
-
-
-@pytest.fixture
-async def server() -> AsyncIterator[SSEServer]:
-    srv = await SSEServer.start()
-    try:
-        yield srv
-    finally:
-        await srv.stop()
-
-
-@pytest.fixture
-async def tmux(tmp_path: Path) -> AsyncIterator[Tmux]:
-    term = Tmux(tmp_path / "tmux.sock")
-    try:
-        yield term
-    finally:
-        await term.kill()
 
 
 async def test_compact_command_and_context_footer(

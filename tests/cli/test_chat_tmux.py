@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -21,25 +20,18 @@ from tests.cli.helpers import (
     clean_env,
     request_text,
     run_cli,
-    text_events,
     text_reply,
-    tool_call_events,
     wait_for,
+)
+from tests.llm.openai_wire import (
+    text_events,
+    tool_call_events,
 )
 from tests.llm.sse_server import SSEServer, sse_reply
 
 pytestmark = pytest.mark.timeout(120)
 
 SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
-
-
-@pytest.fixture
-async def tmux(tmp_path: Path) -> AsyncIterator[Tmux]:
-    term = Tmux(tmp_path / "tmux.sock")
-    try:
-        yield term
-    finally:
-        await term.kill()
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from steerloop.cli._chat_view import ChatView, Screen, wrap
 from steerloop.llm.chunks import ReasoningDelta, TextDelta, ToolCallDelta
 
 
-def frame(kind: Any, attempt: str = "a1", **fields: object) -> SimpleNamespace:
+def frame(kind: Any, attempt: str = "a1", **fields: object) -> Any:  # a StreamFramePayload stand-in
     return SimpleNamespace(frame=StreamFrame(kind=kind, attempt_id=attempt, revision=0, **fields))  # type: ignore[arg-type]
 
 

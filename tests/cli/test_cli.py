@@ -16,10 +16,12 @@ from tests.cli.helpers import (
     CLI,
     clean_env,
     run_cli,
-    text_events,
     text_reply,
-    tool_call_events,
     wait_for,
+)
+from tests.llm.openai_wire import (
+    text_events,
+    tool_call_events,
 )
 from tests.llm.sse_server import SSEServer, json_reply, sse_reply
 

@@ -19,14 +19,16 @@ from steerloop.cli import app
 from steerloop.cli._demo import run_demo
 from tests.cli.helpers import (
     CLI,
-    DONE,
-    chunk,
     clean_env,
     run_cli,
-    text_events,
     text_reply,
-    usage,
     wait_for,
+)
+from tests.llm.openai_wire import (
+    DONE,
+    chunk,
+    text_events,
+    usage,
 )
 from tests.llm.sse_server import SSEServer, json_reply, sse_reply
 

@@ -8,7 +8,14 @@ from typing import Any
 
 import pytest
 
-from tests.cli.helpers import clean_env, run_cli, text_reply, tool_call_events
+from tests.cli.helpers import (
+    clean_env,
+    run_cli,
+    text_reply,
+)
+from tests.llm.openai_wire import (
+    tool_call_events,
+)
 from tests.llm.sse_server import SSEServer, sse_reply
 
 pytestmark = pytest.mark.timeout(120)

@@ -19,24 +19,14 @@ from steerloop.llm.config import (
     register_providers,
 )
 from tests.conftest import compact, events_of, settle
-from tests.llm.sse_server import SSEServer, json_reply, sse, sse_reply
+from tests.llm.openai_wire import DONE, chunk
+from tests.llm.sse_server import SSEServer, json_reply, sse_reply
 
 SECRET = "sk-live-0123456789abcdefSECRET"
 
 
 def text_reply(text: str) -> Any:
-    def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
-        return sse(
-            {
-                "id": "x",
-                "object": "chat.completion.chunk",
-                "created": 1,
-                "model": "m",
-                "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-            }
-        )
-
-    return sse_reply([chunk({"content": text}), chunk({}, "stop"), sse("[DONE]")])
+    return sse_reply([chunk({"content": text}), chunk({}, "stop"), DONE])
 
 
 async def run(rt: Runtime, provider: str, model: str) -> Any:

@@ -21,7 +21,7 @@ from steerloop.llm.retry import install_retry
 from steerloop.testing import ScriptedAdapter, text_response
 
 from ..conftest import compact, events_of, settle, within
-from .test_openai import DONE, chunk
+from .openai_wire import DONE, chunk
 
 
 def reply(text: str) -> bytes:

@@ -30,65 +30,13 @@ from steerloop.messages import (
 )
 from steerloop.session._events import encode
 from tests.conftest import compact, events_of, settle, within
+from tests.llm.openai_wire import DONE, chunk, text_reply, tool_delta, usage
 from tests.llm.sse_server import SSEServer, json_reply, sse, sse_reply
 
 KEY = "sk-test"
 
 
 # --- wire helpers -----------------------------------------------------------------------
-
-
-def chunk(
-    delta: dict[str, Any] | None = None,
-    finish: str | None = None,
-    *,
-    usage: dict[str, Any] | None = None,
-    model: str = "deepseek-reasoner",
-) -> bytes:
-    """One ``chat.completion.chunk`` event."""
-    body: dict[str, Any] = {
-        "id": "chatcmpl-1",
-        "object": "chat.completion.chunk",
-        "created": 1,
-        "model": model,
-        "choices": [],
-    }
-    if delta is not None or finish is not None:
-        body["choices"] = [{"index": 0, "delta": delta or {}, "finish_reason": finish}]
-    if usage is not None:
-        body["usage"] = usage
-    return sse(body)
-
-
-def usage(prompt: int, completion: int, cached: int = 0, reasoning: int = 0) -> bytes:
-    return chunk(
-        usage={
-            "prompt_tokens": prompt,
-            "completion_tokens": completion,
-            "total_tokens": prompt + completion,
-            "prompt_tokens_details": {"cached_tokens": cached},
-            "completion_tokens_details": {"reasoning_tokens": reasoning},
-        }
-    )
-
-
-DONE = sse("[DONE]")
-
-
-def text_reply(*pieces: str, finish: str = "stop", **kwargs: Any) -> Any:
-    events = [chunk({"role": "assistant", "content": ""})]
-    events += [chunk({"content": p}) for p in pieces]
-    events += [chunk({}, finish), usage(10, len(pieces)), DONE]
-    return sse_reply(events, **kwargs)
-
-
-def tool_delta(index: int, **fields: Any) -> bytes:
-    call: dict[str, Any] = {"index": index}
-    if "id" in fields:
-        call["id"] = fields.pop("id")
-        call["type"] = "function"
-    call["function"] = fields
-    return chunk({"tool_calls": [call]})
 
 
 # --- fixtures ---------------------------------------------------------------------------

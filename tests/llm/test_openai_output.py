@@ -14,8 +14,9 @@ import pytest
 from steerloop import AgentOptions, Runtime
 from steerloop.llm.openai import OpenAIChatAdapter
 from tests.conftest import compact, within
+from tests.llm.openai_wire import DONE, chunk, text_reply, tool_delta, usage
 from tests.llm.sse_server import SSEServer, sse_reply
-from tests.llm.test_openai import DONE, KEY, chunk, text_reply, tool_delta, usage
+from tests.llm.test_openai import KEY
 
 
 class Weather(pydantic.BaseModel):

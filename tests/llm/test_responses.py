@@ -112,6 +112,15 @@ async def collect(adapter: OpenAIResponsesAdapter, request: GenerateRequest) -> 
     return [chunk async for chunk in adapter.stream(request)]
 
 
+async def stream_once(server: SSEServer, request: GenerateRequest) -> list[StreamChunk]:
+    """Stream ``request`` through a fresh adapter on ``server``, closed afterwards."""
+    adapter = adapter_at(server)
+    try:
+        return await collect(adapter, request)
+    finally:
+        await adapter.aclose()
+
+
 def request(**fields: Any) -> GenerateRequest:
     base: dict[str, Any] = {
         "provider": "openai",
@@ -159,11 +168,7 @@ async def test_events_become_chunks(server: SSEServer) -> None:
     events += wire.function_call(2, "lookup", ['{"key"', ': "a"}'], id="fc_1", call_id="call_1")
     events.append(wire.completed(Wire.usage(1000, 300, cached=600, reasoning=200)))
     server.add(reply(events))
-    adapter = adapter_at(server)
-    try:
-        chunks = await collect(adapter, request())
-    finally:
-        await adapter.aclose()
+    chunks = await stream_once(server, request())
     item: dict[str, Any] = reasoning_item("rs_1", "Plan it.", ENC_1)
     state = {"kind": "openai/reasoning", "item": item}
     item["summary"] = [
@@ -270,11 +275,7 @@ async def test_incomplete_for_max_output_tokens_is_max_tokens(server: SSEServer)
     events = wire.created() + wire.reasoning(0, [["Long"]], id="rs_1", encrypted=ENC_1)
     events.append(wire.incomplete("max_output_tokens", Wire.usage(10, 64, reasoning=64)))
     server.add(reply(events))
-    adapter = adapter_at(server)
-    try:
-        chunks = await collect(adapter, request(max_tokens=64))
-    finally:
-        await adapter.aclose()
+    chunks = await stream_once(server, request(max_tokens=64))
     assert chunks[-2:] == [
         UsageChunk(usage=TokenUsage(input_tokens=10, output_tokens=0, cache_read_tokens=0,
                                     reasoning_tokens=64)),
@@ -286,11 +287,7 @@ async def test_incomplete_for_content_filter_is_an_error(server: SSEServer) -> N
     wire = Wire()
     events = [*wire.created(), wire.incomplete("content_filter", Wire.usage(10, 1))]
     server.add(reply(events))
-    adapter = adapter_at(server)
-    try:
-        chunks = await collect(adapter, request())
-    finally:
-        await adapter.aclose()
+    chunks = await stream_once(server, request())
     failure = chunks[-1].reason.failure  # type: ignore[union-attr]
     assert failure is not None
     assert (failure.code, failure.retryable, failure.request_id) == (
@@ -307,11 +304,7 @@ async def test_refusal_is_an_error_finish(server: SSEServer) -> None:
     events = wire.created() + wire.message(0, ["I can't ", "help with that."], refusal=True)
     events.append(wire.completed(Wire.usage(10, 5)))
     server.add(reply(events))
-    adapter = adapter_at(server)
-    try:
-        chunks = await collect(adapter, request())
-    finally:
-        await adapter.aclose()
+    chunks = await stream_once(server, request())
     assert [c for c in chunks if isinstance(c, TextDelta)] == []
     assert chunks[-1] == Finish(
         reason=FinishReason(
@@ -378,11 +371,7 @@ async def test_http_error_before_the_stream(server: SSEServer) -> None:
             headers={"retry-after-ms": "1500", "x-request-id": "req_9"},
         )
     )
-    adapter = adapter_at(server)
-    try:
-        chunks = await collect(adapter, request())
-    finally:
-        await adapter.aclose()
+    chunks = await stream_once(server, request())
     assert chunks == [
         Finish(
             reason=FinishReason(
@@ -403,11 +392,7 @@ async def test_http_error_before_the_stream(server: SSEServer) -> None:
 async def test_stream_cut_before_the_terminal_event(server: SSEServer) -> None:
     wire = Wire()
     server.add(reply(wire.created() + wire.message(0, ["Hal"])))
-    adapter = adapter_at(server)
-    try:
-        chunks = await collect(adapter, request())
-    finally:
-        await adapter.aclose()
+    chunks = await stream_once(server, request())
     assert chunks[-1].reason.failure.code == "INCOMPLETE_STREAM"  # type: ignore[union-attr]
 
 
@@ -422,11 +407,7 @@ async def test_hosted_tool_items_are_skipped(server: SSEServer) -> None:
     events += wire.message(1, ["found"])
     events.append(wire.completed(Wire.usage(5, 1)))
     server.add(reply(events))
-    adapter = adapter_at(server)
-    try:
-        chunks = await collect(adapter, request())
-    finally:
-        await adapter.aclose()
+    chunks = await stream_once(server, request())
     assert chunks[:3] == [
         BlockStart(index=0, block_type="text"),
         TextDelta(index=0, text="found"),

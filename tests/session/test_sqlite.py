@@ -194,7 +194,7 @@ async def test_a_version_1_database_moves_to_the_append_ordered_table(tmp_path: 
 
     conn = sqlite3.connect(path)
     try:
-        assert conn.execute("SELECT version FROM schema_version").fetchone() == (2,)
+        assert conn.execute("SELECT version FROM schema_version").fetchone() == (SCHEMA_VERSION,)
         ddl = conn.execute("SELECT sql FROM sqlite_master WHERE name = 'events'").fetchone()[0]
         assert "PRIMARY KEY (session_id, seq)" in ddl and "WITHOUT ROWID" not in ddl
         order = conn.execute("SELECT session_id, seq FROM events ORDER BY rowid").fetchall()

@@ -29,9 +29,10 @@ from ._run import DEFAULT_OUTPUT_RETRIES, DEFAULT_STREAM_BUFFER, TurnResult, Tur
 
 if TYPE_CHECKING:
     from ..session._session import Session
+    from ..tools._agent_ref import AgentRef
     from ._services import LoopServices
 
-__all__ = ["Agent"]
+__all__ = ["Agent", "live_agent"]
 
 _log = logging.getLogger("steerloop")
 T = TypeVar("T")
@@ -365,6 +366,20 @@ class Agent(metaclass=RuntimeOwned):
             _log.warning("agent %r: stray task after abandon: %r", self.id, error)
             return
         self.services.hooks.emit("agent/error", ErrorPayload(self, turn, step, error))
+
+
+def live_agent(agent: AgentRef, needed_by: str = "this plugin") -> Agent:
+    """The runtime's ``Agent`` behind a hook payload's ``AgentRef``.
+
+    Payloads name the protocol (they sit below the agent layer); a plugin that drives the
+    agent (its inbox, its services) narrows here.
+
+    Raises:
+        TypeError: ``agent`` is another implementation of the protocol.
+    """
+    if not isinstance(agent, Agent):
+        raise TypeError(f"{needed_by} needs a steerloop Agent, not {type(agent).__name__}")
+    return agent
 
 
 def _driver_done(task: asyncio.Task[None]) -> None:

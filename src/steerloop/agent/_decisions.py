@@ -21,6 +21,7 @@ __all__ = [
     "CompactPayload",
     "ErrorPayload",
     "InboxMessagePayload",
+    "OfAgent",
     "PreStepDecision",
     "PreStepPayload",
     "RequestErrorAction",
@@ -72,9 +73,22 @@ class RequestErrorAction:
         return cls()
 
 
+class OfAgent:
+    """The owner of a per-agent payload is its ``agent`` (``HookPayload``); plugin payloads
+    with an ``agent`` field derive from it too."""
+
+    __slots__ = ()
+    agent: Agent
+
+    @property
+    def owner(self) -> str:
+        """The id of the agent the payload belongs to (scoped listeners see their own)."""
+        return self.agent.id
+
+
 @fast_init
 @dataclass(frozen=True, slots=True)
-class AgentPayload:
+class AgentPayload(OfAgent):
     """``agent/created`` and ``agent/disposed``."""
 
     agent: Agent
@@ -82,21 +96,21 @@ class AgentPayload:
 
 @fast_init
 @dataclass(frozen=True, slots=True)
-class SessionStartPayload:
+class SessionStartPayload(OfAgent):
     agent: Agent
     source: Literal["startup", "resume"]
 
 
 @fast_init
 @dataclass(frozen=True, slots=True)
-class StatusPayload:
+class StatusPayload(OfAgent):
     agent: Agent
     status: Literal["idle", "running"]
 
 
 @fast_init
 @dataclass(frozen=True, slots=True)
-class ErrorPayload:
+class ErrorPayload(OfAgent):
     agent: Agent
     turn: int
     step: int
@@ -105,7 +119,7 @@ class ErrorPayload:
 
 @fast_init
 @dataclass(frozen=True, slots=True)
-class InboxMessagePayload:
+class InboxMessagePayload(OfAgent):
     """``agent/inbox/inserted`` and ``agent/inbox/discarded``."""
 
     agent: Agent
@@ -114,7 +128,7 @@ class InboxMessagePayload:
 
 @fast_init
 @dataclass(frozen=True, slots=True)
-class ClaimedPayload:
+class ClaimedPayload(OfAgent):
     agent: Agent
     message: UserMessage
     turn: int
@@ -122,7 +136,7 @@ class ClaimedPayload:
 
 @fast_init
 @dataclass(frozen=True, slots=True)
-class PreStepPayload:
+class PreStepPayload(OfAgent):
     agent: Agent
     messages: tuple[UserMessage, ...]
     turn: int
@@ -132,7 +146,7 @@ class PreStepPayload:
 
 @fast_init
 @dataclass(frozen=True, slots=True)
-class RequestPayload:
+class RequestPayload(OfAgent):
     agent: Agent
     turn: int
     step: int
@@ -141,7 +155,7 @@ class RequestPayload:
 
 @fast_init
 @dataclass(frozen=True, slots=True)
-class RequestErrorPayload:
+class RequestErrorPayload(OfAgent):
     agent: Agent
     turn: int
     step: int
@@ -153,7 +167,7 @@ class RequestErrorPayload:
 
 @fast_init
 @dataclass(frozen=True, slots=True)
-class CompactPayload:
+class CompactPayload(OfAgent):
     """``agent/compact``: compact ``agent``'s history now (the maintenance job's signal)."""
 
     agent: Agent
@@ -162,7 +176,7 @@ class CompactPayload:
 
 @fast_init
 @dataclass(frozen=True, slots=True)
-class TurnStoppingPayload:
+class TurnStoppingPayload(OfAgent):
     agent: Agent
     turn: int
     signal: AbortSignal
@@ -186,6 +200,6 @@ class StreamFrame:
 
 @fast_init
 @dataclass(frozen=True, slots=True)
-class StreamFramePayload:
+class StreamFramePayload(OfAgent):
     agent: Agent
     frame: StreamFrame

@@ -15,10 +15,19 @@ import contextlib
 import inspect
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
 from .._cancel import CancelCause
-from .._hooks import Disposer
+from .._hooks import (
+    Disposer,
+    EmitHook,
+    EmitListener,
+    HookName,
+    SerialHook,
+    SerialListener,
+    WaterfallHook,
+    WaterfallListener,
+)
 from .._signal import AbortController
 from ..errors import AbortedError, SessionConflictError, SessionPersistenceNotFoundError
 from ..messages import UserMessage
@@ -39,6 +48,8 @@ if TYPE_CHECKING:
 __all__ = ["AgentHandle", "AgentRegistry", "AgentScope", "check_timeout"]
 
 _log = logging.getLogger("steerloop")
+P = TypeVar("P")
+R = TypeVar("R")
 
 Setup = Callable[["AgentScope"], Any]
 Pending = dict[str, list[UserMessage]]  # the inbox queues folded from a seed
@@ -78,10 +89,18 @@ class _ScopedHooks:
     def __init__(self, scope: AgentScope) -> None:
         self._scope = scope
 
-    def on(self, name: str, listener: Callable[..., Any]) -> Disposer:
+    @overload
+    def on(self, name: EmitHook[P], listener: EmitListener[P]) -> Disposer: ...
+    @overload
+    def on(self, name: SerialHook[P, R], listener: SerialListener[P, R]) -> Disposer: ...
+    @overload
+    def on(self, name: WaterfallHook[P, R], listener: WaterfallListener[P, R]) -> Disposer: ...
+    @overload
+    def on(self, name: str, listener: Callable[..., Any]) -> Disposer: ...
+    def on(self, name: HookName, listener: Callable[..., Any]) -> Disposer:
         """Register a listener that only receives this agent's payloads."""
         scope = self._scope
-        return scope._keep(scope._services.hooks.on(name, listener, owner=scope.agent.id))
+        return scope._keep(scope._services.hooks.on(str(name), listener, owner=scope.agent.id))
 
 
 class AgentScope:

@@ -14,7 +14,7 @@ listener raises an ``LlmError`` with code ``OUTPUT_INVALID``, which the driver r
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 import jsonschema
@@ -26,6 +26,7 @@ from ..llm._types import CallConfig, LlmFailure
 from ..messages import AssistantMessage, MessageSource, TextBlock, user_message
 from ..session._events import AssistantMessageEvent, SessionEvent, TurnOutput
 from ..tools import Tool, ToolResult
+from . import _handles as h
 from ._decisions import RequestPayload, TurnStoppingPayload
 
 if TYPE_CHECKING:
@@ -169,8 +170,8 @@ class OutputController(Generic[T]):
         self._tool_disposer: Disposer | None = None
         hooks, owner = agent.services.hooks, agent.id
         self._disposers = [
-            hooks.on("agent/request", self._on_request, owner=owner),
-            hooks.on("agent/turn-stopping", self._on_stopping, owner=owner),
+            hooks.on(h.REQUEST, self._on_request, owner=owner),
+            hooks.on(h.TURN_STOPPING, self._on_stopping, owner=owner),
         ]
 
     def close(self) -> None:
@@ -181,7 +182,9 @@ class OutputController(Generic[T]):
 
     # --- asking ----------------------------------------------------------------------
 
-    async def _on_request(self, payload: RequestPayload, next_: Any) -> Any:
+    async def _on_request(
+        self, payload: RequestPayload, next_: Callable[[], Awaitable[CallConfig]]
+    ) -> CallConfig:
         config = await next_()
         if payload.turn != self.turn or not isinstance(config, CallConfig):
             return config

@@ -23,7 +23,14 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 from ..llm._types import LlmFailure, TokenUsage
 from ..messages import UserMessage, user_message
 from ..session._events import AssistantMessageEvent, SessionEvent, TurnEnd, TurnOutput
-from ._decisions import ClaimedPayload, InboxMessagePayload, StreamFrame, StreamFramePayload
+from . import _handles as h
+from ._decisions import (
+    AgentPayload,
+    ClaimedPayload,
+    InboxMessagePayload,
+    StreamFrame,
+    StreamFramePayload,
+)
 from ._output import OutputController, OutputSpec, answer_text
 
 if TYPE_CHECKING:
@@ -137,10 +144,10 @@ class _TurnWatch:
         self.future: asyncio.Future[TurnResult[Any]] = asyncio.get_running_loop().create_future()
         hooks, owner = agent.services.hooks, agent.id
         self._disposers = [
-            hooks.on("agent/inbox/claimed", self._claimed, owner=owner),
-            hooks.on("agent/inbox/discarded", self._discarded, owner=owner),
-            hooks.on("session/event", self._event, owner=owner),
-            hooks.on("agent/disposed", self._disposed, owner=owner),
+            hooks.on(h.INBOX_CLAIMED, self._claimed, owner=owner),
+            hooks.on(h.INBOX_DISCARDED, self._discarded, owner=owner),
+            hooks.on(h.SESSION_EVENT, self._event, owner=owner),
+            hooks.on(h.AGENT_DISPOSED, self._disposed, owner=owner),
         ]
 
     def close(self) -> None:
@@ -169,7 +176,7 @@ class _TurnWatch:
         ):
             self._resolve(TurnResult(kind="aborted"))
 
-    def _disposed(self, payload: Any) -> None:
+    def _disposed(self, payload: AgentPayload) -> None:
         # Disposal closes every turn first; this only settles a watch nothing else settled.
         self._resolve(TurnResult(kind="aborted", turn=self.turn))
 
@@ -268,9 +275,7 @@ class TurnStream(_TurnWatch):
         self._closed = False
         self._ready = asyncio.Event()
         super().__init__(agent, message, controller)
-        self._frames = agent.services.hooks.on(
-            "agent/assistant-stream", self._frame, owner=agent.id
-        )
+        self._frames = agent.services.hooks.on(h.ASSISTANT_STREAM, self._frame, owner=agent.id)
         self._disposers.append(self._frames)
 
     def on_event(self, event: SessionEvent) -> None:

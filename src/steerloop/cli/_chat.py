@@ -28,9 +28,11 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from .. import hooks
 from .._cancel import CancelCause
 from .._hooks import Disposer
 from .._runtime import Runtime
+from ..agent._decisions import RequestPayload
 from ..agent._factory import AgentHandle
 from ..agent._options import AgentOptions
 from ..context import estimate_tokens, install_compaction
@@ -39,6 +41,7 @@ from ..goals import GoalError, install_goals
 from ..llm._types import CallConfig
 from ..llm.config import ProviderConfigError
 from ..messages import user_message
+from ..session._session import SessionEventPayload
 from ..tools._define import ToolExec
 from ._chat_view import ChatView, Fragments, Screen, help_table, tools_table
 from ._render import EventRenderer, format_args, summarise
@@ -140,7 +143,7 @@ class _Chat:
         )
         self.rt, self.handle, self.route = live.rt, live.handle, (live.provider, live.model)
         self.config = live.config
-        self.rt.hooks.on("agent/request", self._on_request)
+        self.rt.hooks.on(hooks.REQUEST, self._on_request)
         self.goals = install_goals(self.rt)
         await self._follow_window()
         events = self.agent.session.events
@@ -157,11 +160,11 @@ class _Chat:
         self._note("Enter sends; while the agent works, Enter steers it · /help")
 
     def _setup(self, scope: Any) -> None:
-        scope.hooks.on("session/event", self._on_event)
-        scope.hooks.on("agent/assistant-stream", self.view.on_frame)
-        scope.hooks.on("agent/status", self.view.on_status)
+        scope.hooks.on(hooks.SESSION_EVENT, self._on_event)
+        scope.hooks.on(hooks.ASSISTANT_STREAM, self.view.on_frame)
+        scope.hooks.on(hooks.STATUS, self.view.on_status)
 
-    def _on_event(self, payload: Any) -> None:
+    def _on_event(self, payload: SessionEventPayload) -> None:
         self.view.on_event(payload)
         if payload.event.type == "context/compacted":
             self._note(_compacted_note(payload.event.data))
@@ -175,7 +178,9 @@ class _Chat:
         provider, model = self.route
         return output_cap(self.settings, self.config, provider, model, self.options.max_tokens)
 
-    async def _on_request(self, payload: Any, next_: Callable[[], Awaitable[CallConfig]]) -> Any:
+    async def _on_request(
+        self, payload: RequestPayload, next_: Callable[[], Awaitable[CallConfig]]
+    ) -> CallConfig:
         config = await next_()
         provider, model = self.route
         if config.provider == provider and config.model == model:

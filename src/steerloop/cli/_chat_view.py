@@ -23,9 +23,11 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from ..agent._decisions import StatusPayload, StreamFramePayload
 from ..llm.chunks import ReasoningDelta, TextDelta, ToolCallDelta
 from ..messages import TextBlock
 from ..session._events import SessionEvent
+from ..session._session import SessionEventPayload
 from ..tools._define import Tool
 from ._render import EventRenderer, format_args, summarise
 
@@ -182,11 +184,11 @@ class ChatView:
 
     # --- hook listeners ------------------------------------------------------------------
 
-    def on_status(self, payload: Any) -> None:
+    def on_status(self, payload: StatusPayload) -> None:
         self.running = payload.status == "running"
         self.invalidate()
 
-    def on_frame(self, payload: Any) -> None:
+    def on_frame(self, payload: StreamFramePayload) -> None:
         frame = payload.frame
         if frame.kind == "start":
             self.stream = _Stream(frame.attempt_id)
@@ -209,7 +211,7 @@ class ChatView:
                 call[0] = chunk.name
             call[1] += len(chunk.arguments_delta)
 
-    def on_event(self, payload: Any) -> None:
+    def on_event(self, payload: SessionEventPayload) -> None:
         event: SessionEvent = payload.event
         kind = event.type
         if kind in ("assistant/message", "assistant/attempt"):

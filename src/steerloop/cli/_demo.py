@@ -16,11 +16,14 @@ from rich.console import Console
 from rich.rule import Rule
 from rich.text import Text
 
+from .. import hooks as h
 from .._cancel import CancelCause
 from .._runtime import Runtime
+from ..agent._factory import AgentScope
 from ..agent._options import AgentOptions
 from ..llm.chunks import BlockStart, StreamChunk, TextDelta
 from ..messages import user_message
+from ..session._session import SessionEventPayload
 from ..testing import ScriptedAdapter, hang_after, text_response, tool_calls_response
 from ..tools._define import ToolExec, define_tool
 from ._naming import new_session_id
@@ -90,9 +93,12 @@ async def run_demo(store: str, console: Console) -> str:
         concurrency_safe=True,
     )
 
-    def setup(scope: Any) -> None:
+    def show(payload: SessionEventPayload) -> None:
+        renderer.render(payload.event)
+
+    def setup(scope: AgentScope) -> None:
         scope.tools.register(tool)
-        scope.hooks.on("session/event", lambda p: renderer.render(p.event))
+        scope.hooks.on(h.SESSION_EVENT, show)
 
     async with await Runtime.open(store=store) as rt:
         rt.llm.register_adapter(["scripted"], adapter)

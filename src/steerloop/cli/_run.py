@@ -12,9 +12,13 @@ from typing import Any
 
 from rich.console import Console
 
+from .. import hooks as h
 from .._cancel import CancelCause
+from ..agent._decisions import StreamFramePayload
+from ..agent._factory import AgentScope
 from ..llm.chunks import chunk_to_json
 from ..messages import user_message
+from ..session._session import SessionEventPayload
 from ..tools._define import ToolExec
 from ._render import EventRenderer
 from ._session_setup import LiveOptions, open_live
@@ -86,16 +90,19 @@ async def run_once(
     """
     renderer = EventRenderer(console)
 
-    def show(payload: Any) -> None:
+    def show(payload: SessionEventPayload) -> None:
         if json_lines:
             _write(event_line(payload.event, full=full))
         else:
             renderer.render(payload.event)
 
-    def setup(scope: Any) -> None:
-        scope.hooks.on("session/event", show)
+    def show_frame(payload: StreamFramePayload) -> None:
+        _write(frame_line(payload.frame))
+
+    def setup(scope: AgentScope) -> None:
+        scope.hooks.on(h.SESSION_EVENT, show)
         if json_lines:
-            scope.hooks.on("agent/assistant-stream", lambda p: _write(frame_line(p.frame)))
+            scope.hooks.on(h.ASSISTANT_STREAM, show_frame)
 
     async with AsyncExitStack() as stack:
         live = await open_live(

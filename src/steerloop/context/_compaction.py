@@ -17,12 +17,13 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, get_args
+from typing import TYPE_CHECKING, Literal, get_args
 
+from .. import hooks as h
 from .._hooks import Disposer
 from .._signal import AbortController, AbortSignal
-from ..agent._agent import Agent
-from ..agent._decisions import CompactPayload, PreStepDecision, PreStepPayload
+from ..agent._agent import Agent, live_agent
+from ..agent._decisions import CompactPayload, OfAgent, PreStepDecision, PreStepPayload
 from ..errors import LlmError
 from ..llm._assembler import BlockAssembler
 from ..llm._types import CallConfig, GenerateRequest, LlmFailure, TokenUsage
@@ -33,6 +34,7 @@ from ._plan import Plan, bounded, plan_cut, transcript, window_note
 
 if TYPE_CHECKING:
     from .._runtime import Runtime
+    from ..tools._agent_ref import AgentRef
 
 __all__ = ["CompactionFailed", "CompactionStrategy", "install_compaction"]
 
@@ -50,10 +52,10 @@ _SUMMARIZER_PROMPT = (
 
 
 @dataclass(frozen=True, slots=True)
-class CompactionFailed:
+class CompactionFailed(OfAgent):
     """Payload of ``context/compaction-failed``: a summary failed; the history is unchanged."""
 
-    agent: Any
+    agent: Agent
     strategy: str
     error: BaseException
 
@@ -106,8 +108,8 @@ def install_compaction(
         )
     rt.hooks.define(FAILED_HOOK, "emit")
     policy = _Policy(rt, max_context_tokens, keep_recent_tokens, strategy)
-    dispose_step = rt.hooks.on("agent/pre-step", policy.pre_step)
-    dispose_compact = rt.hooks.on("agent/compact", policy.on_compact)
+    dispose_step = rt.hooks.on(h.PRE_STEP, policy.pre_step)
+    dispose_compact = rt.hooks.on(h.AGENT_COMPACT, policy.on_compact)
 
     def dispose() -> None:
         dispose_step()
@@ -294,8 +296,6 @@ def current_config(agent: Agent) -> CallConfig:
     return agent.options.call_config()
 
 
-def _agent(agent: object) -> Agent:
+def _agent(agent: AgentRef) -> Agent:
     """The live ``Agent`` behind a hook payload (compaction needs its services and session)."""
-    if not isinstance(agent, Agent):
-        raise TypeError(f"compaction needs a steerloop Agent, not {type(agent).__name__}")
-    return agent
+    return live_agent(agent, "compaction")

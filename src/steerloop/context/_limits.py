@@ -18,6 +18,7 @@ import weakref
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
+from .. import hooks as h
 from .._hooks import Disposer
 from ..agent._decisions import AgentPayload, PreStepDecision, PreStepPayload
 from ..llm._types import TokenUsage
@@ -151,9 +152,9 @@ def install_limits(
     def forget(payload: AgentPayload) -> None:
         calls.pop(str(payload.agent.id), None)
 
-    disposers = [rt.hooks.on("agent/pre-step", pre_step), rt.hooks.on("agent/disposed", forget)]
+    disposers = [rt.hooks.on(h.PRE_STEP, pre_step), rt.hooks.on(h.AGENT_DISPOSED, forget)]
     if max_tool_calls_per_turn is not None:
-        disposers.append(rt.hooks.on("tools/pre-execute", pre_execute))
+        disposers.append(rt.hooks.on(h.TOOLS_PRE_EXECUTE, pre_execute))
 
     def dispose() -> None:
         for disposer in disposers:

@@ -36,14 +36,25 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from .. import hooks as h
 from .._cancel import CancelCause
 from .._hooks import Disposer
-from ..agent._decisions import PreStepDecision
+from ..agent._agent import live_agent
+from ..agent._decisions import (
+    AgentPayload,
+    ClaimedPayload,
+    InboxMessagePayload,
+    PreStepDecision,
+    PreStepPayload,
+    SessionStartPayload,
+    StatusPayload,
+)
 from ..messages import MessageSource, TextBlock, UserMessage, user_message
+from ..session._session import SessionEventPayload
 from ._domain import SessionGoal
 from ._model import Goal
 from ._tools import goal_tools
@@ -144,14 +155,14 @@ class GoalDriver:
     def _install(self, tools: bool) -> None:
         hooks = self._rt.hooks
         self._disposers += [
-            hooks.on("agent/created", self._on_created),
-            hooks.on("agent/session-start", self._on_session_start),
-            hooks.on("agent/disposed", self._on_disposed),
-            hooks.on("agent/status", self._on_status),
-            hooks.on("agent/inbox/claimed", self._on_claimed),
-            hooks.on("agent/inbox/discarded", self._on_discarded),
-            hooks.on("agent/pre-step", self._pre_step),
-            hooks.on("session/event", self._on_event),
+            hooks.on(h.AGENT_CREATED, self._on_created),
+            hooks.on(h.SESSION_START, self._on_session_start),
+            hooks.on(h.AGENT_DISPOSED, self._on_disposed),
+            hooks.on(h.STATUS, self._on_status),
+            hooks.on(h.INBOX_CLAIMED, self._on_claimed),
+            hooks.on(h.INBOX_DISCARDED, self._on_discarded),
+            hooks.on(h.PRE_STEP, self._pre_step),
+            hooks.on(h.SESSION_EVENT, self._on_event),
         ]
         if tools:
             self._disposers += [self._rt.tools.register(tool) for tool in goal_tools(self.goal_of)]
@@ -182,35 +193,35 @@ class GoalDriver:
 
     # --- hook listeners --------------------------------------------------------------
 
-    def _on_created(self, payload: Any) -> None:
+    def _on_created(self, payload: AgentPayload) -> None:
         # Replayed here so a log with a corrupt goal/change is refused before publication.
-        self.goal_of(payload.agent)
+        self.goal_of(live_agent(payload.agent, "the goal driver"))
 
-    def _on_session_start(self, payload: Any) -> None:
+    def _on_session_start(self, payload: SessionStartPayload) -> None:
         if payload.source != "resume":
             return
-        agent = payload.agent
+        agent = live_agent(payload.agent, "the goal driver")
         for message in (*agent.inbox.next_step, *agent.inbox.next_turn):
             if message.source.kind == "goal":  # a round prompt of an earlier process
                 agent.inbox.remove(message.id)
 
-    def _on_disposed(self, payload: Any) -> None:
+    def _on_disposed(self, payload: AgentPayload) -> None:
         agent_id = payload.agent.id
         goal = self._goals.get(agent_id)
         if goal is not None and goal.session is payload.agent.session:
             del self._goals[agent_id]
         self._rounds.pop(agent_id, None)
 
-    def _on_status(self, payload: Any) -> None:
+    def _on_status(self, payload: StatusPayload) -> None:
         if payload.status == "idle":
-            self._schedule(payload.agent)
+            self._schedule(live_agent(payload.agent, "the goal driver"))
 
-    def _on_claimed(self, payload: Any) -> None:
+    def _on_claimed(self, payload: ClaimedPayload) -> None:
         round_ = self._rounds.get(payload.agent.id)
         if round_ is not None and round_.message_id == payload.message.id:
             round_.turn = payload.turn
 
-    def _on_discarded(self, payload: Any) -> None:
+    def _on_discarded(self, payload: InboxMessagePayload) -> None:
         agent = payload.agent
         round_ = self._rounds.get(agent.id)
         if round_ is not None and round_.message_id == payload.message.id:
@@ -219,7 +230,9 @@ class GoalDriver:
             if goal is not None:
                 goal.disarm()
 
-    async def _pre_step(self, payload: Any, next_: Callable[[], Any]) -> Any:
+    async def _pre_step(
+        self, payload: PreStepPayload, next_: Callable[[], Awaitable[PreStepDecision]]
+    ) -> PreStepDecision:
         decision = await next_()
         if not isinstance(decision, PreStepDecision) or decision.kind != "enter":
             return decision
@@ -230,7 +243,7 @@ class GoalDriver:
             return decision
         return PreStepDecision.enter(kept, decision.starts_request_series)
 
-    def _on_event(self, payload: Any) -> None:
+    def _on_event(self, payload: SessionEventPayload) -> None:
         event = payload.event
         if event.type not in ("user/message", "turn/end"):
             return

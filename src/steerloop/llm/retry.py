@@ -16,13 +16,15 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from .. import hooks as h
 from .._hooks import Disposer
-from ..agent._decisions import RequestErrorAction
+from ..agent._decisions import AgentPayload, OfAgent, RequestErrorAction, RequestErrorPayload
 from ..errors import AbortedError
 from ._types import LlmFailure, RetryPolicy
 
 if TYPE_CHECKING:
     from .._runtime import Runtime
+    from ..tools._agent_ref import AgentRef
 
 __all__ = ["NON_RETRYABLE_CODES", "RetryNotice", "install_retry"]
 
@@ -33,10 +35,10 @@ NON_RETRYABLE_CODES = frozenset(
 
 
 @dataclass(frozen=True, slots=True)
-class RetryNotice:
+class RetryNotice(OfAgent):
     """Payload of ``llm/retry``: ``attempt`` is the number of the request about to be sent."""
 
-    agent: Any
+    agent: AgentRef
     turn: int
     step: int
     provider: str
@@ -78,7 +80,10 @@ def install_retry(
     # Failures so far of each agent's current step: agent id -> (turn, step, failures).
     failures: dict[str, tuple[int, int, int]] = {}
 
-    async def on_error(payload: Any, next_: Callable[[], Awaitable[Any]]) -> Any:
+    async def on_error(
+        payload: RequestErrorPayload,
+        next_: Callable[[], Awaitable[RequestErrorAction | None]],
+    ) -> RequestErrorAction | None:
         failure: LlmFailure = payload.failure
         if not _retryable(failure):
             return await next_()
@@ -123,11 +128,11 @@ def install_retry(
             return None
         return RequestErrorAction.retry()
 
-    def forget(payload: Any) -> None:
+    def forget(payload: AgentPayload) -> None:
         failures.pop(str(payload.agent.id), None)
 
-    dispose_error = rt.hooks.on("agent/request-error", on_error)
-    dispose_forget = rt.hooks.on("agent/disposed", forget)
+    dispose_error = rt.hooks.on(h.REQUEST_ERROR, on_error)
+    dispose_forget = rt.hooks.on(h.AGENT_DISPOSED, forget)
 
     def dispose() -> None:
         dispose_error()

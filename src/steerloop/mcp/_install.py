@@ -6,13 +6,16 @@ import asyncio
 import json
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
 import mcp_types as types
 
+from .. import hooks as h
 from .._hooks import Disposer
+from ..agent._decisions import RequestPayload
 from ..errors import ToolDefinitionError
+from ..llm._types import CallConfig
 from ..messages import Block, TextBlock
 from ..tools import Tool, ToolError, ToolExec, ToolResult, define_tool
 from ._config import MCPServer
@@ -183,7 +186,9 @@ class MCPTools:
                 return f"tool name {tool.name!r} is already registered"
         return None
 
-    async def _before_request(self, payload: Any, next_: Any) -> Any:
+    async def _before_request(
+        self, payload: RequestPayload, next_: Callable[[], Awaitable[CallConfig]]
+    ) -> CallConfig:
         # A changed tool list takes effect here, before a model request and so never
         # inside a tool group of the requesting agent.
         for server in self._servers.values():
@@ -239,7 +244,7 @@ async def install_mcp(
         await installed.close()
         raise
     installed._hooks = [
-        rt.hooks.on("agent/request", installed._before_request),
-        rt.hooks.on("runtime/closing", lambda _rt: installed.close()),
+        rt.hooks.on(h.REQUEST, installed._before_request),
+        rt.hooks.on(h.RUNTIME_CLOSING, lambda _closing: installed.close()),
     ]
     return installed

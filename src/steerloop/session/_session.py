@@ -41,6 +41,11 @@ class SessionEventPayload:
     session: Session
     event: SessionEvent
 
+    @property
+    def owner(self) -> str:
+        """The session's id, which is its agent's (``HookPayload``)."""
+        return self.session.id
+
 
 class EventSink:
     """Where appended events go to become durable; the in-memory sink keeps nothing."""

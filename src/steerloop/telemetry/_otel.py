@@ -33,7 +33,10 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Link, Span, SpanContext, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from .. import hooks as h
 from .._hooks import Disposer
+from ..agent._decisions import AgentPayload, StatusPayload, StreamFramePayload
+from ..session._session import SessionEventPayload
 from ._content import input_messages, output_messages, redacted, text_of
 
 __all__ = ["Telemetry", "install_otel", "link_next_turn"]
@@ -191,7 +194,7 @@ class Telemetry:
         if self._configured():
             self._go_live()
         else:
-            self.watch = rt.hooks.on("agent/status", self._on_status)
+            self.watch = rt.hooks.on(h.STATUS, self._on_status)
 
     def _configured(self) -> bool:
         provider = self.tracer_provider or trace.get_tracer_provider()
@@ -200,11 +203,11 @@ class Telemetry:
 
     def _go_live(self) -> None:
         self.disposers += [
-            self.hooks.on("session/event", self._on_event),
-            self.hooks.on("agent/disposed", self._on_disposed),
+            self.hooks.on(h.SESSION_EVENT, self._on_event),
+            self.hooks.on(h.AGENT_DISPOSED, self._on_disposed),
         ]
 
-    def _on_status(self, payload: Any) -> None:
+    def _on_status(self, payload: StatusPayload) -> None:
         # "running" is reported before the turn/start it leads to is written.
         if self.watch is not None and payload.status == "running" and self._configured():
             self.watch()
@@ -233,16 +236,16 @@ class Telemetry:
 
     # --- routing ----------------------------------------------------------------------
 
-    def _on_event(self, payload: Any) -> None:
+    def _on_event(self, payload: SessionEventPayload) -> None:
         event = payload.event
         handler = self.handlers.get(event.type)
         if handler is not None:
             handler(payload.session, event)
 
-    def _on_disposed(self, payload: Any) -> None:
+    def _on_disposed(self, payload: AgentPayload) -> None:
         self.models.pop(payload.agent.id, None)
 
-    def _on_frame(self, payload: Any) -> None:
+    def _on_frame(self, payload: StreamFramePayload) -> None:
         frame = payload.frame
         turn = self.turns.get(payload.agent.id)
         if turn is None:
@@ -288,7 +291,7 @@ class Telemetry:
             return  # nothing would be recorded: track nothing for this turn
         self.turns[session.id] = _Turn(span)
         if self.frames is None:
-            self.frames = self.hooks.on("agent/assistant-stream", self._on_frame)
+            self.frames = self.hooks.on(h.ASSISTANT_STREAM, self._on_frame)
 
     def _metrics_live(self) -> bool:
         provider = self.meter_provider or metrics.get_meter_provider()

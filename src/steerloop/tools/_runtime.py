@@ -85,6 +85,11 @@ class ToolHookPayload:
     exec: ToolExec
     result: ToolResult | None = None
 
+    @property
+    def owner(self) -> str:
+        """The id of the agent whose tool call this is (``HookPayload``)."""
+        return self.exec.agent.id
+
 
 @fast_init
 @dataclass(frozen=True, slots=True)
@@ -95,6 +100,11 @@ class ApprovalHookPayload:
     exec: ToolExec
     request: ApprovalRequested
     seq: int
+
+    @property
+    def owner(self) -> str:
+        """The id of the agent whose call waits (``HookPayload``)."""
+        return self.exec.agent.id
 
 
 class _Entry:

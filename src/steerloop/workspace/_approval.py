@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Literal, get_args
 
 from .._hooks import Disposer
 from ..agent._agent import Agent
+from ..agent._handles import TOOLS_APPROVAL_REQUESTED, TOOLS_PRE_EXECUTE
 from ..errors import AbortedError, ApprovalError
 from ..tools import ApprovalHookPayload, ToolDecision, ToolExec, ToolHookPayload
 
@@ -76,7 +77,7 @@ def install_approval(
             )
         return ToolDecision.ask(f"{exec.name!r} may change the workspace")
 
-    disposers = [rt.hooks.on("tools/pre-execute", policy)]
+    disposers = [rt.hooks.on(TOOLS_PRE_EXECUTE, policy)]
     if mode == "ask" and ask is not None:
         disposers.append(_install_answerer(rt, ask, by))
 
@@ -117,7 +118,7 @@ def _install_answerer(rt: Runtime, ask: Ask, by: str) -> Disposer:
         task.add_done_callback(answering.discard)
         task.add_done_callback(_report)
 
-    return rt.hooks.on("tools/approval-requested", on_request)
+    return rt.hooks.on(TOOLS_APPROVAL_REQUESTED, on_request)
 
 
 def _retrieve(fut: asyncio.Future[bool]) -> None:

@@ -18,6 +18,7 @@ ones share group commit (``_group``); ``open_store`` (``_open``) maps a URL to a
 from __future__ import annotations
 
 import abc
+import json
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -41,7 +42,9 @@ __all__ = [
     "BufferedWriter",
     "SessionInfo",
     "SessionStore",
+    "decode_header",
     "decode_rows",
+    "encode_header",
     "last_time",
     "stored_header",
 ]
@@ -140,6 +143,39 @@ def stored_header(session_id: str, header: Mapping[str, Any]) -> dict[str, Any]:
             raise ValueError(f"session {session_id!r}: header {key} must be a string")
         stored[key] = value
     return stored
+
+
+# The header codec of the database stores: one JSON object per session (EVENTS.md §2.7).
+_HEADER_REQUIRED: Final = (("version", int), ("id", str), ("created_at", int), ("is_seeded", bool))
+
+
+def encode_header(header: Mapping[str, Any]) -> str:
+    """A ``stored_header`` as the JSON text a database store keeps in its sessions table."""
+    return json.dumps(header, separators=(",", ":"))
+
+
+def decode_header(text: object, where: str) -> dict[str, Any]:
+    """The header stored as ``text``, checked: a JSON object with the required fields.
+
+    Raises:
+        SessionCorruptError: ``text`` is not JSON text of a header (names ``where``).
+    """
+    if not isinstance(text, str):
+        raise SessionCorruptError(f"{where}: the stored header is {type(text).__name__}, not text")
+    try:
+        header = loads(text)
+    except (ValueError, TypeError) as exc:
+        raise SessionCorruptError(f"{where}: the stored header is not JSON: {exc}") from None
+    if not isinstance(header, dict):
+        raise SessionCorruptError(f"{where}: the stored header is not a JSON object")
+    for key, kind in _HEADER_REQUIRED:
+        value = header.get(key)
+        # bool is an int: a version or time of true/false is refused too.
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            raise SessionCorruptError(
+                f"{where}: the stored header's {key} must be {kind.__name__}, not {value!r:.40}"
+            )
+    return header
 
 
 class SessionStore(abc.ABC):

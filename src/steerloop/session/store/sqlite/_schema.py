@@ -73,6 +73,37 @@ MIGRATIONS: tuple[Migration, ...] = (
         "DROP TABLE events",
         "ALTER TABLE events_v2 RENAME TO events",
     ),
+    # v3: the header as one JSON object (``encode_header``), the form the PostgreSQL store
+    # keeps, instead of a column per field. Optional fields that were NULL are left out, as
+    # ``stored_header`` leaves them out; ``origin`` was JSON text already. A row whose origin
+    # is not JSON fails the migration, which then rolls back: the file stays at v2, intact.
+    (
+        """CREATE TABLE sessions_v3 (
+            id TEXT PRIMARY KEY,
+            header TEXT NOT NULL
+        )""",
+        # json_remove drops each optional field that is NULL; '$.-' names no field, so an
+        # optional field that is set is kept.
+        """INSERT INTO sessions_v3 (id, header)
+            SELECT id, json_remove(
+                json_object(
+                    'version', version,
+                    'id', id,
+                    'created_at', created_at,
+                    'is_seeded', json(CASE WHEN is_seeded THEN 'true' ELSE 'false' END),
+                    'cwd', cwd,
+                    'parent_session', parent_session,
+                    'origin', json(origin),
+                    'delegation_depth', delegation_depth
+                ),
+                CASE WHEN cwd IS NULL THEN '$.cwd' ELSE '$.-' END,
+                CASE WHEN parent_session IS NULL THEN '$.parent_session' ELSE '$.-' END,
+                CASE WHEN origin IS NULL THEN '$.origin' ELSE '$.-' END,
+                CASE WHEN delegation_depth IS NULL THEN '$.delegation_depth' ELSE '$.-' END
+            ) FROM sessions ORDER BY id""",
+        "DROP TABLE sessions",
+        "ALTER TABLE sessions_v3 RENAME TO sessions",
+    ),
 )
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)
@@ -136,8 +167,18 @@ def migrate(
         if found < 0:
             raise SessionCorruptError(f"{where}: invalid schema version {found}")
         for version in range(found, latest):
-            for statement in migrations[version]:
-                conn.execute(statement)
+            try:
+                for statement in migrations[version]:
+                    conn.execute(statement)
+            except sqlite3.Error as exc:
+                if is_corruption(exc):
+                    raise
+                # A stored row the migration cannot carry over: say so; the rollback below
+                # leaves the file as it was.
+                raise SessionStorageError(
+                    f"{where}: migrating schema version {version} to {version + 1} failed, "
+                    f"nothing was changed: {exc}"
+                ) from None
         if found != latest:
             conn.execute("UPDATE schema_version SET version = ?", (latest,))
         conn.execute("COMMIT")

@@ -54,7 +54,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import json
 import os
 import queue
 import re
@@ -92,7 +91,9 @@ from .._interface import (
     BufferedWriter,
     SessionInfo,
     SessionStore,
+    decode_header,
     decode_rows,
+    encode_header,
     last_time,
     stored_header,
 )
@@ -306,7 +307,10 @@ class _WriterThread:
     def _publish(self, conn: sqlite3.Connection, op: Publish) -> None:
         if op.header is not None:
             try:
-                conn.execute("INSERT INTO sessions VALUES (?,?,?,?,?,?,?,?)", _columns(op.header))
+                conn.execute(
+                    "INSERT INTO sessions (id, header) VALUES (?, ?)",
+                    (op.session_id, encode_header(op.header)),
+                )
             except sqlite3.IntegrityError:
                 raise sqlite3.IntegrityError(
                     f"session {op.session_id!r} was stored by someone else since it was opened"
@@ -511,10 +515,10 @@ class SqliteStore(SessionStore):
             SessionPersistenceNotFoundError: nothing is stored under the id.
         """
         await self._sync()
-        row = await self._read(lambda conn: _read_header(conn, session_id), session_id)
-        if row is None:
+        text = await self._read(lambda conn: _read_header(conn, session_id), session_id)
+        if text is None:
             raise SessionPersistenceNotFoundError(f"no session {session_id!r} in {self.url}")
-        return _header_of(row)
+        return decode_header(text, f"session {session_id!r} in {self.path}")
 
     async def info(self, session_id: str) -> SessionInfo:
         await self._sync()
@@ -535,7 +539,8 @@ class SqliteStore(SessionStore):
         header, count, last = await self._read(read, session_id)
         if header is None:
             raise SessionPersistenceNotFoundError(f"no session {session_id!r} in {self.url}")
-        return SessionInfo(session_id, count, last_time(last), _header_of(header))
+        where = f"session {session_id!r} in {self.path}"
+        return SessionInfo(session_id, count, last_time(last), decode_header(header, where))
 
     async def list(self) -> tuple[str, ...]:
         await self._sync()
@@ -761,39 +766,10 @@ class _SqliteWriter(BufferedWriter):
         await waiter.future
 
 
-def _columns(h: Mapping[str, Any]) -> tuple[Any, ...]:
-    """A stored header (``stored_header``) as the columns of its ``sessions`` row."""
-    origin = h.get("origin")
-    depth = h.get("delegation_depth")
-    return (
-        h["id"],
-        h["version"],
-        h["created_at"],
-        h.get("cwd"),
-        h.get("parent_session"),
-        1 if h["is_seeded"] else 0,
-        None if origin is None else json.dumps(origin, separators=(",", ":")),
-        depth if isinstance(depth, int) else None,
-    )
-
-
 def _read_header(conn: sqlite3.Connection, session_id: str) -> Any:
-    return conn.execute(
-        "SELECT version, id, created_at, cwd, parent_session, is_seeded, origin, "
-        "delegation_depth FROM sessions WHERE id = ?",
-        (session_id,),
-    ).fetchone()
-
-
-def _header_of(row: tuple[Any, ...]) -> dict[str, Any]:
-    names = ("version", "id", "created_at", "cwd", "parent_session", "is_seeded")
-    header: dict[str, Any] = dict(zip(names, row[:6], strict=True))
-    header["is_seeded"] = bool(header["is_seeded"])
-    if row[6] is not None:
-        header["origin"] = json.loads(row[6])
-    if row[7] is not None:
-        header["delegation_depth"] = row[7]
-    return {key: value for key, value in header.items() if value is not None}
+    """The stored header's JSON text, ``None`` when the id has no row."""
+    row = conn.execute("SELECT header FROM sessions WHERE id = ?", (session_id,)).fetchone()
+    return None if row is None else row[0]
 
 
 def _peek(conn: sqlite3.Connection, session_id: str) -> tuple[bool, int]:
