@@ -20,9 +20,11 @@ import pytest_asyncio
 from playwright.async_api import Browser, Page, Request, async_playwright, expect
 
 from steerloop import AgentOptions, Runtime, define_tool
-from steerloop.llm.chunks import BlockStart, ReasoningDelta, TextDelta
+from steerloop.llm.chunks import BlockStart, ReasoningDelta, StreamChunk, TextDelta
+from steerloop.messages import TextBlock
 from steerloop.service import Profile, create_app
 from steerloop.testing import (
+    HANG,
     ScriptedAdapter,
     hang_after,
     reasoning_response,
@@ -30,7 +32,7 @@ from steerloop.testing import (
     tool_call_response,
 )
 
-from .served import served, turn_ends, types, wait_for_log
+from .served import served, turn_ends, wait_for_log
 
 CHROMIUM = Path("/usr/bin/chromium")
 WAIT_MS = 15_000
@@ -89,6 +91,7 @@ class Model:
             for message in request.messages
             if message.role == "user"
             for block in message.content
+            if isinstance(block, TextBlock)
         ]
 
 
@@ -151,19 +154,19 @@ def base_of(client: Any) -> str:
     return str(client.base_url).rstrip("/")
 
 
-async def test_send_streams_before_the_answer_ends_and_esc_stops(
+async def test_send_streams_before_the_answer_ends_and_stop_or_esc_cancels(
     page: Page, tmp_path: Path
 ) -> None:
     """Enter with no session selected starts one (its id goes into the URL); the live frames
-    show reasoning and text while the turn runs; Esc cancels it: the turn ends aborted by the
-    user and the safe prefix stays."""
-    partial = [
+    show reasoning and text while the turn runs; Stop cancels it: the turn ends aborted by
+    the user and the safe prefix stays. Shift+Enter is a new line; Esc stops the next turn."""
+    partial: list[StreamChunk] = [
         BlockStart(index=0, block_type="reasoning"),
         ReasoningDelta(index=0, text="weighing the options"),
         BlockStart(index=1, block_type="text"),
         TextDelta(index=1, text="Hello, wor"),
     ]
-    model = Model(hang_after(partial))
+    model = Model(hang_after(partial), HANG)
     async with served(create_app(store(tmp_path), model.profiles)) as client:
         chat = Chat(page, base_of(client), tmp_path)
         await chat.open()
@@ -181,13 +184,321 @@ async def test_send_streams_before_the_answer_ends_and_esc_stops(
         await expect(chat.send).to_have_text("Steer")
         await expect(chat.composer).to_have_value("")
         await chat.shot("1-streaming")
-        await chat.composer.press("Escape")
+        await chat.stop.click()
         await expect(chat.status).to_have_text("idle")
         await expect(chat.turn_end).to_have_text("stopped")
         await expect(chat.streaming).to_have_count(0)
-        await expect(chat.entries("assistant")).to_contain_text(["Hello, wor"])
+        await expect(chat.entries("assistant")).to_have_text(
+            ["assistantweighing the optionsHello, worinterrupted"]
+        )
         await chat.shot("2-stopped")
-        events = await wait_for_log(client, session_id, lambda ev: turn_ends(ev) == 1)
-        assert events[-1]["data"]["reason"] == {"kind": "aborted", "reason": {"kind": "user"}}
-        assert model.user_texts(0) == ["hi there"]
+        await chat.composer.fill("line one")
+        await chat.composer.press("Shift+Enter")
+        await chat.composer.press_sequentially("line two")
+        await expect(chat.composer).to_have_value("line one\nline two")
+        await chat.composer.press("Enter")
+        await expect(chat.entries("user")).to_have_text(["youhi there", "youline one\nline two"])
+        await expect(chat.status).to_have_text("running")
+        await expect(chat.streaming).to_contain_text("…")
+        await page.keyboard.press("Escape")
+        await expect(chat.turn_end).to_have_text(["stopped", "stopped"])
+        await expect(chat.status).to_have_text("idle")
+        events = await wait_for_log(client, session_id, lambda ev: turn_ends(ev) == 2)
+        ends = [e["data"]["reason"] for e in events if e["type"] == "turn/end"]
+        assert ends == [{"kind": "aborted", "reason": {"kind": "user"}}] * 2
+        assert model.user_texts(1) == ["hi there", "line one\nline two"]
         assert chat.errors == []
+
+
+async def test_a_steer_waits_queued_then_reaches_the_next_request_and_reload_restores(
+    page: Page, tmp_path: Path
+) -> None:
+    """While a tool runs, Enter sends a steer: it shows "queued for the next step" until the
+    next step claims it, then sits in the transcript; the model's next request ends with it
+    (the page's message id). A reload and a fresh ``/?session=ID`` show the same transcript."""
+    model = Model(
+        tool_call_response("c1", "gate", {"wait": "for B"}, text="checking"),
+        text_response("done with B"),
+    )
+    async with served(create_app(store(tmp_path), model.profiles)) as client:
+        assert (await client.post("/v1/sessions", json={"session_id": "s1"})).status_code == 201
+        chat = Chat(page, base_of(client), tmp_path)
+        await chat.open("?session=s1")
+        await expect(chat.session_item).to_have_attribute("aria-current", "page")
+        await chat.composer.fill("go")
+        await chat.send.click()
+        tool = chat.entries("tool")
+        await expect(tool.get_by_test_id("tool-state")).to_have_text("running")
+        await expect(tool.get_by_test_id("tool-args")).to_contain_text('"wait": "for B"')
+        await expect(chat.status).to_have_text("running")
+        await chat.type_and_enter("also check B")
+        queued = chat.queued
+        await expect(queued).to_contain_text("also check B")
+        await expect(queued).to_contain_text("queued for the next step")
+        # applied (spliced into the inbox) while the tool still runs: still queued on the page
+        events = await wait_for_log(
+            client,
+            "s1",
+            lambda ev: any(
+                e["type"] == "agent/inbox/spliced" and e["data"]["inserted"] for e in ev[2:]
+            ),
+        )
+        steer_id = events[-1]["data"]["inserted"][0]["id"]
+        assert steer_id.startswith("msg_web_")
+        await expect(queued).to_have_attribute("data-message-id", steer_id)
+        await expect(queued).to_contain_text("queued for the next step")
+        await chat.shot("1-steer-queued")
+        model.release.set()
+        await expect(chat.turn_end).to_have_text("turn ended")
+        await expect(queued).to_have_count(0)
+        await expect(chat.status).to_have_text("idle")
+        await expect(tool.get_by_test_id("tool-result")).to_have_text("gate open")
+        await expect(tool.get_by_test_id("tool-state")).to_have_text("done")
+        await expect(chat.entries("user")).to_have_text(["yougo", "youalso check B"])
+        await expect(chat.entries("assistant")).to_have_text(
+            ["assistantchecking", "assistantdone with B"]
+        )
+        await chat.shot("2-steer-admitted")
+        assert model.user_texts(1) == ["go", "also check B"]
+        assert model.adapter.requests[1].messages[-1].id == steer_id
+        before = await chat.transcript.locator("> li").all_inner_texts()
+        await page.reload()
+        await expect(chat.turn_end).to_have_text("turn ended")
+        assert await chat.transcript.locator("> li").all_inner_texts() == before
+        await chat.shot("3-reloaded")
+        other = Chat(await page.context.new_page(), chat.base, tmp_path)
+        await other.open("?session=s1")
+        await expect(other.turn_end).to_have_text("turn ended")
+        assert await other.transcript.locator("> li").all_inner_texts() == before
+        await expect(other.session_item).to_have_attribute("aria-current", "page")
+        assert chat.errors == other.errors == []
+
+
+async def test_session_list_switches_sessions_and_new_session_opens_an_empty_one(
+    page: Page, tmp_path: Path
+) -> None:
+    model = Model(text_response("alpha answer"), text_response("beta answer"))
+    async with served(create_app(store(tmp_path), model.profiles)) as client:
+        for name in ("alpha", "beta"):
+            await client.post("/v1/sessions", json={"session_id": name, "input": f"to {name}"})
+            await wait_for_log(client, name, lambda ev: turn_ends(ev) == 1)
+        chat = Chat(page, base_of(client), tmp_path)
+        await chat.open()
+        items = chat.session_item
+        await expect(items).to_have_count(2)
+        await chat.session_list.locator('[data-session-id="alpha"] a').click()
+        await expect(page).to_have_url(f"{chat.base}/?session=alpha")
+        await expect(chat.entries("assistant")).to_have_text(["assistantalpha answer"])
+        await chat.session_list.locator('[data-session-id="beta"] a').click()
+        await expect(page).to_have_url(f"{chat.base}/?session=beta")
+        await expect(chat.entries("assistant")).to_have_text(["assistantbeta answer"])
+        await expect(chat.entries("user")).to_have_text(["youto beta"])
+        await page.go_back()
+        await expect(page).to_have_url(f"{chat.base}/?session=alpha")
+        await expect(chat.entries("assistant")).to_have_text(["assistantalpha answer"])
+        await chat.shot("1-alpha")
+        await chat.new_session.click()
+        await expect(items).to_have_count(3)
+        await expect(page).not_to_have_url(re.compile(r"session=(alpha|beta)$"))
+        created = page.url.split("session=")[1]
+        await expect(chat.session_list.locator(f'[data-session-id="{created}"]')).to_have_attribute(
+            "aria-current", "page"
+        )
+        await expect(chat.transcript.locator("> li")).to_have_count(0)
+        await expect(chat.status).to_have_text("idle")
+        await chat.shot("2-new-session")
+        listing = (await client.get("/v1/sessions")).json()["sessions"]
+        assert sorted(s["session_id"] for s in listing) == sorted(["alpha", "beta", created])
+        assert chat.errors == []
+
+
+async def test_a_dropped_stream_shows_reconnecting_and_resumes_after_the_last_seq(
+    page: Page, tmp_path: Path
+) -> None:
+    """The server goes away under an open feed and comes back on the same port: the page
+    says "reconnecting…", resumes with ``Last-Event-ID`` = the last seq it showed (nothing is
+    shown twice) and keeps working."""
+    model = Model(text_response("first answer"), text_response("second answer"))
+    url = store(tmp_path)
+    async with served(create_app(url, model.profiles)) as client:
+        await client.post("/v1/sessions", json={"session_id": "r"})
+        chat = Chat(page, base_of(client), tmp_path)
+        port = client.base_url.port
+        await chat.open("?session=r")
+        await chat.type_and_enter("one")
+        await expect(chat.entries("assistant")).to_have_text(["assistantfirst answer"])
+        events = await wait_for_log(client, "r", lambda ev: turn_ends(ev) == 1)
+    await expect(chat.connection).to_have_text("reconnecting…")
+    await expect(chat.connection).to_be_visible()
+    await chat.shot("1-reconnecting")
+    chat.requests.clear()
+    assert port is not None
+    async with served(create_app(url, model.profiles), port=port) as client:
+        await expect(chat.connection).to_be_hidden()
+        feeds = [r for r in chat.requests if r.url.endswith("/v1/sessions/r/events")]
+        resumed = await feeds[-1].all_headers()
+        assert resumed["last-event-id"] == str(events[-1]["seq"])
+        await chat.type_and_enter("two")
+        await expect(chat.entries("assistant")).to_have_text(
+            ["assistantfirst answer", "assistantsecond answer"]
+        )
+        await expect(chat.entries("user")).to_have_text(["youone", "youtwo"])
+        await expect(chat.turn_end).to_have_text(["turn ended", "turn ended"])
+        await chat.shot("2-resumed")
+        assert model.user_texts(1) == ["one", "two"]
+        assert chat.errors == []
+
+
+XSS_ANSWER = '<img src=x onerror="window.__xss_answer=1"><script>window.__xss_answer=2</script>'
+XSS_REASONING = '<img src=x onerror="window.__xss_reasoning=1">'
+XSS_TOOL = '<img src=x onerror="window.__xss_tool=1"><b>bold?</b>'
+
+
+async def test_html_in_model_output_and_tool_results_is_shown_as_text(
+    page: Page, tmp_path: Path
+) -> None:
+    """Markup in an answer, in reasoning, in tool arguments and in a tool result is text:
+    no element is made from it and no handler runs."""
+    model = Model(
+        tool_call_response("c1", "echo", {"text": XSS_TOOL}),
+        reasoning_response(XSS_REASONING, XSS_ANSWER),
+    )
+    async with served(create_app(store(tmp_path), model.profiles)) as client:
+        await client.post("/v1/sessions", json={"session_id": "x"})
+        chat = Chat(page, base_of(client), tmp_path)
+        await chat.open("?session=x")
+        await chat.type_and_enter('<img src=x onerror="window.__xss_user=1">')
+        await expect(chat.turn_end).to_have_text("turn ended")
+        tool = chat.entries("tool")
+        await expect(tool.get_by_test_id("tool-result")).to_have_text(XSS_TOOL)
+        await expect(tool.get_by_test_id("tool-args")).to_contain_text("onerror")
+        answer = chat.entries("assistant").last
+        await expect(answer.locator(".text")).to_have_text(XSS_ANSWER)
+        await expect(answer.get_by_test_id("reasoning")).to_have_text(XSS_REASONING)
+        await expect(chat.entries("user")).to_have_text(
+            ['you<img src=x onerror="window.__xss_user=1">']
+        )
+        await chat.shot("1-escaped")
+        assert await chat.transcript.locator("img, script, b").count() == 0
+        flags = await page.evaluate(
+            "[window.__xss_answer, window.__xss_reasoning, window.__xss_tool, window.__xss_user]"
+        )
+        assert flags == [None, None, None, None]
+        assert chat.errors == []
+
+
+async def test_a_refused_post_shows_the_servers_error_and_keeps_the_text(
+    page: Page, tmp_path: Path
+) -> None:
+    """A message the service refuses (413 here) leaves the composer as typed and shows the
+    server's message; a session id that does not exist says so; the next send works."""
+    model = Model(text_response("short one answered"))
+    app = create_app(store(tmp_path), model.profiles, body_limit=400)
+    async with served(app) as client:
+        await client.post("/v1/sessions", json={"session_id": "f"})
+        chat = Chat(page, base_of(client), tmp_path)
+        await chat.open("?session=f")
+        long_text = "a long message that will not fit " * 12
+        await chat.type_and_enter(long_text)
+        await expect(chat.error).to_have_text("the body is over 400 bytes (body_too_large)")
+        await expect(chat.composer).to_have_value(long_text)
+        await expect(chat.queued).to_have_count(0)
+        await chat.shot("1-refused")
+        await chat.type_and_enter("short one")
+        await expect(chat.error).to_be_hidden()
+        await expect(chat.composer).to_have_value("")
+        await expect(chat.entries("assistant")).to_have_text(["assistantshort one answered"])
+        events = await wait_for_log(client, "f", lambda ev: turn_ends(ev) == 1)
+        inserted = [
+            m["content"][0]["text"]
+            for e in events
+            if e["type"] == "agent/inbox/spliced"
+            for m in e["data"]["inserted"]
+        ]
+        assert inserted == ["short one"]
+        await chat.open("?session=%3Cimg%20src%3Dx%20onerror%3Dalert(1)%3Enope")
+        await expect(chat.error).to_have_text(
+            "no session '<img src=x onerror=alert(1)>nope' (session_not_found)"
+        )
+        assert await page.locator("img").count() == 0
+        await chat.shot("2-unknown-session")
+        assert chat.errors == []
+
+
+async def test_the_page_fits_a_375px_screen(browser: Browser, tmp_path: Path) -> None:
+    """At 375 px wide nothing scrolls sideways, even with unbroken words and long tool
+    arguments, and the composer, Send and Stop stay on screen."""
+    long_word = "x" * 300
+    model = Model(
+        tool_call_response("c1", "echo", {"text": "y" * 400}),
+        text_response(f"{long_word} and then some ordinary words"),
+    )
+    context = await browser.new_context(viewport={"width": 375, "height": 740})
+    try:
+        page = await context.new_page()
+        async with served(create_app(store(tmp_path), model.profiles)) as client:
+            for n in range(3):
+                await client.post("/v1/sessions", json={"session_id": f"narrow-{n}"})
+            chat = Chat(page, base_of(client), tmp_path)
+            await chat.open("?session=narrow-0")
+            await chat.type_and_enter("a question typed on a phone")
+            await expect(chat.turn_end).to_have_text("turn ended")
+            await expect(chat.entries("tool").get_by_test_id("tool-result")).to_have_text("y" * 400)
+            widths = await page.evaluate(
+                "[document.documentElement.scrollWidth, document.body.scrollWidth, innerWidth]"
+            )
+            assert widths == [375, 375, 375]
+            for control in (chat.composer, chat.send, chat.stop, chat.new_session, chat.status):
+                box = await control.bounding_box()
+                assert box is not None
+                assert box["x"] >= 0
+                assert box["x"] + box["width"] <= 375
+                assert box["y"] + box["height"] <= 740
+            await chat.shot("1-narrow")
+            assert chat.errors == []
+    finally:
+        await context.close()
+
+
+TOKEN = "web-chat-token-7f3a9c"
+
+
+async def test_with_a_token_the_page_asks_for_it_and_sends_it_only_as_a_header(
+    page: Page, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The page's calls get 401 without the token (it asks for it, showing the server's
+    message) and a wrong one; with it the list, the POSTs and the SSE feed work. The token is
+    never in a URL or a cookie, and nothing logs it."""
+    caplog.set_level(logging.DEBUG)
+    model = Model(text_response("authorised answer"))
+    app = create_app(store(tmp_path), model.profiles, token=TOKEN)
+    async with served(app) as client:
+        chat = Chat(page, base_of(client), tmp_path)
+        statuses: list[tuple[str, int]] = []
+        page.on("response", lambda r: statuses.append((r.url.split("/", 3)[3], r.status)))
+        await page.goto(chat.base)
+        await expect(chat.token_overlay).to_be_visible()
+        await expect(chat.token_error).to_have_text(
+            "a valid 'Authorization: Bearer <token>' is required"
+        )
+        assert ("v1/sessions", 401) in statuses
+        await chat.shot("1-asks-for-token")
+        await chat.token.fill("wrong")
+        await chat.token_submit.click()
+        await expect(chat.token_overlay).to_be_visible()
+        assert statuses.count(("v1/sessions", 401)) == 2
+        await chat.token.fill(TOKEN)
+        await chat.token_submit.click()
+        await expect(chat.token_overlay).to_be_hidden()
+        await chat.type_and_enter("hello with a token")
+        await expect(chat.entries("assistant")).to_have_text(["assistantauthorised answer"])
+        assert ("v1/sessions", 201) in statuses
+        session_id = page.url.split("session=")[1]
+        feeds = [r for r in chat.requests if r.url.endswith(f"/v1/sessions/{session_id}/events")]
+        assert feeds
+        assert (await feeds[-1].all_headers())["authorization"] == f"Bearer {TOKEN}"
+        assert all(TOKEN not in r.url for r in chat.requests)
+        assert await page.evaluate("document.cookie") == ""
+        await chat.shot("2-authorised")
+        assert chat.errors == []
+    assert TOKEN not in caplog.text
