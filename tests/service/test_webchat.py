@@ -159,7 +159,8 @@ async def test_send_streams_before_the_answer_ends_and_stop_or_esc_cancels(
 ) -> None:
     """Enter with no session selected starts one (its id goes into the URL); the live frames
     show reasoning and text while the turn runs; Stop cancels it: the turn ends aborted by
-    the user and the safe prefix stays. Shift+Enter is a new line; Esc stops the next turn."""
+    the user and the safe prefix stays. Shift+Enter is a new line; Esc stops the next turn
+    and drops the steer queued in it."""
     partial: list[StreamChunk] = [
         BlockStart(index=0, block_type="reasoning"),
         ReasoningDelta(index=0, text="weighing the options"),
@@ -200,13 +201,20 @@ async def test_send_streams_before_the_answer_ends_and_stop_or_esc_cancels(
         await expect(chat.entries("user")).to_have_text(["youhi there", "youline one\nline two"])
         await expect(chat.status).to_have_text("running")
         await expect(chat.streaming).to_contain_text("…")
+        await chat.type_and_enter("never mind")
+        await expect(chat.queued).to_contain_text("queued for the next step")
         await page.keyboard.press("Escape")
         await expect(chat.turn_end).to_have_text(["stopped", "stopped"])
         await expect(chat.status).to_have_text("idle")
+        # the stop empties the inbox: the steer was never delivered, and the page says so
+        await expect(chat.queued).to_have_count(0)
+        await expect(chat.dropped).to_have_text("not delivered: never mind")
+        await chat.shot("3-steer-dropped-by-esc")
         events = await wait_for_log(client, session_id, lambda ev: turn_ends(ev) == 2)
         ends = [e["data"]["reason"] for e in events if e["type"] == "turn/end"]
         assert ends == [{"kind": "aborted", "reason": {"kind": "user"}}] * 2
         assert model.user_texts(1) == ["hi there", "line one\nline two"]
+        assert len(model.adapter.requests) == 2
         assert chat.errors == []
 
 

@@ -113,6 +113,7 @@ async function refreshSessions() {
       );
     }),
   );
+  render();
 }
 
 function urlFor(sessionId) {
@@ -145,7 +146,18 @@ function select(sessionId, push) {
 function onEvent(type, id, data) {
   if (type === "stream") transcript.frame(data);
   else transcript.event(type, data);
-  if (type === "turn/start" || type === "turn/end") refreshSessions().catch(() => {});
+  if (type === "turn/start" || type === "turn/end") refreshSoon();
+}
+
+let refreshTimer = 0;
+
+/** One list refresh for a burst of turn boundaries (a long log replays many). */
+function refreshSoon() {
+  if (refreshTimer) return;
+  refreshTimer = setTimeout(() => {
+    refreshTimer = 0;
+    refreshSessions().catch(() => {});
+  }, 300);
 }
 
 function onFeedState(state, error) {
@@ -255,6 +267,12 @@ function render() {
   ui.send.disabled = sending;
   ui.send.textContent = running ? "Steer" : "Send";
   ui.title.textContent = current === null ? "No session selected" : current;
+  for (const item of ui.sessions.children) {
+    const badge = item.querySelector(".badge");
+    if (item.dataset.sessionId !== current || !badge) continue;
+    badge.textContent = ui.status.textContent; // the feed is fresher than the last listing
+    badge.className = `badge ${badge.textContent}`;
+  }
   ui.empty.hidden = current !== null;
   if (!scheduled && stickToBottom) {
     scheduled = true;

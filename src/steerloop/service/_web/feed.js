@@ -104,6 +104,7 @@ export class Feed {
   }
 
   dispatch(event) {
+    if (this.stopped) return; // the page moved on to another session
     let data;
     try {
       data = JSON.parse(event.data.join("\n"));

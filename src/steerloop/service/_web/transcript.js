@@ -91,6 +91,7 @@ export class Transcript {
       case "turn/end":
         this.dropLive();
         this.running = false;
+        for (const tool of this.tools.values()) tool.settle();
         this.list.append(
           el(
             "li",
@@ -138,17 +139,28 @@ export class Transcript {
     if (id && this.shown.has(id)) return;
     if (id) this.shown.add(id);
     const source = (message.source && message.source.kind) || "user";
-    const entry = el(
-      "li",
-      { class: `entry user source-${source}`, "data-role": "user", "data-message-id": id },
-      el("div", { class: "who" }, source === "user" ? "you" : source),
-      el("div", { class: "text" }, textOf(message.content)),
+    const text = el("div", { class: "text" }, textOf(message.content));
+    const attrs = { "data-role": "user", "data-message-id": id, "data-source": source };
+    if (source === "user") {
+      this.list.append(el("li", { class: "entry user", ...attrs }, el("div", { class: "who" }, "you"), text));
+      return;
+    }
+    // Context a plugin, a tool or a goal added for the model: folded away, one click to read.
+    const from = message.source.plugin || message.source.call_id || source;
+    this.list.append(
+      el(
+        "li",
+        { class: "entry context", ...attrs },
+        el("details", {}, el("summary", { class: "who" }, `context · ${from}`), text),
+      ),
     );
-    this.list.append(entry);
   }
 
   assistantMessage(data) {
-    this.dropLive();
+    // The settled message takes the place its live frames had: anything logged meanwhile
+    // (a steer dropped by a stop) stays after it.
+    const anchor = this.live ? this.live.entry : null;
+    this.live = null;
     const message = data.message || {};
     const entry = el("li", { class: "entry assistant", "data-role": "assistant" });
     entry.append(el("div", { class: "who" }, "assistant"));
@@ -161,8 +173,14 @@ export class Transcript {
       else entry.append(el("div", { class: "text other" }, `[${block.type}]`));
     }
     if (data.interrupted) entry.append(el("div", { class: "flag" }, "interrupted"));
-    if (entry.childElementCount > 1) this.list.append(entry);
-    for (const call of calls) this.tool(call.id, call.name, call.arguments);
+    const placed = [];
+    if (entry.childElementCount > 1) placed.push(entry);
+    for (const call of calls) {
+      const tool = this.tool(call.id, call.name, call.arguments);
+      placed.push(tool.entry);
+    }
+    if (anchor) anchor.replaceWith(...placed);
+    else this.list.append(...placed);
   }
 
   toolResult(data) {
@@ -380,7 +398,16 @@ class ToolEntry {
     this.setState(decision === "allow" ? "running" : "denied");
   }
 
+  /** The call is over (a result, or its turn ended): no decision can be asked any more. */
+  settle() {
+    if (this.approval.querySelector("button")) {
+      this.approval.replaceChildren();
+      this.approval.hidden = true;
+    }
+  }
+
   result(text, isError, code) {
+    this.settle();
     this.resultNode.textContent = text;
     this.resultNode.hidden = false;
     this.entry.classList.toggle("error", isError);
