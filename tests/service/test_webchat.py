@@ -315,7 +315,9 @@ async def test_session_list_switches_sessions_and_new_session_opens_an_empty_one
         await expect(chat.session_list.locator(f'[data-session-id="{created}"]')).to_have_attribute(
             "aria-current", "page"
         )
+        await expect(items.first).to_have_attribute("data-session-id", created)  # newest first
         await expect(chat.transcript.locator("> li")).to_have_count(0)
+        await expect(chat.empty).to_have_text("No messages yet: type below to start.")
         await expect(chat.status).to_have_text("idle")
         await chat.shot("2-new-session")
         listing = (await client.get("/v1/sessions")).json()["sessions"]

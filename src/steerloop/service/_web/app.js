@@ -33,9 +33,11 @@ let feed = null;
 let sending = false;
 let stickToBottom = true;
 
+const transcriptList = $("transcript");
+const queueList = $("queue");
 const transcript = new Transcript({
-  list: $("transcript"),
-  queue: $("queue"),
+  list: transcriptList,
+  queue: queueList,
   changed: render,
   decide: (callId, decision) =>
     guarded(() =>
@@ -90,8 +92,12 @@ ui.tokenForm.addEventListener("submit", (event) => {
 
 async function refreshSessions() {
   const { sessions } = await call("GET", "/v1/sessions");
+  // Most recent first; a session with no event yet is a new one, so it goes on top.
+  const recency = (row) => (row.updated_at == null ? Infinity : Number(row.updated_at));
   const rows = [...sessions].sort(
-    (a, b) => (b.updated_at || 0) - (a.updated_at || 0) || a.session_id.localeCompare(b.session_id),
+    (a, b) =>
+      (recency(b) > recency(a)) - (recency(b) < recency(a)) ||
+      a.session_id.localeCompare(b.session_id),
   );
   ui.sessions.replaceChildren(
     ...rows.map((row) => {
@@ -273,7 +279,12 @@ function render() {
     badge.textContent = ui.status.textContent; // the feed is fresher than the last listing
     badge.className = `badge ${badge.textContent}`;
   }
-  ui.empty.hidden = current !== null;
+  const blank = transcriptList.childElementCount === 0 && queueList.childElementCount === 0;
+  ui.empty.hidden = current !== null && !blank;
+  ui.empty.textContent =
+    current === null
+      ? "Pick a session, or type below to start a new one."
+      : "No messages yet: type below to start.";
   if (!scheduled && stickToBottom) {
     scheduled = true;
     requestAnimationFrame(() => {
