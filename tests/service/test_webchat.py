@@ -23,7 +23,16 @@ import pytest_asyncio
 from playwright.async_api import Browser, Page, Request, async_playwright, expect
 
 from steerloop import AgentOptions, Runtime, define_tool
-from steerloop.llm.chunks import BlockStart, ReasoningDelta, StreamChunk, TextDelta
+from steerloop.llm import GenerateRequest, ModelInfo
+from steerloop.llm.chunks import (
+    BlockEnd,
+    BlockStart,
+    Finish,
+    FinishReason,
+    ReasoningDelta,
+    StreamChunk,
+    TextDelta,
+)
 from steerloop.messages import TextBlock
 from steerloop.service import Profile, create_app
 from steerloop.testing import (
@@ -360,6 +369,142 @@ async def test_a_dropped_stream_shows_reconnecting_and_resumes_after_the_last_se
         await chat.shot("2-resumed")
         assert model.user_texts(1) == ["one", "two"]
         assert chat.errors == []
+
+
+class Proxy:
+    """A loopback TCP relay in front of the server whose links the test can cut (a lost
+    network, not a server restart) and whose door it can shut for a while."""
+
+    def __init__(self, upstream: int) -> None:
+        self.upstream = upstream
+        self.open = True
+        self.links: set[asyncio.StreamWriter] = set()
+        self.handlers: set[asyncio.Task[None]] = set()
+        self.port = 0
+
+    async def start(self) -> None:
+        self.server = await asyncio.start_server(self.relay, "127.0.0.1", 0)
+        self.port = self.server.sockets[0].getsockname()[1]
+
+    async def relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self.handlers.add(task)
+        try:
+            if not self.open:
+                writer.transport.abort()
+                return
+            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.upstream)
+            self.links |= {writer, up_writer}
+            await asyncio.gather(self.pipe(reader, up_writer), self.pipe(up_reader, writer))
+        finally:
+            self.handlers.discard(task)
+
+    async def pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while data := await reader.read(65536):
+                writer.write(data)
+                await writer.drain()
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            writer.transport.abort()
+            self.links.discard(writer)
+
+    def cut(self) -> None:
+        """Drop every open link and refuse new ones until ``reopen``."""
+        self.open = False
+        for writer in list(self.links):
+            writer.transport.abort()
+
+    def reopen(self) -> None:
+        self.open = True
+
+    async def close(self) -> None:
+        self.cut()
+        self.server.close()
+        await self.server.wait_closed()
+        async with asyncio.timeout(WAIT_MS / 1000):
+            while self.handlers:
+                await asyncio.sleep(0.01)
+
+
+class Paused:
+    """A model whose one answer streams ``first``, waits for ``go`` (or an abort), then
+    streams ``rest``: a step held open mid-answer."""
+
+    def __init__(self, first: list[StreamChunk], rest: list[StreamChunk]) -> None:
+        self.first = first
+        self.rest = rest
+        self.go = asyncio.Event()
+        self.requests: list[GenerateRequest] = []
+
+    async def resolve_model(self, provider: str, model: str) -> ModelInfo:
+        return ModelInfo()
+
+    async def stream(self, request: GenerateRequest) -> AsyncIterator[StreamChunk]:
+        self.requests.append(request)
+        for chunk in self.first:
+            yield chunk
+        went = asyncio.ensure_future(self.go.wait())
+        aborted = asyncio.ensure_future(request.signal.wait()) if request.signal else None
+        waiters = {w for w in (went, aborted) if w is not None}
+        await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        for waiter in waiters:
+            waiter.cancel()  # the test's own waiters
+        if self.go.is_set():
+            for chunk in self.rest:
+                yield chunk
+
+    def profiles(self, rt: Runtime) -> list[Profile]:
+        rt.llm.register_adapter(["mock"], self)
+        return [Profile(name="default", options=AgentOptions(provider="mock", model="m"))]
+
+
+async def test_a_lost_link_mid_answer_resumes_the_live_frames_exactly(
+    page: Page, tmp_path: Path
+) -> None:
+    """The network drops while the model is mid-answer: the page says "reconnecting…",
+    resumes with ``Last-Event-ID: seq:n`` (the last live frame it showed: the server sends
+    exactly what follows it, tests/service/test_service.py) and the answer completes once."""
+    model = Paused(
+        [BlockStart(index=0, block_type="text"), TextDelta(index=0, text="Hello, ")],
+        [
+            TextDelta(index=0, text="world"),
+            BlockEnd(index=0, block=TextBlock("Hello, world")),
+            Finish(reason=FinishReason(kind="stop")),
+        ],
+    )
+    async with served(create_app(store(tmp_path), model.profiles)) as client:
+        await client.post("/v1/sessions", json={"session_id": "m"})
+        port = client.base_url.port
+        assert port is not None
+        proxy = Proxy(port)
+        await proxy.start()
+        try:
+            chat = Chat(page, f"http://127.0.0.1:{proxy.port}", tmp_path)
+            await chat.open("?session=m")
+            await chat.type_and_enter("greet me")
+            await expect(chat.streaming.locator(".text")).to_have_text("Hello, ")
+            proxy.cut()
+            await expect(chat.connection).to_have_text("reconnecting…")
+            await chat.shot("1-link-lost-mid-answer")
+            chat.requests.clear()
+            proxy.reopen()
+            await expect(chat.connection).to_be_hidden()
+            feeds = [r for r in chat.requests if r.url.endswith("/v1/sessions/m/events")]
+            resumed = (await feeds[-1].all_headers())["last-event-id"]
+            events = (await client.get("/v1/sessions/m/log")).json()["events"]
+            # the frames of the step after the last durable event: start, block-start, delta
+            assert resumed == f"{events[-1]['seq']}:3"
+            model.go.set()
+            await expect(chat.turn_end).to_have_text("turn ended")
+            await expect(chat.entries("assistant")).to_have_text(["assistantHello, world"])
+            await chat.shot("2-answer-completed")
+            assert len(model.requests) == 1
+            assert chat.errors == []
+        finally:
+            await proxy.close()
 
 
 XSS_ANSWER = '<img src=x onerror="window.__xss_answer=1"><script>window.__xss_answer=2</script>'
