@@ -410,7 +410,7 @@ class ToolEntry {
     this.settle();
     this.resultNode.textContent = text;
     this.resultNode.hidden = false;
-    this.entry.classList.toggle("error", isError);
+    this.entry.classList.toggle("failed", isError);
     this.setState(isError ? `failed${code ? ` (${code})` : ""}` : "done");
   }
 }
