@@ -43,6 +43,7 @@ from steerloop.testing import (
     text_response,
     tool_call_response,
 )
+from steerloop.workspace import install_approval
 
 from .served import served, turn_ends, wait_for_log
 
@@ -368,6 +369,91 @@ async def test_a_dropped_stream_shows_reconnecting_and_resumes_after_the_last_se
         await expect(chat.turn_end).to_have_text(["turn ended", "turn ended"])
         await chat.shot("2-resumed")
         assert model.user_texts(1) == ["one", "two"]
+        assert chat.errors == []
+
+
+class Asking:
+    """A scripted model whose ``write`` tool is held for a person by
+    ``install_approval(rt, "ask")``; ``ran`` lists the calls whose body ran."""
+
+    def __init__(self, *script: Any) -> None:
+        self.adapter = ScriptedAdapter(list(script))
+        self.ran: list[str] = []
+
+    def profiles(self, rt: Runtime) -> list[Profile]:
+        rt.llm.register_adapter(["mock"], self.adapter)
+
+        def write(args: Any, exec: Any) -> str:
+            self.ran.append(exec.call_id)
+            return f"wrote {args['path']}"
+
+        rt.tools.register(
+            define_tool(
+                name="write",
+                description="writes a file",
+                parameters={"type": "object", "properties": {"path": {"type": "string"}}},
+                execute=write,
+            )
+        )
+        install_approval(rt, "ask")
+        return [Profile(name="default", options=AgentOptions(provider="mock", model="m"))]
+
+
+async def test_pending_approvals_show_allow_and_deny_and_each_decides_its_call(
+    page: Page, tmp_path: Path
+) -> None:
+    """A held call shows its arguments, the reason and Allow / Deny (also after a reload:
+    they come from the durable ``tool/approval-requested``); Allow runs the call, Deny gives
+    it ``DENIED`` without running it; each click is one ``tool/approval-decided`` by http."""
+    model = Asking(
+        tool_call_response("c1", "write", {"path": "notes.txt"}),
+        tool_call_response("c2", "write", {"path": "secrets.txt"}),
+        text_response("one written, one refused"),
+    )
+    async with served(create_app(store(tmp_path), model.profiles)) as client:
+        await client.post("/v1/sessions", json={"session_id": "a"})
+        chat = Chat(page, base_of(client), tmp_path)
+        await chat.open("?session=a")
+        await chat.type_and_enter("write two files")
+        first = chat.transcript.locator('[data-call-id="c1"]')
+        await expect(first.get_by_test_id("tool-state")).to_have_text("waiting for approval")
+        await expect(first.get_by_test_id("tool-args")).to_contain_text('"path": "notes.txt"')
+        await expect(first).to_contain_text("'write' may change the workspace")
+        await chat.shot("1-approval-pending")
+        await first.get_by_test_id("approval-allow").click()
+        await expect(first.get_by_test_id("approval-decision")).to_have_text("allowed")
+        await expect(first.get_by_test_id("tool-result")).to_have_text("wrote notes.txt")
+        await expect(first.get_by_test_id("tool-state")).to_have_text("done")
+        second = chat.transcript.locator('[data-call-id="c2"]')
+        await expect(second.get_by_test_id("approval-deny")).to_be_visible()
+        await page.reload()
+        await expect(second.get_by_test_id("tool-state")).to_have_text("waiting for approval")
+        await expect(chat.approval_allow).to_have_count(1)  # c1's was answered
+        await chat.shot("2-pending-after-reload")
+        await second.get_by_test_id("approval-deny").click()
+        await expect(second.get_by_test_id("approval-decision")).to_contain_text("denied")
+        await expect(second.get_by_test_id("tool-state")).to_have_text("failed (DENIED)")
+        await expect(chat.turn_end).to_have_text("turn ended")
+        await expect(chat.approval_allow).to_have_count(0)
+        await expect(chat.approval_deny).to_have_count(0)
+        await expect(chat.entries("assistant").last).to_have_text(
+            "assistantone written, one refused"
+        )
+        await chat.shot("3-allowed-and-denied")
+        assert model.ran == ["c1"]
+        events = await wait_for_log(client, "a", lambda ev: turn_ends(ev) == 1)
+        decided = [
+            (e["data"]["call_id"], e["data"]["decision"], e["data"].get("by"))
+            for e in events
+            if e["type"] == "tool/approval-decided"
+        ]
+        assert decided == [("c1", "allow", "http"), ("c2", "deny", "http")]
+        results = {
+            e["data"]["message"]["call_id"]: (e["data"].get("error") or {}).get("code")
+            for e in events
+            if e["type"] == "tool/result"
+        }
+        assert results == {"c1": None, "c2": "DENIED"}
         assert chat.errors == []
 
 

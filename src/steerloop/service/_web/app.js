@@ -29,6 +29,7 @@ const ui = {
 };
 
 let current = null; // the selected session id
+const createdHere = new Map(); // session id -> when this page created it (ms)
 let feed = null;
 let sending = false;
 let stickToBottom = true;
@@ -92,8 +93,9 @@ ui.tokenForm.addEventListener("submit", (event) => {
 
 async function refreshSessions() {
   const { sessions } = await call("GET", "/v1/sessions");
-  // Most recent first; a session with no event yet is a new one, so it goes on top.
-  const recency = (row) => (row.updated_at == null ? Infinity : Number(row.updated_at));
+  // Most recent first: its last event, or when this page created it (a new session has none).
+  const recency = (row) =>
+    Math.max(Number(row.updated_at) || 0, createdHere.get(row.session_id) || 0);
   const rows = [...sessions].sort(
     (a, b) =>
       (recency(b) > recency(a)) - (recency(b) < recency(a)) ||
@@ -181,6 +183,7 @@ function onFeedState(state, error) {
 ui.newSession.addEventListener("click", async () => {
   const created = await guarded(() => call("POST", "/v1/sessions", {})).catch(() => null);
   if (!created) return;
+  createdHere.set(created.session_id, Date.now());
   await refreshSessions().catch(() => {});
   select(created.session_id, true);
   ui.composer.focus();
@@ -209,6 +212,7 @@ async function submit() {
   try {
     if (current === null) {
       const created = await guarded(() => call("POST", "/v1/sessions", { input: text }));
+      createdHere.set(created.session_id, Date.now());
       consumed(text);
       await refreshSessions().catch(() => {});
       select(created.session_id, true);
