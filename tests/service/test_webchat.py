@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
-from playwright.async_api import Browser, Page, Request, async_playwright, expect
+from playwright.async_api import Browser, Page, Request, Response, async_playwright, expect
 
 from steerloop import AgentOptions, Runtime, define_tool
 from steerloop.llm import GenerateRequest, ModelInfo
@@ -129,8 +129,10 @@ class Chat:
         self.shots = shots
         self.errors: list[str] = []
         self.requests: list[Request] = []
+        self.responses: list[Response] = []
         page.on("pageerror", lambda exc: self.errors.append(str(exc)))
         page.on("request", lambda request: self.requests.append(request))
+        page.on("response", lambda response: self.responses.append(response))
 
     def __getattr__(self, testid: str) -> Any:
         return self.page.get_by_test_id(testid.replace("_", "-"))
@@ -145,6 +147,17 @@ class Chat:
     async def type_and_enter(self, text: str) -> None:
         await self.composer.fill(text)
         await self.composer.press("Enter")
+
+    async def feed_opened(self, session_id: str, since: int) -> dict[str, str]:
+        """The request headers of the first feed of ``session_id`` answered 200 among the
+        responses from index ``since`` on (bounded wait)."""
+        path = f"/v1/sessions/{session_id}/events"
+        async with asyncio.timeout(WAIT_MS / 1000):
+            while True:
+                for response in self.responses[since:]:
+                    if response.url.endswith(path) and response.status == 200:
+                        return await response.request.all_headers()
+                await asyncio.sleep(0.02)
 
     async def shot(self, name: str) -> None:
         await self.page.screenshot(path=self.shots / f"{name}.png")
@@ -354,12 +367,11 @@ async def test_a_dropped_stream_shows_reconnecting_and_resumes_after_the_last_se
     await expect(chat.connection).to_have_text("reconnecting…")
     await expect(chat.connection).to_be_visible()
     await chat.shot("1-reconnecting")
-    chat.requests.clear()
+    since = len(chat.responses)
     assert port is not None
     async with served(create_app(url, model.profiles), port=port) as client:
         await expect(chat.connection).to_be_hidden()
-        feeds = [r for r in chat.requests if r.url.endswith("/v1/sessions/r/events")]
-        resumed = await feeds[-1].all_headers()
+        resumed = await chat.feed_opened("r", since)
         assert resumed["last-event-id"] == str(events[-1]["seq"])
         await chat.type_and_enter("two")
         await expect(chat.entries("assistant")).to_have_text(
@@ -575,11 +587,10 @@ async def test_a_lost_link_mid_answer_resumes_the_live_frames_exactly(
             proxy.cut()
             await expect(chat.connection).to_have_text("reconnecting…")
             await chat.shot("1-link-lost-mid-answer")
-            chat.requests.clear()
+            since = len(chat.responses)
             proxy.reopen()
             await expect(chat.connection).to_be_hidden()
-            feeds = [r for r in chat.requests if r.url.endswith("/v1/sessions/m/events")]
-            resumed = (await feeds[-1].all_headers())["last-event-id"]
+            resumed = (await chat.feed_opened("m", since))["last-event-id"]
             events = (await client.get("/v1/sessions/m/log")).json()["events"]
             # the frames of the step after the last durable event: start, block-start, delta
             assert resumed == f"{events[-1]['seq']}:3"
