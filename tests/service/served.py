@@ -15,12 +15,13 @@ WAIT = 15.0
 
 
 @contextlib.asynccontextmanager
-async def served(app: Any) -> AsyncIterator[httpx.AsyncClient]:
-    """Run ``app`` under uvicorn on a free loopback port; yield a client bound to it."""
+async def served(app: Any, port: int = 0) -> AsyncIterator[httpx.AsyncClient]:
+    """Run ``app`` under uvicorn on loopback ``port`` (0: a free one); yield a client bound
+    to it."""
     config = uvicorn.Config(
         app,
         host="127.0.0.1",
-        port=0,
+        port=port,
         log_level="warning",
         lifespan="on",
         timeout_graceful_shutdown=2,

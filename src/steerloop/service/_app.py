@@ -21,6 +21,7 @@ from ..errors import SessionPersistenceError
 from ..llm.retry import install_retry
 from ..session._json import dumps, loads
 from ._host import ApiError, ServiceHost
+from ._page import page_routes
 from ._profile import Profile, check_profiles
 
 __all__ = ["create_app"]
@@ -301,6 +302,7 @@ def create_app(
         Route("/v1/sessions/{session_id:str}/log", endpoint(get_log), methods=["GET"]),
         Route("/v1/sessions/{session_id:str}/events", endpoint(events), methods=["GET"]),
         Route("/v1/agui", endpoint(agui), methods=["POST"]),
+        *page_routes(),  # the web chat: static assets, open like /healthz (they hold no secret)
     ]
     return Starlette(
         routes=routes,

@@ -1,0 +1,107 @@
+"""The web chat's assets (API.md "Web chat"): shipped in the package (a built wheel holds
+them), served from it as they are, self-contained (nothing from another origin), open
+without the token while the API behind them is not, and no path reaches past their folder."""
+
+from __future__ import annotations
+
+import re
+import zipfile
+from importlib import resources
+from pathlib import Path
+
+import pytest
+
+from steerloop.service import create_app
+
+from .served import served
+
+ROOT = Path(__file__).resolve().parents[2]
+WEB = resources.files("steerloop.service").joinpath("_web")
+ASSETS = sorted(p.name for p in WEB.iterdir() if p.is_file())
+
+
+def test_the_assets_are_the_pages_files() -> None:
+    assert ASSETS == [
+        "api.js",
+        "app.js",
+        "feed.js",
+        "icon.svg",
+        "index.html",
+        "style.css",
+        "transcript.js",
+    ]
+
+
+async def test_every_asset_is_served_from_the_package_with_its_type(tmp_path: Path) -> None:
+    app = create_app(f"sqlite:///{tmp_path / 's.db'}", token="t0ken")
+    async with served(app) as client:
+        index = await client.get("/")
+        assert index.status_code == 200
+        assert index.content == WEB.joinpath("index.html").read_bytes()
+        assert index.headers["content-type"] == "text/html; charset=utf-8"
+        csp = index.headers["content-security-policy"]
+        assert "script-src 'self'" in csp
+        assert "default-src 'none'" in csp
+        assert index.headers["x-content-type-options"] == "nosniff"
+        types = {".js": "text/javascript", ".css": "text/css", ".svg": "image/svg+xml"}
+        for name in ASSETS:
+            if name == "index.html":
+                continue
+            answer = await client.get(f"/_web/{name}")
+            assert answer.status_code == 200, name
+            assert answer.content == WEB.joinpath(name).read_bytes()
+            assert answer.headers["content-type"].startswith(types[Path(name).suffix])
+        # the page is open; the API it calls still needs the token
+        assert (await client.get("/v1/sessions")).status_code == 401
+
+
+def test_the_page_references_only_its_own_assets() -> None:
+    """No CDN, nothing fetched from elsewhere: every URL in the HTML, every module import and
+    every url() in the CSS is one of the package's assets."""
+    referenced: set[str] = set()
+    for name in ASSETS:
+        text = WEB.joinpath(name).read_text(encoding="utf-8")
+        assert "http://" not in text.replace('xmlns="http://www.w3.org/2000/svg"', "")
+        assert "https://" not in text
+        referenced.update(re.findall(r'(?:src|href)="([^"]+)"', text))
+        referenced.update(re.findall(r'from "([^"]+)"', text))
+        referenced.update(re.findall(r"url\(([^)]*)\)", text))
+    local = {ref.removeprefix("/_web/").removeprefix("./") for ref in referenced}
+    assert local <= set(ASSETS), local - set(ASSETS)
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/_web/nope.js",
+        "/_web/_page.py",
+        "/_web/..%2F_page.py",
+        "/_web/%2e%2e%2f_app.py",
+        "/_web/index.html.js",
+        "/_web/.hidden.js",
+        "/_web/" + "a" * 300 + ".js",
+    ],
+)
+async def test_paths_outside_the_assets_are_not_found(tmp_path: Path, path: str) -> None:
+    async with served(create_app(f"sqlite:///{tmp_path / 's.db'}")) as client:
+        answer = await client.get(path)
+        assert answer.status_code == 404
+        assert answer.json()["error"]["code"] in ("not_found",)
+        assert b"import" not in answer.content
+
+
+def test_a_built_wheel_ships_the_assets(tmp_path: Path) -> None:
+    """What ``pip install steerloop`` gets: the wheel hatchling builds from this tree."""
+    from hatchling.builders.wheel import WheelBuilder
+
+    builder = WheelBuilder(str(ROOT))
+    built = list(builder.build(directory=str(tmp_path), versions=["standard"]))
+    assert len(built) == 1
+    with zipfile.ZipFile(built[0]) as wheel:
+        shipped = {
+            name.removeprefix("steerloop/service/_web/"): wheel.read(name)
+            for name in wheel.namelist()
+            if name.startswith("steerloop/service/_web/")
+        }
+    assert sorted(shipped) == ASSETS
+    assert all(shipped[name] == WEB.joinpath(name).read_bytes() for name in ASSETS)
