@@ -186,14 +186,15 @@ async def test_send_streams_before_the_answer_ends_and_stop_or_esc_cancels(
     """Enter with no session selected starts one (its id goes into the URL); the live frames
     show reasoning and text while the turn runs; Stop cancels it: the turn ends aborted by
     the user and the safe prefix stays. Shift+Enter is a new line; Esc stops the next turn
-    and drops the steer queued in it."""
+    and drops the steer queued in it: that step said nothing, so it leaves no assistant entry,
+    and the steer stays as the user's own bubble marked "not delivered"."""
     partial: list[StreamChunk] = [
         BlockStart(index=0, block_type="reasoning"),
         ReasoningDelta(index=0, text="weighing the options"),
         BlockStart(index=1, block_type="text"),
         TextDelta(index=1, text="Hello, wor"),
     ]
-    model = Model(hang_after(partial), HANG)
+    model = Model(hang_after(partial), hang_after([]))
     async with served(create_app(store(tmp_path), model.profiles)) as client:
         chat = Chat(page, base_of(client), tmp_path)
         await chat.open()
@@ -207,6 +208,7 @@ async def test_send_streams_before_the_answer_ends_and_stop_or_esc_cancels(
         await expect(chat.streaming.get_by_test_id("reasoning")).to_have_text(
             "weighing the options"
         )
+        await expect(chat.streaming.locator(".thought .label")).to_have_text("reasoning")
         await expect(chat.status).to_have_text("running")
         await expect(chat.send).to_have_text("Steer")
         await expect(chat.composer).to_have_value("")
@@ -215,9 +217,8 @@ async def test_send_streams_before_the_answer_ends_and_stop_or_esc_cancels(
         await expect(chat.status).to_have_text("idle")
         await expect(chat.turn_end).to_have_text("stopped")
         await expect(chat.streaming).to_have_count(0)
-        await expect(chat.entries("assistant")).to_have_text(
-            ["assistantweighing the optionsHello, worinterrupted"]
-        )
+        first_answer = "assistantreasoningweighing the optionsHello, worinterrupted"
+        await expect(chat.entries("assistant")).to_have_text([first_answer])
         await chat.shot("2-stopped")
         await chat.composer.fill("line one")
         await chat.composer.press("Shift+Enter")
@@ -226,7 +227,7 @@ async def test_send_streams_before_the_answer_ends_and_stop_or_esc_cancels(
         await chat.composer.press("Enter")
         await expect(chat.entries("user")).to_have_text(["youhi there", "youline one\nline two"])
         await expect(chat.status).to_have_text("running")
-        await expect(chat.streaming).to_contain_text("…")
+        await expect(chat.streaming).to_be_visible()  # the open step, nothing said yet
         await chat.type_and_enter("never mind")
         await expect(chat.queued).to_contain_text("queued for the next step")
         await page.keyboard.press("Escape")
@@ -234,7 +235,12 @@ async def test_send_streams_before_the_answer_ends_and_stop_or_esc_cancels(
         await expect(chat.status).to_have_text("idle")
         # the stop empties the inbox: the steer was never delivered, and the page says so
         await expect(chat.queued).to_have_count(0)
-        await expect(chat.dropped).to_have_text("not delivered: never mind")
+        await expect(chat.dropped.locator(".text")).to_have_text("never mind")
+        await expect(chat.dropped.locator(".who")).to_have_text("you not delivered")
+        # the empty step left nothing behind: no "…", no empty "interrupted" answer
+        await expect(chat.streaming).to_have_count(0)
+        await expect(chat.entries("assistant")).to_have_text([first_answer])
+        await expect(chat.transcript.locator("> li")).to_have_count(6)
         await chat.shot("3-steer-dropped-by-esc")
         events = await wait_for_log(client, session_id, lambda ev: turn_ends(ev) == 2)
         ends = [e["data"]["reason"] for e in events if e["type"] == "turn/end"]
@@ -311,6 +317,8 @@ async def test_a_steer_waits_queued_then_reaches_the_next_request_and_reload_res
 async def test_session_list_switches_sessions_and_new_session_opens_an_empty_one(
     page: Page, tmp_path: Path
 ) -> None:
+    """Sessions are named by their first user message (read once from the first page of
+    their log), a new one by its id until it has one; clicking switches, Back goes back."""
     model = Model(text_response("alpha answer"), text_response("beta answer"))
     async with served(create_app(store(tmp_path), model.profiles)) as client:
         for name in ("alpha", "beta"):
@@ -320,9 +328,12 @@ async def test_session_list_switches_sessions_and_new_session_opens_an_empty_one
         await chat.open()
         items = chat.session_item
         await expect(items).to_have_count(2)
+        await expect(items.locator("a")).to_have_text(["to beta", "to alpha"])  # newest first
+        await expect(items.locator("a").first).to_have_attribute("title", "beta")
         await chat.session_list.locator('[data-session-id="alpha"] a').click()
         await expect(page).to_have_url(f"{chat.base}/?session=alpha")
         await expect(chat.entries("assistant")).to_have_text(["assistantalpha answer"])
+        await expect(chat.session_title).to_have_text("to alpha")
         await chat.session_list.locator('[data-session-id="beta"] a').click()
         await expect(page).to_have_url(f"{chat.base}/?session=beta")
         await expect(chat.entries("assistant")).to_have_text(["assistantbeta answer"])
@@ -340,9 +351,18 @@ async def test_session_list_switches_sessions_and_new_session_opens_an_empty_one
         )
         await expect(items.first).to_have_attribute("data-session-id", created)  # newest first
         await expect(chat.transcript.locator("> li")).to_have_count(0)
-        await expect(chat.empty).to_have_text("No messages yet: type below to start.")
+        await expect(chat.empty_text).to_have_text("No messages yet: type below to start.")
         await expect(chat.status).to_have_text("idle")
+        await expect(chat.session_title).to_have_text(created)
         await chat.shot("2-new-session")
+        await chat.type_and_enter("a third question")
+        await expect(chat.session_title).to_have_text("a third question")
+        await expect(items.first.locator("a")).to_have_text("a third question")
+        reads = [r.url for r in chat.requests if "/log?" in r.url]
+        # one small read per listed session, none for the session the page has open
+        assert sorted(reads) == [
+            f"{chat.base}/v1/sessions/{name}/log?limit=12" for name in ("alpha", "beta")
+        ]
         listing = (await client.get("/v1/sessions")).json()["sessions"]
         assert sorted(s["session_id"] for s in listing) == sorted(["alpha", "beta", created])
         assert chat.errors == []
@@ -364,13 +384,15 @@ async def test_a_dropped_stream_shows_reconnecting_and_resumes_after_the_last_se
         await chat.type_and_enter("one")
         await expect(chat.entries("assistant")).to_have_text(["assistantfirst answer"])
         events = await wait_for_log(client, "r", lambda ev: turn_ends(ev) == 1)
-    await expect(chat.connection).to_have_text("reconnecting…")
+    await expect(chat.connection).to_contain_text("reconnecting…")
     await expect(chat.connection).to_be_visible()
+    await expect(chat.status).to_have_attribute("data-stale", "")
     await chat.shot("1-reconnecting")
     since = len(chat.responses)
     assert port is not None
     async with served(create_app(url, model.profiles), port=port) as client:
         await expect(chat.connection).to_be_hidden()
+        await expect(chat.status).not_to_have_attribute("data-stale", "")
         resumed = await chat.feed_opened("r", since)
         assert resumed["last-event-id"] == str(events[-1]["seq"])
         await chat.type_and_enter("two")
@@ -443,8 +465,14 @@ async def test_pending_approvals_show_allow_and_deny_and_each_decides_its_call(
         await expect(chat.approval_allow).to_have_count(1)  # c1's was answered
         await chat.shot("2-pending-after-reload")
         await second.get_by_test_id("approval-deny").click()
-        await expect(second.get_by_test_id("approval-decision")).to_contain_text("denied")
-        await expect(second.get_by_test_id("tool-state")).to_have_text("failed (DENIED)")
+        # one "denied" state and one line with the reason; no raw code in the sentence
+        await expect(second.get_by_test_id("tool-state")).to_have_text("denied")
+        await expect(second.get_by_test_id("tool-state")).to_have_attribute("title", "DENIED")
+        await expect(second.get_by_test_id("approval-decision")).to_have_text(
+            "Not run. Reason: denied by the user"
+        )
+        await expect(second.get_by_test_id("tool-result")).to_be_hidden()
+        await expect(second).not_to_contain_text("DENIED")
         await expect(chat.turn_end).to_have_text("turn ended")
         await expect(chat.approval_allow).to_have_count(0)
         await expect(chat.approval_deny).to_have_count(0)
@@ -585,11 +613,24 @@ async def test_a_lost_link_mid_answer_resumes_the_live_frames_exactly(
             await chat.type_and_enter("greet me")
             await expect(chat.streaming.locator(".text")).to_have_text("Hello, ")
             proxy.cut()
-            await expect(chat.connection).to_have_text("reconnecting…")
+            await expect(chat.connection).to_contain_text("reconnecting…")
+            await expect(chat.connection).to_contain_text("Sending is paused")
+            await expect(chat.status).to_have_attribute("data-stale", "")
+            await expect(chat.status).to_have_text("running")  # the last known, marked stale
+            # offline, sending is disabled with its reason; what is typed stays
+            await expect(chat.send).to_be_disabled()
+            await expect(chat.send).to_have_attribute("title", re.compile("^Offline"))
+            await chat.type_and_enter("typed while offline")
+            await chat.composer.press("Enter")
+            await expect(chat.composer).to_have_value("typed while offline")
             await chat.shot("1-link-lost-mid-answer")
             since = len(chat.responses)
             proxy.reopen()
             await expect(chat.connection).to_be_hidden()
+            await expect(chat.send).to_be_enabled()
+            await expect(chat.status).not_to_have_attribute("data-stale", "")
+            await expect(chat.composer).to_have_value("typed while offline")
+            assert not [r for r in chat.requests if r.method == "POST" and "/messages" in r.url][1:]
             resumed = (await chat.feed_opened("m", since))["last-event-id"]
             events = (await client.get("/v1/sessions/m/log")).json()["events"]
             # the frames of the step after the last durable event: start, block-start, delta
@@ -646,7 +687,9 @@ async def test_a_refused_post_shows_the_servers_error_and_keeps_the_text(
     page: Page, tmp_path: Path
 ) -> None:
     """A message the service refuses (413 here) leaves the composer as typed and shows the
-    server's message; a session id that does not exist says so; the next send works."""
+    server's message (its code only in the title); the next send works. A session id that does
+    not exist shows a "no such session" state (no status, composer disabled); another session
+    opens from the list, and the same id opens once it exists."""
     model = Model(text_response("short one answered"))
     app = create_app(store(tmp_path), model.profiles, body_limit=400)
     async with served(app) as client:
@@ -655,7 +698,8 @@ async def test_a_refused_post_shows_the_servers_error_and_keeps_the_text(
         await chat.open("?session=f")
         long_text = "a long message that will not fit " * 12
         await chat.type_and_enter(long_text)
-        await expect(chat.error).to_have_text("the body is over 400 bytes (body_too_large)")
+        await expect(chat.error).to_have_text("the body is over 400 bytes")
+        await expect(chat.error).to_have_attribute("title", "body_too_large (HTTP 413)")
         await expect(chat.composer).to_have_value(long_text)
         await expect(chat.queued).to_have_count(0)
         await chat.shot("1-refused")
@@ -671,12 +715,32 @@ async def test_a_refused_post_shows_the_servers_error_and_keeps_the_text(
             for m in e["data"]["inserted"]
         ]
         assert inserted == ["short one"]
-        await chat.open("?session=%3Cimg%20src%3Dx%20onerror%3Dalert(1)%3Enope")
-        await expect(chat.error).to_have_text(
-            "no session '<img src=x onerror=alert(1)>nope' (session_not_found)"
+        await page.goto(f"{chat.base}/?session=%3Cimg%20src%3Dx%20onerror%3Dalert(1)%3Enope")
+        await expect(chat.empty_text).to_have_text(
+            "No such session: “<img src=x onerror=alert(1)>nope”. "
+            "Pick one from the list or start a new one."
         )
+        await expect(chat.status).to_be_hidden()
+        await expect(chat.composer).to_be_disabled()
+        await expect(chat.send).to_be_disabled()
+        await expect(chat.error).to_be_hidden()
         assert await page.locator("img").count() == 0
         await chat.shot("2-unknown-session")
+        # another session opens from the list
+        await chat.session_list.locator('[data-session-id="f"] a').click()
+        await expect(chat.entries("assistant")).to_have_text(["assistantshort one answered"])
+        await expect(chat.composer).to_be_enabled()
+        await expect(chat.status).to_have_text("idle")
+        # the same session again, once it exists: the failed feed does not stick
+        await page.goto(f"{chat.base}/?session=later")
+        await expect(chat.empty_text).to_contain_text("No such session: “later”")
+        assert (await client.post("/v1/sessions", json={"session_id": "later"})).status_code == 201
+        await chat.retry.click()
+        await expect(chat.empty_text).to_have_text("No messages yet: type below to start.")
+        await expect(chat.composer).to_be_enabled()
+        await expect(chat.send).to_be_enabled()
+        await expect(chat.status).to_have_text("idle")
+        await chat.shot("3-unknown-then-created")
         assert chat.errors == []
 
 
@@ -751,7 +815,7 @@ async def test_with_a_token_the_page_asks_for_it_and_sends_it_only_as_a_header(
     page: Page, tmp_path: Path
 ) -> None:
     """``steerloop serve`` with ``STEERLOOP_API_TOKEN``: the page's calls get 401 without the
-    token (it asks for it, showing the server's message) and with a wrong one; with it the
+    token (it asks for it: first only the question, after a wrong one "that token was refused"); with it the
     list, the POSTs and the SSE feed work. The token is never in a URL or a cookie, and the
     process prints nothing that holds it."""
     async with steerloop_serve(tmp_path, STEERLOOP_API_TOKEN=TOKEN) as (base, output):
@@ -761,15 +825,18 @@ async def test_with_a_token_the_page_asks_for_it_and_sends_it_only_as_a_header(
             await page.goto(base)
         assert (await refused.value).status == 401
         await expect(chat.token_overlay).to_be_visible()
-        await expect(chat.token_error).to_have_text(
-            "a valid 'Authorization: Bearer <token>' is required"
-        )
+        await expect(chat.token_error).to_be_hidden()  # first, just the question
+        await expect(chat.token).to_be_focused()
         await chat.shot("1-asks-for-token")
         await chat.token.fill("wrong")
         async with page.expect_response(listing) as refused_again:
             await chat.token_submit.click()
         assert (await refused_again.value).status == 401
         await expect(chat.token_overlay).to_be_visible()
+        await expect(chat.token_error).to_have_text(
+            "That token was refused. Check it and try again."
+        )
+        await chat.shot("1b-token-refused")
         await chat.token.fill(TOKEN)
         async with page.expect_response(listing) as accepted:
             await chat.token_submit.click()
