@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import re
 import subprocess
@@ -33,10 +34,9 @@ from steerloop.llm.chunks import (
     StreamChunk,
     TextDelta,
 )
-from steerloop.messages import TextBlock
+from steerloop.messages import ReasoningBlock, TextBlock
 from steerloop.service import Profile, create_app
 from steerloop.testing import (
-    HANG,
     ScriptedAdapter,
     hang_after,
     reasoning_response,
@@ -746,9 +746,11 @@ async def test_a_refused_post_shows_the_servers_error_and_keeps_the_text(
 
 async def test_the_page_fits_a_375px_screen(browser: Browser, tmp_path: Path) -> None:
     """At 375 px wide nothing scrolls sideways, even with unbroken words and long tool
-    arguments, and the composer, Send and Stop stay on screen."""
+    arguments, the composer, Send and Stop stay on screen, and the placeholder fits the
+    composer on one line, idle and while a step runs."""
     long_word = "x" * 300
     model = Model(
+        tool_call_response("c0", "gate", {"wait": "a moment"}),
         tool_call_response("c1", "echo", {"text": "y" * 400}),
         text_response(f"{long_word} and then some ordinary words"),
     )
@@ -760,9 +762,15 @@ async def test_the_page_fits_a_375px_screen(browser: Browser, tmp_path: Path) ->
                 await client.post("/v1/sessions", json={"session_id": f"narrow-{n}"})
             chat = Chat(page, base_of(client), tmp_path)
             await chat.open("?session=narrow-0")
+            assert await placeholder_overflow(chat) <= 0
             await chat.type_and_enter("a question typed on a phone")
+            await expect(chat.send).to_have_text("Steer")
+            await expect(chat.composer).to_have_attribute("placeholder", "Steer the running agent")
+            assert await placeholder_overflow(chat) <= 0
+            model.release.set()
             await expect(chat.turn_end).to_have_text("turn ended")
-            await expect(chat.entries("tool").get_by_test_id("tool-result")).to_have_text("y" * 400)
+            echo = chat.entries("tool").last
+            await expect(echo.get_by_test_id("tool-result")).to_have_text("y" * 400)
             widths = await page.evaluate(
                 "[document.documentElement.scrollWidth, document.body.scrollWidth, innerWidth]"
             )
@@ -815,9 +823,9 @@ async def test_with_a_token_the_page_asks_for_it_and_sends_it_only_as_a_header(
     page: Page, tmp_path: Path
 ) -> None:
     """``steerloop serve`` with ``STEERLOOP_API_TOKEN``: the page's calls get 401 without the
-    token (it asks for it: first only the question, after a wrong one "that token was refused"); with it the
-    list, the POSTs and the SSE feed work. The token is never in a URL or a cookie, and the
-    process prints nothing that holds it."""
+    token (it asks for it: first only the question, after a wrong one "that token was
+    refused"); with it the list, the POSTs and the SSE feed work. The token is never in a URL
+    or a cookie, and the process prints nothing that holds it."""
     async with steerloop_serve(tmp_path, STEERLOOP_API_TOKEN=TOKEN) as (base, output):
         chat = Chat(page, base, tmp_path)
         listing = re.compile(r"/v1/sessions$")
@@ -853,3 +861,187 @@ async def test_with_a_token_the_page_asks_for_it_and_sends_it_only_as_a_header(
         await chat.shot("2-authorised")
         assert chat.errors == []
     assert TOKEN not in output.read_text()
+
+
+async def placeholder_overflow(chat: Chat) -> float:
+    """How far the composer's placeholder, in its own font, overshoots the box's text width."""
+    return float(
+        await chat.composer.evaluate(
+            """(box) => {
+                const style = getComputedStyle(box);
+                const context = document.createElement("canvas").getContext("2d");
+                context.font = `${style.fontSize} ${style.fontFamily}`;
+                const room = box.clientWidth - parseFloat(style.paddingLeft)
+                    - parseFloat(style.paddingRight);
+                return context.measureText(box.placeholder).width - room;
+            }"""
+        )
+    )
+
+
+async def test_the_composer_grows_with_its_text_and_send_keeps_its_place(
+    page: Page, tmp_path: Path
+) -> None:
+    """The composer starts one whole line tall, grows a line per line of text up to its
+    maximum (then scrolls), shrinks back when emptied; Send turning into Steer moves
+    nothing."""
+    model = Model(hang_after([]))
+    async with served(create_app(store(tmp_path), model.profiles)) as client:
+        await client.post("/v1/sessions", json={"session_id": "g"})
+        chat = Chat(page, base_of(client), tmp_path)
+        await chat.open("?session=g")
+
+        async def metrics() -> dict[str, float]:
+            return dict(
+                await chat.composer.evaluate(
+                    """(box) => {
+                        const style = getComputedStyle(box);
+                        return {
+                            height: box.offsetHeight,
+                            room: box.clientHeight - parseFloat(style.paddingTop)
+                                - parseFloat(style.paddingBottom),
+                            line: parseFloat(style.lineHeight),
+                            max: parseFloat(style.maxHeight),
+                            scroll: box.scrollHeight - box.clientHeight,
+                        };
+                    }"""
+                )
+            )
+
+        one = await metrics()
+        assert one["room"] >= one["line"]  # the first line is whole
+        assert one["scroll"] == 0
+        await chat.composer.fill("one\ntwo\nthree")
+        three = await metrics()
+        assert three["height"] == pytest.approx(one["height"] + 2 * one["line"], abs=1.5)
+        assert three["scroll"] == 0
+        await chat.shot("1-three-lines")
+        await chat.composer.fill("\n".join(f"line {n}" for n in range(40)))
+        many = await metrics()
+        assert many["height"] == many["max"]
+        assert many["scroll"] > 0
+        await chat.shot("2-at-max-height")
+        await chat.composer.fill("")
+        assert (await metrics())["height"] == one["height"]
+
+        before = [await chat.composer.bounding_box(), await chat.send.bounding_box()]
+        await chat.type_and_enter("go")
+        await expect(chat.send).to_have_text("Steer")
+        await expect(chat.composer).to_have_value("")
+        after = [await chat.composer.bounding_box(), await chat.send.bounding_box()]
+        assert after == before
+        await chat.shot("3-steer-same-place")
+        await chat.stop.click()
+        await expect(chat.turn_end).to_have_text("stopped")
+        assert chat.errors == []
+
+
+CONTRAST = """(selector) => {
+    const parse = (text) => {
+        const [r, g, b, a = 1] = text.match(/[\\d.]+/g).map(Number);
+        return { r, g, b, a };
+    };
+    const over = (top, under) => ({
+        r: top.r * top.a + under.r * (1 - top.a),
+        g: top.g * top.a + under.g * (1 - top.a),
+        b: top.b * top.a + under.b * (1 - top.a),
+        a: 1,
+    });
+    const channel = (v) => ((v /= 255) <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4);
+    const luminance = (c) => 0.2126 * channel(c.r) + 0.7152 * channel(c.g) + 0.0722 * channel(c.b);
+    const seen = [];
+    for (const node of document.querySelectorAll(selector)) {
+        if (!node.getClientRects().length || !node.textContent.trim()) continue;
+        const chain = [];
+        for (let n = node; n; n = n.parentElement) chain.unshift(n);
+        let background = { r: 255, g: 255, b: 255, a: 1 };
+        let opacity = 1;
+        for (const n of chain) {
+            const style = getComputedStyle(n);
+            background = over(parse(style.backgroundColor), background);
+            opacity *= Number(style.opacity);
+        }
+        const ink = parse(getComputedStyle(node).color);
+        const shown = over({ ...ink, a: ink.a * opacity }, background);
+        const [hi, lo] = [luminance(shown), luminance(background)].sort((x, y) => y - x);
+        seen.push([node.className, getComputedStyle(node).fontSize, (hi + 0.05) / (lo + 0.05)]);
+    }
+    return seen;
+}"""
+
+
+async def test_the_readme_screenshot_a_tool_waiting_for_approval_and_a_queued_steer(
+    browser: Browser, tmp_path: Path
+) -> None:
+    """docs/webchat.png is this test's ``webchat.png`` (960x600): sessions named by their
+    first message, a streamed answer with its reasoning, a call waiting for approval and a
+    steer queued for the next step, nothing clipped. The small text and the reasoning on it
+    all reach a 4.5:1 contrast against what is behind them (WCAG AA)."""
+    said = "Writing a three-line summary to notes.md."
+    step: list[StreamChunk] = []
+    for chunk in tool_call_response("c1", "write", {"path": "notes.md"}, text=said):
+        index = getattr(chunk, "index", None)  # after the reasoning block at index 0
+        step.append(chunk if index is None else dataclasses.replace(chunk, index=index + 1))
+    thought = "They want the file, short: the rule, then why."
+    model = Asking(
+        text_response("Ready: 14 entries under Added, 3 under Fixed."),
+        text_response("The sqlite store test timed out on the slow runner."),
+        [
+            BlockStart(index=0, block_type="reasoning"),
+            ReasoningDelta(index=0, text=thought),
+            BlockEnd(index=0, block=ReasoningBlock(thought)),
+            *step,
+        ],
+    )
+    context = await browser.new_context(viewport={"width": 960, "height": 600})
+    try:
+        page = await context.new_page()
+        async with served(create_app(store(tmp_path), model.profiles)) as client:
+            for first in ("Draft the release notes for 0.4", "Why is the nightly build red?"):
+                created = await client.post("/v1/sessions", json={"input": first})
+                session_id = created.json()["session_id"]
+                await wait_for_log(client, session_id, lambda ev: turn_ends(ev) == 1)
+            await client.post("/v1/sessions", json={"session_id": "s_0d5e8b1c"})
+            chat = Chat(page, base_of(client), tmp_path)
+            await chat.open("?session=s_0d5e8b1c")
+            ask = "Summarise the layering rule of docs/ARCHITECTURE.md in notes.md"
+            await chat.type_and_enter(ask)
+            tool = chat.transcript.locator('[data-call-id="c1"]')
+            await expect(tool.get_by_test_id("tool-state")).to_have_text("waiting for approval")
+            await chat.type_and_enter("Also say why imports only point down")
+            await expect(chat.queued).to_contain_text("queued for the next step")
+            await expect(chat.session_item.locator("a")).to_have_text(
+                [ask, "Why is the nightly build red?", "Draft the release notes for 0.4"]
+            )
+            await expect(chat.session_title).to_have_text(ask)
+            answer = chat.entries("assistant")
+            await expect(answer.get_by_test_id("reasoning")).to_have_text(thought)
+            # nothing clipped: the transcript fits its pane, no text overflows its box
+            overflow = await page.evaluate(
+                """() => {
+                    const pane = document.querySelector('[data-testid="scroll"]');
+                    const cut = [...document.querySelectorAll(".entry, .queued, .text")]
+                        .filter((n) => n.scrollWidth > n.clientWidth + 1);
+                    return [pane.scrollHeight - pane.clientHeight, cut.length];
+                }"""
+            )
+            assert overflow == [0, 0]
+            assert await placeholder_overflow(chat) <= 0
+            await expect(chat.composer).to_have_attribute(
+                "placeholder", "Steer the running agent · Enter sends · Esc stops"
+            )
+            await page.mouse.move(0, 599)  # no hover state in the picture
+            await page.screenshot(path=tmp_path / "webchat.png")
+            ratios = await page.evaluate(
+                CONTRAST,
+                ".who, .badge, .flag, .reasoning, .thought .label, .queued .state, .status,"
+                " .turn-end, .note, .state, .decided, .ask, a.open, .title",
+            )
+            print("contrast", sorted({(c, f, round(r, 2)) for c, f, r in ratios}))
+            low = [(c, f, round(r, 2)) for c, f, r in ratios if r < 4.5]
+            assert low == []
+            kinds = {c for c, _f, _r in ratios}
+            assert kinds >= {"who", "reasoning", "label", "state", "badge idle", "status"}
+            assert chat.errors == []
+    finally:
+        await context.close()

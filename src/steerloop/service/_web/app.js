@@ -10,7 +10,8 @@ const $ = (id) => document.querySelector(`[data-testid="${id}"]`);
 const LIST_REFRESH_MS = 15000;
 const TITLE_EVENTS = 12; // the first page of a log holds its first user message
 const TITLE_CHARS = 80;
-const NARROW = window.matchMedia("(max-width: 700px)");
+const KEYS = " · Enter sends · Esc stops"; // Shift+Enter for a new line, as everywhere
+const ruler = document.createElement("canvas").getContext("2d");
 
 const ui = {
   sessions: $("session-list"),
@@ -332,6 +333,15 @@ function consumed(text) {
   fitComposer();
 }
 
+/** Whether ``text`` fits the composer on one line (the key hints go when it would not). */
+function fitsComposer(text) {
+  const style = getComputedStyle(ui.composer);
+  ruler.font = `${style.fontSize} ${style.fontFamily}`;
+  const room =
+    ui.composer.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight);
+  return ruler.measureText(text).width <= room;
+}
+
 /** The composer grows with its text up to its CSS max-height, then scrolls. */
 function fitComposer() {
   const box = ui.composer;
@@ -351,7 +361,7 @@ ui.form.addEventListener("submit", (event) => {
 });
 ui.stop.addEventListener("click", () => stop());
 ui.composer.addEventListener("input", fitComposer);
-NARROW.addEventListener("change", render);
+window.addEventListener("resize", render);
 ui.composer.addEventListener("keydown", (event) => {
   if (event.key === "Enter" && !event.shiftKey && !event.isComposing && !event.altKey) {
     event.preventDefault();
@@ -391,8 +401,12 @@ function render() {
   ui.send.title = offline ? PAUSED : missing ? "This session does not exist" : "";
   ui.send.textContent = running ? "Steer" : "Send";
   ui.composer.disabled = missing;
-  const keys = NARROW.matches ? "" : " · Enter sends · Shift+Enter new line · Esc stops";
-  ui.composer.placeholder = running ? `Steer the running agent${keys}` : `Message the agent${keys}`;
+  const hint = running ? "Steer the running agent" : "Message the agent";
+  const placeholder = fitsComposer(hint + KEYS) ? hint + KEYS : hint;
+  if (ui.composer.placeholder !== placeholder) {
+    ui.composer.placeholder = placeholder;
+    fitComposer(); // an empty box is as tall as its placeholder
+  }
   const title = current === null ? "No session selected" : titles.get(current) || current;
   ui.title.textContent = title;
   ui.title.title = current || "";
