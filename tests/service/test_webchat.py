@@ -698,7 +698,7 @@ async def test_a_refused_post_shows_the_servers_error_and_keeps_the_text(
         await chat.open("?session=f")
         long_text = "a long message that will not fit " * 12
         await chat.type_and_enter(long_text)
-        await expect(chat.error).to_have_text("the body is over 400 bytes")
+        await expect(chat.error).to_have_text("Not sent: the body is over 400 bytes")
         await expect(chat.error).to_have_attribute("title", "body_too_large (HTTP 413)")
         await expect(chat.composer).to_have_value(long_text)
         await expect(chat.queued).to_have_count(0)
@@ -722,6 +722,7 @@ async def test_a_refused_post_shows_the_servers_error_and_keeps_the_text(
         )
         await expect(chat.status).to_be_hidden()
         await expect(chat.composer).to_be_disabled()
+        await expect(chat.composer).to_have_attribute("placeholder", "No session to send to")
         await expect(chat.send).to_be_disabled()
         await expect(chat.error).to_be_hidden()
         assert await page.locator("img").count() == 0
@@ -740,6 +741,8 @@ async def test_a_refused_post_shows_the_servers_error_and_keeps_the_text(
         await expect(chat.composer).to_be_enabled()
         await expect(chat.send).to_be_enabled()
         await expect(chat.status).to_have_text("idle")
+        later = chat.session_list.locator('[data-session-id="later"]')
+        await expect(later).to_have_attribute("aria-current", "page")  # listed once it opened
         await chat.shot("3-unknown-then-created")
         assert chat.errors == []
 

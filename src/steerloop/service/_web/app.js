@@ -52,20 +52,23 @@ const transcript = new Transcript({
   queue: queueList,
   changed: render,
   decide: (callId, decision) =>
-    guarded(() =>
-      call("POST", sessionPath(current, `/approvals/${encodeURIComponent(callId)}`), { decision }),
+    guarded(
+      () =>
+        call("POST", sessionPath(current, `/approvals/${encodeURIComponent(callId)}`), { decision }),
+      "Decision not sent",
     ),
 });
 
 // --- errors and the token ---------------------------------------------------------------
 
-function showError(error) {
+function showError(error, what = "") {
   if (error instanceof ApiError && error.status === 401) {
     askToken();
     return;
   }
-  // The server's sentence; its code stays at hand (hover) without cluttering it.
-  ui.error.textContent = error instanceof ApiError ? error.message : String(error);
+  // What failed, then the server's sentence; its code stays at hand (hover), out of the text.
+  const said = error instanceof ApiError ? error.message : String(error);
+  ui.error.textContent = what ? `${what}: ${said}` : said;
   if (error instanceof ApiError) ui.error.title = `${error.code} (HTTP ${error.status || "—"})`;
   else ui.error.removeAttribute("title");
   ui.error.hidden = false;
@@ -77,14 +80,15 @@ function clearError() {
   ui.error.removeAttribute("title");
 }
 
-/** Runs ``action``; a failure is shown in the page and rethrown. */
-async function guarded(action) {
+/** Runs ``action``; a failure is shown in the page (after ``what``, e.g. "Not sent") and
+ * rethrown. */
+async function guarded(action, what = "") {
   try {
     const result = await action();
     clearError();
     return result;
   } catch (error) {
-    showError(error);
+    showError(error, what);
     throw error;
   }
 }
@@ -263,6 +267,8 @@ function refreshSoon() {
 
 function onFeedState(state, error) {
   offline = state === "reconnecting";
+  const listed = [...ui.sessions.children].some((item) => item.dataset.sessionId === current);
+  if (state === "live" && !listed) refreshSoon(); // opened by its URL before the list had it
   if (state === "unauthorized" || state === "failed") feed = null; // selecting it again retries
   if (state === "unauthorized") {
     askToken();
@@ -274,7 +280,9 @@ function onFeedState(state, error) {
 }
 
 ui.newSession.addEventListener("click", async () => {
-  const created = await guarded(() => call("POST", "/v1/sessions", {})).catch(() => null);
+  const created = await guarded(() => call("POST", "/v1/sessions", {}), "No new session").catch(
+    () => null,
+  );
   if (!created) return;
   createdHere.set(created.session_id, Date.now());
   await refreshSessions().catch(() => {});
@@ -306,7 +314,7 @@ async function submit() {
   const mode = transcript.running ? "steer" : "followup";
   try {
     if (current === null) {
-      const created = await guarded(() => call("POST", "/v1/sessions", { input: text }));
+      const created = await guarded(() => call("POST", "/v1/sessions", { input: text }), "Not sent");
       createdHere.set(created.session_id, Date.now());
       consumed(text);
       await refreshSessions().catch(() => {});
@@ -314,7 +322,7 @@ async function submit() {
     } else {
       const id = newMessageId();
       const body = { mode, content: text, message_id: id, idempotency_key: id };
-      await guarded(() => call("POST", sessionPath(current, "/messages"), body));
+      await guarded(() => call("POST", sessionPath(current, "/messages"), body), "Not sent");
       consumed(text);
       transcript.posted(id, text, mode);
     }
@@ -352,7 +360,9 @@ function fitComposer() {
 
 async function stop() {
   if (current === null || !transcript.running) return;
-  await guarded(() => call("POST", sessionPath(current, "/cancel"), {})).catch(() => {});
+  await guarded(() => call("POST", sessionPath(current, "/cancel"), {}), "Not stopped").catch(
+    () => {},
+  );
 }
 
 ui.form.addEventListener("submit", (event) => {
@@ -402,7 +412,11 @@ function render() {
   ui.send.textContent = running ? "Steer" : "Send";
   ui.composer.disabled = missing;
   const hint = running ? "Steer the running agent" : "Message the agent";
-  const placeholder = fitsComposer(hint + KEYS) ? hint + KEYS : hint;
+  const placeholder = missing
+    ? "No session to send to"
+    : fitsComposer(hint + KEYS)
+      ? hint + KEYS
+      : hint;
   if (ui.composer.placeholder !== placeholder) {
     ui.composer.placeholder = placeholder;
     fitComposer(); // an empty box is as tall as its placeholder
