@@ -838,6 +838,9 @@ async def test_with_a_token_the_page_asks_for_it_and_sends_it_only_as_a_header(
         await expect(chat.token_overlay).to_be_visible()
         await expect(chat.token_error).to_be_hidden()  # first, just the question
         await expect(chat.token).to_be_focused()
+        await expect(chat.token).to_have_attribute("placeholder", "API token")
+        ring = "rgb(47, 111, 94)"  # one focus ring colour: the token field and the composer
+        await expect(chat.token).to_have_css("outline-color", ring)
         await chat.shot("1-asks-for-token")
         await chat.token.fill("wrong")
         async with page.expect_response(listing) as refused_again:
@@ -853,6 +856,8 @@ async def test_with_a_token_the_page_asks_for_it_and_sends_it_only_as_a_header(
             await chat.token_submit.click()
         assert (await accepted.value).status == 200
         await expect(chat.token_overlay).to_be_hidden()
+        await chat.composer.focus()
+        await expect(chat.composer).to_have_css("outline-color", ring)
         await chat.type_and_enter("hello with a token")
         await expect(chat.entries("assistant")).to_have_text(["assistantreply 1"])
         session_id = page.url.split("session=")[1]
