@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import re
 import subprocess
@@ -33,10 +34,9 @@ from steerloop.llm.chunks import (
     StreamChunk,
     TextDelta,
 )
-from steerloop.messages import TextBlock
+from steerloop.messages import ReasoningBlock, TextBlock
 from steerloop.service import Profile, create_app
 from steerloop.testing import (
-    HANG,
     ScriptedAdapter,
     hang_after,
     reasoning_response,
@@ -186,14 +186,15 @@ async def test_send_streams_before_the_answer_ends_and_stop_or_esc_cancels(
     """Enter with no session selected starts one (its id goes into the URL); the live frames
     show reasoning and text while the turn runs; Stop cancels it: the turn ends aborted by
     the user and the safe prefix stays. Shift+Enter is a new line; Esc stops the next turn
-    and drops the steer queued in it."""
+    and drops the steer queued in it: that step said nothing, so it leaves no assistant entry,
+    and the steer stays as the user's own bubble marked "not delivered"."""
     partial: list[StreamChunk] = [
         BlockStart(index=0, block_type="reasoning"),
         ReasoningDelta(index=0, text="weighing the options"),
         BlockStart(index=1, block_type="text"),
         TextDelta(index=1, text="Hello, wor"),
     ]
-    model = Model(hang_after(partial), HANG)
+    model = Model(hang_after(partial), hang_after([]))
     async with served(create_app(store(tmp_path), model.profiles)) as client:
         chat = Chat(page, base_of(client), tmp_path)
         await chat.open()
@@ -207,6 +208,7 @@ async def test_send_streams_before_the_answer_ends_and_stop_or_esc_cancels(
         await expect(chat.streaming.get_by_test_id("reasoning")).to_have_text(
             "weighing the options"
         )
+        await expect(chat.streaming.locator(".thought .label")).to_have_text("reasoning")
         await expect(chat.status).to_have_text("running")
         await expect(chat.send).to_have_text("Steer")
         await expect(chat.composer).to_have_value("")
@@ -215,9 +217,8 @@ async def test_send_streams_before_the_answer_ends_and_stop_or_esc_cancels(
         await expect(chat.status).to_have_text("idle")
         await expect(chat.turn_end).to_have_text("stopped")
         await expect(chat.streaming).to_have_count(0)
-        await expect(chat.entries("assistant")).to_have_text(
-            ["assistantweighing the optionsHello, worinterrupted"]
-        )
+        first_answer = "assistantreasoningweighing the optionsHello, worinterrupted"
+        await expect(chat.entries("assistant")).to_have_text([first_answer])
         await chat.shot("2-stopped")
         await chat.composer.fill("line one")
         await chat.composer.press("Shift+Enter")
@@ -226,7 +227,7 @@ async def test_send_streams_before_the_answer_ends_and_stop_or_esc_cancels(
         await chat.composer.press("Enter")
         await expect(chat.entries("user")).to_have_text(["youhi there", "youline one\nline two"])
         await expect(chat.status).to_have_text("running")
-        await expect(chat.streaming).to_contain_text("…")
+        await expect(chat.streaming).to_be_visible()  # the open step, nothing said yet
         await chat.type_and_enter("never mind")
         await expect(chat.queued).to_contain_text("queued for the next step")
         await page.keyboard.press("Escape")
@@ -234,7 +235,12 @@ async def test_send_streams_before_the_answer_ends_and_stop_or_esc_cancels(
         await expect(chat.status).to_have_text("idle")
         # the stop empties the inbox: the steer was never delivered, and the page says so
         await expect(chat.queued).to_have_count(0)
-        await expect(chat.dropped).to_have_text("not delivered: never mind")
+        await expect(chat.dropped.locator(".text")).to_have_text("never mind")
+        await expect(chat.dropped.locator(".who")).to_have_text("you not delivered")
+        # the empty step left nothing behind: no "…", no empty "interrupted" answer
+        await expect(chat.streaming).to_have_count(0)
+        await expect(chat.entries("assistant")).to_have_text([first_answer])
+        await expect(chat.transcript.locator("> li")).to_have_count(6)
         await chat.shot("3-steer-dropped-by-esc")
         events = await wait_for_log(client, session_id, lambda ev: turn_ends(ev) == 2)
         ends = [e["data"]["reason"] for e in events if e["type"] == "turn/end"]
@@ -311,6 +317,8 @@ async def test_a_steer_waits_queued_then_reaches_the_next_request_and_reload_res
 async def test_session_list_switches_sessions_and_new_session_opens_an_empty_one(
     page: Page, tmp_path: Path
 ) -> None:
+    """Sessions are named by their first user message (read once from the first page of
+    their log), a new one by its id until it has one; clicking switches, Back goes back."""
     model = Model(text_response("alpha answer"), text_response("beta answer"))
     async with served(create_app(store(tmp_path), model.profiles)) as client:
         for name in ("alpha", "beta"):
@@ -320,9 +328,12 @@ async def test_session_list_switches_sessions_and_new_session_opens_an_empty_one
         await chat.open()
         items = chat.session_item
         await expect(items).to_have_count(2)
+        await expect(items.locator("a")).to_have_text(["to beta", "to alpha"])  # newest first
+        await expect(items.locator("a").first).to_have_attribute("title", "beta")
         await chat.session_list.locator('[data-session-id="alpha"] a').click()
         await expect(page).to_have_url(f"{chat.base}/?session=alpha")
         await expect(chat.entries("assistant")).to_have_text(["assistantalpha answer"])
+        await expect(chat.session_title).to_have_text("to alpha")
         await chat.session_list.locator('[data-session-id="beta"] a').click()
         await expect(page).to_have_url(f"{chat.base}/?session=beta")
         await expect(chat.entries("assistant")).to_have_text(["assistantbeta answer"])
@@ -340,9 +351,18 @@ async def test_session_list_switches_sessions_and_new_session_opens_an_empty_one
         )
         await expect(items.first).to_have_attribute("data-session-id", created)  # newest first
         await expect(chat.transcript.locator("> li")).to_have_count(0)
-        await expect(chat.empty).to_have_text("No messages yet: type below to start.")
+        await expect(chat.empty_text).to_have_text("No messages yet: type below to start.")
         await expect(chat.status).to_have_text("idle")
+        await expect(chat.session_title).to_have_text(created)
         await chat.shot("2-new-session")
+        await chat.type_and_enter("a third question")
+        await expect(chat.session_title).to_have_text("a third question")
+        await expect(items.first.locator("a")).to_have_text("a third question")
+        reads = [r.url for r in chat.requests if "/log?" in r.url]
+        # one small read per listed session, none for the session the page has open
+        assert sorted(reads) == [
+            f"{chat.base}/v1/sessions/{name}/log?limit=12" for name in ("alpha", "beta")
+        ]
         listing = (await client.get("/v1/sessions")).json()["sessions"]
         assert sorted(s["session_id"] for s in listing) == sorted(["alpha", "beta", created])
         assert chat.errors == []
@@ -364,13 +384,15 @@ async def test_a_dropped_stream_shows_reconnecting_and_resumes_after_the_last_se
         await chat.type_and_enter("one")
         await expect(chat.entries("assistant")).to_have_text(["assistantfirst answer"])
         events = await wait_for_log(client, "r", lambda ev: turn_ends(ev) == 1)
-    await expect(chat.connection).to_have_text("reconnecting…")
+    await expect(chat.connection).to_contain_text("reconnecting…")
     await expect(chat.connection).to_be_visible()
+    await expect(chat.status).to_have_attribute("data-stale", "")
     await chat.shot("1-reconnecting")
     since = len(chat.responses)
     assert port is not None
     async with served(create_app(url, model.profiles), port=port) as client:
         await expect(chat.connection).to_be_hidden()
+        await expect(chat.status).not_to_have_attribute("data-stale", "")
         resumed = await chat.feed_opened("r", since)
         assert resumed["last-event-id"] == str(events[-1]["seq"])
         await chat.type_and_enter("two")
@@ -443,8 +465,14 @@ async def test_pending_approvals_show_allow_and_deny_and_each_decides_its_call(
         await expect(chat.approval_allow).to_have_count(1)  # c1's was answered
         await chat.shot("2-pending-after-reload")
         await second.get_by_test_id("approval-deny").click()
-        await expect(second.get_by_test_id("approval-decision")).to_contain_text("denied")
-        await expect(second.get_by_test_id("tool-state")).to_have_text("failed (DENIED)")
+        # one "denied" state and one line with the reason; no raw code in the sentence
+        await expect(second.get_by_test_id("tool-state")).to_have_text("denied")
+        await expect(second.get_by_test_id("tool-state")).to_have_attribute("title", "DENIED")
+        await expect(second.get_by_test_id("approval-decision")).to_have_text(
+            "Not run. Reason: denied by the user"
+        )
+        await expect(second.get_by_test_id("tool-result")).to_be_hidden()
+        await expect(second).not_to_contain_text("DENIED")
         await expect(chat.turn_end).to_have_text("turn ended")
         await expect(chat.approval_allow).to_have_count(0)
         await expect(chat.approval_deny).to_have_count(0)
@@ -585,11 +613,24 @@ async def test_a_lost_link_mid_answer_resumes_the_live_frames_exactly(
             await chat.type_and_enter("greet me")
             await expect(chat.streaming.locator(".text")).to_have_text("Hello, ")
             proxy.cut()
-            await expect(chat.connection).to_have_text("reconnecting…")
+            await expect(chat.connection).to_contain_text("reconnecting…")
+            await expect(chat.connection).to_contain_text("Sending is paused")
+            await expect(chat.status).to_have_attribute("data-stale", "")
+            await expect(chat.status).to_have_text("running")  # the last known, marked stale
+            # offline, sending is disabled with its reason; what is typed stays
+            await expect(chat.send).to_be_disabled()
+            await expect(chat.send).to_have_attribute("title", re.compile("^Offline"))
+            await chat.type_and_enter("typed while offline")
+            await chat.composer.press("Enter")
+            await expect(chat.composer).to_have_value("typed while offline")
             await chat.shot("1-link-lost-mid-answer")
             since = len(chat.responses)
             proxy.reopen()
             await expect(chat.connection).to_be_hidden()
+            await expect(chat.send).to_be_enabled()
+            await expect(chat.status).not_to_have_attribute("data-stale", "")
+            await expect(chat.composer).to_have_value("typed while offline")
+            assert not [r for r in chat.requests if r.method == "POST" and "/messages" in r.url][1:]
             resumed = (await chat.feed_opened("m", since))["last-event-id"]
             events = (await client.get("/v1/sessions/m/log")).json()["events"]
             # the frames of the step after the last durable event: start, block-start, delta
@@ -646,7 +687,9 @@ async def test_a_refused_post_shows_the_servers_error_and_keeps_the_text(
     page: Page, tmp_path: Path
 ) -> None:
     """A message the service refuses (413 here) leaves the composer as typed and shows the
-    server's message; a session id that does not exist says so; the next send works."""
+    server's message (its code only in the title); the next send works. A session id that does
+    not exist shows a "no such session" state (no status, composer disabled); another session
+    opens from the list, and the same id opens once it exists."""
     model = Model(text_response("short one answered"))
     app = create_app(store(tmp_path), model.profiles, body_limit=400)
     async with served(app) as client:
@@ -655,7 +698,8 @@ async def test_a_refused_post_shows_the_servers_error_and_keeps_the_text(
         await chat.open("?session=f")
         long_text = "a long message that will not fit " * 12
         await chat.type_and_enter(long_text)
-        await expect(chat.error).to_have_text("the body is over 400 bytes (body_too_large)")
+        await expect(chat.error).to_have_text("Not sent: the body is over 400 bytes")
+        await expect(chat.error).to_have_attribute("title", "body_too_large (HTTP 413)")
         await expect(chat.composer).to_have_value(long_text)
         await expect(chat.queued).to_have_count(0)
         await chat.shot("1-refused")
@@ -671,20 +715,45 @@ async def test_a_refused_post_shows_the_servers_error_and_keeps_the_text(
             for m in e["data"]["inserted"]
         ]
         assert inserted == ["short one"]
-        await chat.open("?session=%3Cimg%20src%3Dx%20onerror%3Dalert(1)%3Enope")
-        await expect(chat.error).to_have_text(
-            "no session '<img src=x onerror=alert(1)>nope' (session_not_found)"
+        await page.goto(f"{chat.base}/?session=%3Cimg%20src%3Dx%20onerror%3Dalert(1)%3Enope")
+        await expect(chat.empty_text).to_have_text(
+            "No such session: “<img src=x onerror=alert(1)>nope”. "
+            "Pick one from the list or start a new one."
         )
+        await expect(chat.status).to_be_hidden()
+        await expect(chat.composer).to_be_disabled()
+        await expect(chat.composer).to_have_attribute("placeholder", "No session to send to")
+        await expect(chat.send).to_be_disabled()
+        await expect(chat.error).to_be_hidden()
         assert await page.locator("img").count() == 0
         await chat.shot("2-unknown-session")
+        # another session opens from the list
+        await chat.session_list.locator('[data-session-id="f"] a').click()
+        await expect(chat.entries("assistant")).to_have_text(["assistantshort one answered"])
+        await expect(chat.composer).to_be_enabled()
+        await expect(chat.status).to_have_text("idle")
+        # the same session again, once it exists: the failed feed does not stick
+        await page.goto(f"{chat.base}/?session=later")
+        await expect(chat.empty_text).to_contain_text("No such session: “later”")
+        assert (await client.post("/v1/sessions", json={"session_id": "later"})).status_code == 201
+        await chat.retry.click()
+        await expect(chat.empty_text).to_have_text("No messages yet: type below to start.")
+        await expect(chat.composer).to_be_enabled()
+        await expect(chat.send).to_be_enabled()
+        await expect(chat.status).to_have_text("idle")
+        later = chat.session_list.locator('[data-session-id="later"]')
+        await expect(later).to_have_attribute("aria-current", "page")  # listed once it opened
+        await chat.shot("3-unknown-then-created")
         assert chat.errors == []
 
 
 async def test_the_page_fits_a_375px_screen(browser: Browser, tmp_path: Path) -> None:
     """At 375 px wide nothing scrolls sideways, even with unbroken words and long tool
-    arguments, and the composer, Send and Stop stay on screen."""
+    arguments, the composer, Send and Stop stay on screen, and the placeholder fits the
+    composer on one line, idle and while a step runs."""
     long_word = "x" * 300
     model = Model(
+        tool_call_response("c0", "gate", {"wait": "a moment"}),
         tool_call_response("c1", "echo", {"text": "y" * 400}),
         text_response(f"{long_word} and then some ordinary words"),
     )
@@ -696,9 +765,15 @@ async def test_the_page_fits_a_375px_screen(browser: Browser, tmp_path: Path) ->
                 await client.post("/v1/sessions", json={"session_id": f"narrow-{n}"})
             chat = Chat(page, base_of(client), tmp_path)
             await chat.open("?session=narrow-0")
+            assert await placeholder_overflow(chat) <= 0
             await chat.type_and_enter("a question typed on a phone")
+            await expect(chat.send).to_have_text("Steer")
+            await expect(chat.composer).to_have_attribute("placeholder", "Steer the running agent")
+            assert await placeholder_overflow(chat) <= 0
+            model.release.set()
             await expect(chat.turn_end).to_have_text("turn ended")
-            await expect(chat.entries("tool").get_by_test_id("tool-result")).to_have_text("y" * 400)
+            echo = chat.entries("tool").last
+            await expect(echo.get_by_test_id("tool-result")).to_have_text("y" * 400)
             widths = await page.evaluate(
                 "[document.documentElement.scrollWidth, document.body.scrollWidth, innerWidth]"
             )
@@ -751,9 +826,9 @@ async def test_with_a_token_the_page_asks_for_it_and_sends_it_only_as_a_header(
     page: Page, tmp_path: Path
 ) -> None:
     """``steerloop serve`` with ``STEERLOOP_API_TOKEN``: the page's calls get 401 without the
-    token (it asks for it, showing the server's message) and with a wrong one; with it the
-    list, the POSTs and the SSE feed work. The token is never in a URL or a cookie, and the
-    process prints nothing that holds it."""
+    token (it asks for it: first only the question, after a wrong one "that token was
+    refused"); with it the list, the POSTs and the SSE feed work. The token is never in a URL
+    or a cookie, and the process prints nothing that holds it."""
     async with steerloop_serve(tmp_path, STEERLOOP_API_TOKEN=TOKEN) as (base, output):
         chat = Chat(page, base, tmp_path)
         listing = re.compile(r"/v1/sessions$")
@@ -761,20 +836,28 @@ async def test_with_a_token_the_page_asks_for_it_and_sends_it_only_as_a_header(
             await page.goto(base)
         assert (await refused.value).status == 401
         await expect(chat.token_overlay).to_be_visible()
-        await expect(chat.token_error).to_have_text(
-            "a valid 'Authorization: Bearer <token>' is required"
-        )
+        await expect(chat.token_error).to_be_hidden()  # first, just the question
+        await expect(chat.token).to_be_focused()
+        await expect(chat.token).to_have_attribute("placeholder", "API token")
+        ring = "rgb(47, 111, 94)"  # one focus ring colour: the token field and the composer
+        await expect(chat.token).to_have_css("outline-color", ring)
         await chat.shot("1-asks-for-token")
         await chat.token.fill("wrong")
         async with page.expect_response(listing) as refused_again:
             await chat.token_submit.click()
         assert (await refused_again.value).status == 401
         await expect(chat.token_overlay).to_be_visible()
+        await expect(chat.token_error).to_have_text(
+            "That token was refused. Check it and try again."
+        )
+        await chat.shot("1b-token-refused")
         await chat.token.fill(TOKEN)
         async with page.expect_response(listing) as accepted:
             await chat.token_submit.click()
         assert (await accepted.value).status == 200
         await expect(chat.token_overlay).to_be_hidden()
+        await chat.composer.focus()
+        await expect(chat.composer).to_have_css("outline-color", ring)
         await chat.type_and_enter("hello with a token")
         await expect(chat.entries("assistant")).to_have_text(["assistantreply 1"])
         session_id = page.url.split("session=")[1]
@@ -786,3 +869,187 @@ async def test_with_a_token_the_page_asks_for_it_and_sends_it_only_as_a_header(
         await chat.shot("2-authorised")
         assert chat.errors == []
     assert TOKEN not in output.read_text()
+
+
+async def placeholder_overflow(chat: Chat) -> float:
+    """How far the composer's placeholder, in its own font, overshoots the box's text width."""
+    return float(
+        await chat.composer.evaluate(
+            """(box) => {
+                const style = getComputedStyle(box);
+                const context = document.createElement("canvas").getContext("2d");
+                context.font = `${style.fontSize} ${style.fontFamily}`;
+                const room = box.clientWidth - parseFloat(style.paddingLeft)
+                    - parseFloat(style.paddingRight);
+                return context.measureText(box.placeholder).width - room;
+            }"""
+        )
+    )
+
+
+async def test_the_composer_grows_with_its_text_and_send_keeps_its_place(
+    page: Page, tmp_path: Path
+) -> None:
+    """The composer starts one whole line tall, grows a line per line of text up to its
+    maximum (then scrolls), shrinks back when emptied; Send turning into Steer moves
+    nothing."""
+    model = Model(hang_after([]))
+    async with served(create_app(store(tmp_path), model.profiles)) as client:
+        await client.post("/v1/sessions", json={"session_id": "g"})
+        chat = Chat(page, base_of(client), tmp_path)
+        await chat.open("?session=g")
+
+        async def metrics() -> dict[str, float]:
+            return dict(
+                await chat.composer.evaluate(
+                    """(box) => {
+                        const style = getComputedStyle(box);
+                        return {
+                            height: box.offsetHeight,
+                            room: box.clientHeight - parseFloat(style.paddingTop)
+                                - parseFloat(style.paddingBottom),
+                            line: parseFloat(style.lineHeight),
+                            max: parseFloat(style.maxHeight),
+                            scroll: box.scrollHeight - box.clientHeight,
+                        };
+                    }"""
+                )
+            )
+
+        one = await metrics()
+        assert one["room"] >= one["line"]  # the first line is whole
+        assert one["scroll"] == 0
+        await chat.composer.fill("one\ntwo\nthree")
+        three = await metrics()
+        assert three["height"] == pytest.approx(one["height"] + 2 * one["line"], abs=1.5)
+        assert three["scroll"] == 0
+        await chat.shot("1-three-lines")
+        await chat.composer.fill("\n".join(f"line {n}" for n in range(40)))
+        many = await metrics()
+        assert many["height"] == many["max"]
+        assert many["scroll"] > 0
+        await chat.shot("2-at-max-height")
+        await chat.composer.fill("")
+        assert (await metrics())["height"] == one["height"]
+
+        before = [await chat.composer.bounding_box(), await chat.send.bounding_box()]
+        await chat.type_and_enter("go")
+        await expect(chat.send).to_have_text("Steer")
+        await expect(chat.composer).to_have_value("")
+        after = [await chat.composer.bounding_box(), await chat.send.bounding_box()]
+        assert after == before
+        await chat.shot("3-steer-same-place")
+        await chat.stop.click()
+        await expect(chat.turn_end).to_have_text("stopped")
+        assert chat.errors == []
+
+
+CONTRAST = """(selector) => {
+    const parse = (text) => {
+        const [r, g, b, a = 1] = text.match(/[\\d.]+/g).map(Number);
+        return { r, g, b, a };
+    };
+    const over = (top, under) => ({
+        r: top.r * top.a + under.r * (1 - top.a),
+        g: top.g * top.a + under.g * (1 - top.a),
+        b: top.b * top.a + under.b * (1 - top.a),
+        a: 1,
+    });
+    const channel = (v) => ((v /= 255) <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4);
+    const luminance = (c) => 0.2126 * channel(c.r) + 0.7152 * channel(c.g) + 0.0722 * channel(c.b);
+    const seen = [];
+    for (const node of document.querySelectorAll(selector)) {
+        if (!node.getClientRects().length || !node.textContent.trim()) continue;
+        const chain = [];
+        for (let n = node; n; n = n.parentElement) chain.unshift(n);
+        let background = { r: 255, g: 255, b: 255, a: 1 };
+        let opacity = 1;
+        for (const n of chain) {
+            const style = getComputedStyle(n);
+            background = over(parse(style.backgroundColor), background);
+            opacity *= Number(style.opacity);
+        }
+        const ink = parse(getComputedStyle(node).color);
+        const shown = over({ ...ink, a: ink.a * opacity }, background);
+        const [hi, lo] = [luminance(shown), luminance(background)].sort((x, y) => y - x);
+        seen.push([node.className, getComputedStyle(node).fontSize, (hi + 0.05) / (lo + 0.05)]);
+    }
+    return seen;
+}"""
+
+
+async def test_the_readme_screenshot_a_tool_waiting_for_approval_and_a_queued_steer(
+    browser: Browser, tmp_path: Path
+) -> None:
+    """docs/webchat.png is this test's ``webchat.png`` (960x600): sessions named by their
+    first message, a streamed answer with its reasoning, a call waiting for approval and a
+    steer queued for the next step, nothing clipped. The small text and the reasoning on it
+    all reach a 4.5:1 contrast against what is behind them (WCAG AA)."""
+    said = "Writing a three-line summary to notes.md."
+    step: list[StreamChunk] = []
+    for chunk in tool_call_response("c1", "write", {"path": "notes.md"}, text=said):
+        index = getattr(chunk, "index", None)  # after the reasoning block at index 0
+        step.append(chunk if index is None else dataclasses.replace(chunk, index=index + 1))
+    thought = "They want the file, short: the rule, then why."
+    model = Asking(
+        text_response("Ready: 14 entries under Added, 3 under Fixed."),
+        text_response("The sqlite store test timed out on the slow runner."),
+        [
+            BlockStart(index=0, block_type="reasoning"),
+            ReasoningDelta(index=0, text=thought),
+            BlockEnd(index=0, block=ReasoningBlock(thought)),
+            *step,
+        ],
+    )
+    context = await browser.new_context(viewport={"width": 960, "height": 600})
+    try:
+        page = await context.new_page()
+        async with served(create_app(store(tmp_path), model.profiles)) as client:
+            for first in ("Draft the release notes for 0.4", "Why is the nightly build red?"):
+                created = await client.post("/v1/sessions", json={"input": first})
+                session_id = created.json()["session_id"]
+                await wait_for_log(client, session_id, lambda ev: turn_ends(ev) == 1)
+            await client.post("/v1/sessions", json={"session_id": "s_0d5e8b1c"})
+            chat = Chat(page, base_of(client), tmp_path)
+            await chat.open("?session=s_0d5e8b1c")
+            ask = "Summarise the layering rule of docs/ARCHITECTURE.md in notes.md"
+            await chat.type_and_enter(ask)
+            tool = chat.transcript.locator('[data-call-id="c1"]')
+            await expect(tool.get_by_test_id("tool-state")).to_have_text("waiting for approval")
+            await chat.type_and_enter("Also say why imports only point down")
+            await expect(chat.queued).to_contain_text("queued for the next step")
+            await expect(chat.session_item.locator("a")).to_have_text(
+                [ask, "Why is the nightly build red?", "Draft the release notes for 0.4"]
+            )
+            await expect(chat.session_title).to_have_text(ask)
+            answer = chat.entries("assistant")
+            await expect(answer.get_by_test_id("reasoning")).to_have_text(thought)
+            # nothing clipped: the transcript fits its pane, no text overflows its box
+            overflow = await page.evaluate(
+                """() => {
+                    const pane = document.querySelector('[data-testid="scroll"]');
+                    const cut = [...document.querySelectorAll(".entry, .queued, .text")]
+                        .filter((n) => n.scrollWidth > n.clientWidth + 1);
+                    return [pane.scrollHeight - pane.clientHeight, cut.length];
+                }"""
+            )
+            assert overflow == [0, 0]
+            assert await placeholder_overflow(chat) <= 0
+            await expect(chat.composer).to_have_attribute(
+                "placeholder", "Steer the running agent · Enter sends · Esc stops"
+            )
+            await page.mouse.move(0, 599)  # no hover state in the picture
+            await page.screenshot(path=tmp_path / "webchat.png")
+            ratios = await page.evaluate(
+                CONTRAST,
+                ".who, .badge, .flag, .reasoning, .thought .label, .queued .state, .status,"
+                " .turn-end, .note, .state, .decided, .ask, a.open, .title",
+            )
+            print("contrast", sorted({(c, f, round(r, 2)) for c, f, r in ratios}))
+            low = [(c, f, round(r, 2)) for c, f, r in ratios if r < 4.5]
+            assert low == []
+            kinds = {c for c, _f, _r in ratios}
+            assert kinds >= {"who", "reasoning", "label", "state", "badge idle", "status"}
+            assert chat.errors == []
+    finally:
+        await context.close()

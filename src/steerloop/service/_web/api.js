@@ -63,7 +63,8 @@ export async function call(method, path, body) {
   try {
     response = await fetch(path, init);
   } catch (exc) {
-    throw new ApiError(0, "network", `the service cannot be reached (${exc.message})`);
+    // the browser's own wording ("Failed to fetch") says nothing more: kept for the title
+    throw new ApiError(0, `network: ${exc.message}`, "the service cannot be reached");
   }
   if (!response.ok) throw await errorOf(response);
   return response.json();

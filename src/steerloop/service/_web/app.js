@@ -4,10 +4,14 @@
 
 import { ApiError, call, sessionPath, setToken } from "./api.js";
 import { Feed } from "./feed.js";
-import { Transcript, el } from "./transcript.js";
+import { Transcript, el, textOf } from "./transcript.js";
 
 const $ = (id) => document.querySelector(`[data-testid="${id}"]`);
 const LIST_REFRESH_MS = 15000;
+const TITLE_EVENTS = 12; // the first page of a log holds its first user message
+const TITLE_CHARS = 80;
+const KEYS = " · Enter sends · Esc stops"; // Shift+Enter for a new line, as everywhere
+const ruler = document.createElement("canvas").getContext("2d");
 
 const ui = {
   sessions: $("session-list"),
@@ -17,6 +21,8 @@ const ui = {
   status: $("status"),
   scroll: $("scroll"),
   empty: $("empty"),
+  emptyText: $("empty-text"),
+  retry: $("retry"),
   composer: $("composer"),
   form: $("composer-form"),
   send: $("send"),
@@ -29,6 +35,11 @@ const ui = {
 };
 
 let current = null; // the selected session id
+let missing = false; // the selected session's feed answered 404
+let offline = false; // the selected session's feed is reconnecting
+let tokenTried = false; // a token was typed in since the last 401
+const titles = new Map(); // session id -> its first user message (absent: not known yet)
+const titleLookups = new Map(); // session id -> the last_seq its log was last read at
 const createdHere = new Map(); // session id -> when this page created it (ms)
 let feed = null;
 let sending = false;
@@ -41,41 +52,52 @@ const transcript = new Transcript({
   queue: queueList,
   changed: render,
   decide: (callId, decision) =>
-    guarded(() =>
-      call("POST", sessionPath(current, `/approvals/${encodeURIComponent(callId)}`), { decision }),
+    guarded(
+      () =>
+        call("POST", sessionPath(current, `/approvals/${encodeURIComponent(callId)}`), { decision }),
+      "Decision not sent",
     ),
 });
 
 // --- errors and the token ---------------------------------------------------------------
 
-function showError(error) {
+function showError(error, what = "") {
   if (error instanceof ApiError && error.status === 401) {
-    askToken(error.message);
+    askToken();
     return;
   }
-  ui.error.textContent = error instanceof ApiError ? `${error.message} (${error.code})` : String(error);
+  // What failed, then the server's sentence; its code stays at hand (hover), out of the text.
+  const said = error instanceof ApiError ? error.message : String(error);
+  ui.error.textContent = what ? `${what}: ${said}` : said;
+  if (error instanceof ApiError) ui.error.title = `${error.code} (HTTP ${error.status || "—"})`;
+  else ui.error.removeAttribute("title");
   ui.error.hidden = false;
 }
 
 function clearError() {
   ui.error.hidden = true;
   ui.error.textContent = "";
+  ui.error.removeAttribute("title");
 }
 
-/** Runs ``action``; a failure is shown in the page and rethrown. */
-async function guarded(action) {
+/** Runs ``action``; a failure is shown in the page (after ``what``, e.g. "Not sent") and
+ * rethrown. */
+async function guarded(action, what = "") {
   try {
     const result = await action();
     clearError();
     return result;
   } catch (error) {
-    showError(error);
+    showError(error, what);
     throw error;
   }
 }
 
-function askToken(message) {
-  ui.tokenError.textContent = message || "";
+/** The token dialog: first just the question; after a refused token, that it was refused. */
+function askToken() {
+  ui.tokenError.textContent = tokenTried ? "That token was refused. Check it and try again." : "";
+  ui.tokenError.hidden = !tokenTried;
+  tokenTried = false;
   ui.overlay.hidden = false;
   ui.token.value = "";
   ui.token.focus();
@@ -84,6 +106,7 @@ function askToken(message) {
 ui.tokenForm.addEventListener("submit", (event) => {
   event.preventDefault();
   setToken(ui.token.value.trim());
+  tokenTried = true;
   ui.token.value = "";
   ui.overlay.hidden = true;
   boot();
@@ -103,24 +126,88 @@ async function refreshSessions() {
   );
   ui.sessions.replaceChildren(
     ...rows.map((row) => {
-      const link = el("a", { href: urlFor(row.session_id), class: "open" }, row.session_id);
+      const link = el(
+        "a",
+        { href: urlFor(row.session_id), class: "open", title: row.session_id },
+        titles.get(row.session_id) || row.session_id,
+      );
       link.addEventListener("click", (event) => {
         if (event.button !== 0 || event.metaKey || event.ctrlKey || event.shiftKey) return;
         event.preventDefault();
         select(row.session_id, true);
       });
-      return el(
+      const item = el(
         "li",
         {
           "data-testid": "session-item",
           "data-session-id": row.session_id,
+          "data-last-seq": row.last_seq,
           "aria-current": row.session_id === current ? "page" : undefined,
         },
         link,
         el("span", { class: `badge ${row.status}` }, row.status),
       );
+      return item;
     }),
   );
+  for (const item of ui.sessions.children) onScreen.observe(item);
+  render();
+}
+
+// --- titles: a session is named by its first user message -------------------------------
+// The list answer carries ids only; each item, once on screen, reads the first page of its
+// log (a few events) once, and again only when the session has grown since a read that
+// found no user message yet.
+
+const onScreen = new IntersectionObserver(
+  (seen) => {
+    for (const entry of seen) {
+      if (!entry.isIntersecting) continue;
+      onScreen.unobserve(entry.target);
+      lookUpTitle(entry.target.dataset.sessionId, Number(entry.target.dataset.lastSeq) || 0);
+    }
+  },
+  { root: ui.sessions },
+);
+
+async function lookUpTitle(sessionId, lastSeq) {
+  if (titles.has(sessionId) || titleLookups.get(sessionId) === lastSeq) return;
+  if (sessionId === current) return; // its open feed names it
+  titleLookups.set(sessionId, lastSeq);
+  let events;
+  try {
+    ({ events } = await call("GET", sessionPath(sessionId, `/log?limit=${TITLE_EVENTS}`)));
+  } catch {
+    titleLookups.delete(sessionId); // tried again on its next listing
+    return;
+  }
+  for (const stored of events) {
+    const text = firstUserText(stored);
+    if (text) return nameSession(sessionId, text);
+  }
+}
+
+/** The text of a user-sourced message in a log event (a user/message or an inbox insert). */
+function firstUserText(stored) {
+  const data = (stored && stored.data) || {};
+  const messages =
+    stored.type === "user/message" ? [data] : stored.type === "agent/inbox/spliced" ? data.inserted || [] : [];
+  for (const message of messages) {
+    const source = message && message.source && message.source.kind;
+    if (source && source !== "user") continue;
+    const text = textOf(message.content).replace(/\s+/g, " ").trim();
+    if (text) return text;
+  }
+  return "";
+}
+
+function nameSession(sessionId, text) {
+  if (titles.has(sessionId)) return;
+  const title = text.length > TITLE_CHARS ? `${text.slice(0, TITLE_CHARS - 1)}…` : text;
+  titles.set(sessionId, title);
+  for (const item of ui.sessions.children) {
+    if (item.dataset.sessionId === sessionId) item.querySelector("a.open").textContent = title;
+  }
   render();
 }
 
@@ -134,10 +221,12 @@ function urlFor(sessionId) {
 
 function select(sessionId, push) {
   if (push && sessionId !== current) window.history.pushState(null, "", urlFor(sessionId));
-  if (sessionId === current && feed) return;
+  if (sessionId === current && feed) return; // a failed feed is dropped: a click retries
   if (feed) feed.stop();
   feed = null;
   current = sessionId;
+  missing = false;
+  offline = false;
   transcript.reset();
   stickToBottom = true;
   clearError();
@@ -146,12 +235,20 @@ function select(sessionId, push) {
     else item.removeAttribute("aria-current");
   }
   if (current !== null) {
-    feed = new Feed(current, { event: onEvent, state: onFeedState }).start();
+    const opened = new Feed(current, {
+      event: onEvent,
+      state: (state, error) => feed === opened && onFeedState(state, error),
+    });
+    feed = opened.start();
   }
   render();
 }
 
 function onEvent(type, id, data) {
+  if (!titles.has(current)) {
+    const text = type === "stream" ? "" : firstUserText({ type, data: data && data.data });
+    if (text) nameSession(current, text);
+  }
   if (type === "stream") transcript.frame(data);
   else transcript.event(type, data);
   if (type === "turn/start" || type === "turn/end") refreshSoon();
@@ -169,25 +266,31 @@ function refreshSoon() {
 }
 
 function onFeedState(state, error) {
-  ui.connection.hidden = state === "live";
-  if (state === "reconnecting") ui.connection.textContent = "reconnecting…";
+  offline = state === "reconnecting";
+  const listed = [...ui.sessions.children].some((item) => item.dataset.sessionId === current);
+  if (state === "live" && !listed) refreshSoon(); // opened by its URL before the list had it
+  if (state === "unauthorized" || state === "failed") feed = null; // selecting it again retries
   if (state === "unauthorized") {
-    ui.connection.hidden = true;
-    askToken(error.message);
+    askToken();
   } else if (state === "failed") {
-    ui.connection.hidden = true;
-    showError(error);
+    missing = error instanceof ApiError && error.status === 404;
+    if (!missing) showError(error);
   }
+  render();
 }
 
 ui.newSession.addEventListener("click", async () => {
-  const created = await guarded(() => call("POST", "/v1/sessions", {})).catch(() => null);
+  const created = await guarded(() => call("POST", "/v1/sessions", {}), "No new session").catch(
+    () => null,
+  );
   if (!created) return;
   createdHere.set(created.session_id, Date.now());
   await refreshSessions().catch(() => {});
   select(created.session_id, true);
   ui.composer.focus();
 });
+
+ui.retry.addEventListener("click", () => select(current, false));
 
 window.addEventListener("popstate", () => select(sessionFromUrl(), false));
 
@@ -205,13 +308,13 @@ function newMessageId() {
 
 async function submit() {
   const text = ui.composer.value;
-  if (!text.trim() || sending) return;
+  if (!text.trim() || sending || offline || missing) return;
   sending = true;
   ui.send.disabled = true;
   const mode = transcript.running ? "steer" : "followup";
   try {
     if (current === null) {
-      const created = await guarded(() => call("POST", "/v1/sessions", { input: text }));
+      const created = await guarded(() => call("POST", "/v1/sessions", { input: text }), "Not sent");
       createdHere.set(created.session_id, Date.now());
       consumed(text);
       await refreshSessions().catch(() => {});
@@ -219,7 +322,7 @@ async function submit() {
     } else {
       const id = newMessageId();
       const body = { mode, content: text, message_id: id, idempotency_key: id };
-      await guarded(() => call("POST", sessionPath(current, "/messages"), body));
+      await guarded(() => call("POST", sessionPath(current, "/messages"), body), "Not sent");
       consumed(text);
       transcript.posted(id, text, mode);
     }
@@ -235,11 +338,31 @@ async function submit() {
 function consumed(text) {
   const now = ui.composer.value;
   ui.composer.value = now.startsWith(text) ? now.slice(text.length).replace(/^\n/, "") : now;
+  fitComposer();
+}
+
+/** Whether ``text`` fits the composer on one line (the key hints go when it would not). */
+function fitsComposer(text) {
+  const style = getComputedStyle(ui.composer);
+  ruler.font = `${style.fontSize} ${style.fontFamily}`;
+  const room =
+    ui.composer.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight);
+  return ruler.measureText(text).width <= room;
+}
+
+/** The composer grows with its text up to its CSS max-height, then scrolls. */
+function fitComposer() {
+  const box = ui.composer;
+  box.style.height = "auto";
+  const border = box.offsetHeight - box.clientHeight;
+  box.style.height = `${box.scrollHeight + border}px`;
 }
 
 async function stop() {
   if (current === null || !transcript.running) return;
-  await guarded(() => call("POST", sessionPath(current, "/cancel"), {})).catch(() => {});
+  await guarded(() => call("POST", sessionPath(current, "/cancel"), {}), "Not stopped").catch(
+    () => {},
+  );
 }
 
 ui.form.addEventListener("submit", (event) => {
@@ -247,6 +370,8 @@ ui.form.addEventListener("submit", (event) => {
   submit();
 });
 ui.stop.addEventListener("click", () => stop());
+ui.composer.addEventListener("input", fitComposer);
+window.addEventListener("resize", render);
 ui.composer.addEventListener("keydown", (event) => {
   if (event.key === "Enter" && !event.shiftKey && !event.isComposing && !event.altKey) {
     event.preventDefault();
@@ -269,26 +394,52 @@ ui.scroll.addEventListener("scroll", () => {
 
 let scheduled = false;
 
+const PAUSED = "Offline: sending is paused until the connection is back";
+
 function render() {
   const running = transcript.running;
+  // The pill keeps the last state the feed told (idle / running); while the feed
+  // reconnects it is marked stale (dimmed, "reconnecting…"), for an unknown session it goes.
   ui.status.textContent = running ? "running" : "idle";
   ui.status.dataset.status = running ? "running" : "idle";
-  ui.stop.disabled = !running || current === null;
-  ui.send.disabled = sending;
+  ui.status.hidden = current === null || missing;
+  ui.status.toggleAttribute("data-stale", offline);
+  ui.status.title = offline ? "last known state: the connection is lost" : "";
+  ui.connection.hidden = !offline || current === null || missing;
+  ui.stop.disabled = !running || current === null || missing;
+  ui.send.disabled = sending || offline || missing;
+  ui.send.title = offline ? PAUSED : missing ? "This session does not exist" : "";
   ui.send.textContent = running ? "Steer" : "Send";
-  ui.title.textContent = current === null ? "No session selected" : current;
+  ui.composer.disabled = missing;
+  const hint = running ? "Steer the running agent" : "Message the agent";
+  const placeholder = missing
+    ? "No session to send to"
+    : fitsComposer(hint + KEYS)
+      ? hint + KEYS
+      : hint;
+  if (ui.composer.placeholder !== placeholder) {
+    ui.composer.placeholder = placeholder;
+    fitComposer(); // an empty box is as tall as its placeholder
+  }
+  const title = current === null ? "No session selected" : titles.get(current) || current;
+  ui.title.textContent = title;
+  ui.title.title = current || "";
   for (const item of ui.sessions.children) {
     const badge = item.querySelector(".badge");
-    if (item.dataset.sessionId !== current || !badge) continue;
+    if (item.dataset.sessionId !== current || !badge || missing) continue;
     badge.textContent = ui.status.textContent; // the feed is fresher than the last listing
     badge.className = `badge ${badge.textContent}`;
   }
   const blank = transcriptList.childElementCount === 0 && queueList.childElementCount === 0;
-  ui.empty.hidden = current !== null && !blank;
-  ui.empty.textContent =
+  ui.empty.hidden = current !== null && !blank && !missing;
+  ui.empty.dataset.state = current === null ? "none" : missing ? "missing" : "blank";
+  ui.retry.hidden = !missing;
+  ui.emptyText.textContent =
     current === null
       ? "Pick a session, or type below to start a new one."
-      : "No messages yet: type below to start.";
+      : missing
+        ? `No such session: “${current}”. Pick one from the list or start a new one.`
+        : "No messages yet: type below to start.";
   if (!scheduled && stickToBottom) {
     scheduled = true;
     requestAnimationFrame(() => {
@@ -323,3 +474,4 @@ setInterval(() => {
 
 boot();
 render();
+fitComposer();

@@ -17,7 +17,7 @@ export function el(tag, attrs = {}, ...children) {
   return node;
 }
 
-function textOf(content) {
+export function textOf(content) {
   if (typeof content === "string") return content;
   if (!Array.isArray(content)) return "";
   return content
@@ -165,16 +165,21 @@ export class Transcript {
     const entry = el("li", { class: "entry assistant", "data-role": "assistant" });
     entry.append(el("div", { class: "who" }, "assistant"));
     const calls = [];
+    let said = false; // a step stopped before it produced anything leaves no entry
     for (const block of message.content || []) {
+      if (block.type === "tool-call") {
+        calls.push(block);
+        continue;
+      }
+      if ((block.type === "text" || block.type === "reasoning") && !String(block.text || "")) continue;
+      said = true;
       if (block.type === "text") entry.append(el("div", { class: "text" }, String(block.text)));
-      else if (block.type === "reasoning")
-        entry.append(el("div", { class: "reasoning", "data-testid": "reasoning" }, String(block.text)));
-      else if (block.type === "tool-call") calls.push(block);
+      else if (block.type === "reasoning") entry.append(reasoningBlock(String(block.text)).node);
       else entry.append(el("div", { class: "text other" }, `[${block.type}]`));
     }
     if (data.interrupted) entry.append(el("div", { class: "flag" }, "interrupted"));
     const placed = [];
-    if (entry.childElementCount > 1) placed.push(entry);
+    if (said) placed.push(entry);
     for (const call of calls) {
       const tool = this.tool(call.id, call.name, call.arguments);
       placed.push(tool.entry);
@@ -229,10 +234,17 @@ export class Transcript {
     for (const id of removed) {
       const queued = this.queued.get(id);
       this.unqueue(id);
-      // A claim admits the message (its user/message follows); a canceled removal drops it.
+      // A claim admits the message (its user/message follows); a canceled removal drops it:
+      // it stays in the transcript as the user's own bubble, marked as never delivered.
       if (data.outcome === "canceled" && queued)
         this.list.append(
-          el("li", { class: "note dropped", "data-testid": "dropped" }, `not delivered: ${queued.text}`),
+          el(
+            "li",
+            { class: "entry user dropped", "data-testid": "dropped", "data-message-id": id },
+            el("div", { class: "who" }, "you ", el("span", { class: "state" }, "not delivered")),
+            el("div", { class: "text" }, queued.text),
+            el("div", { class: "flag" }, "the agent stopped before reading it"),
+          ),
         );
     }
   }
@@ -329,10 +341,21 @@ export class Transcript {
       );
       return { name, text };
     }
-    const attrs = type === "reasoning" ? { class: "reasoning", "data-testid": "reasoning" } : { class: "text" };
-    this.live.entry.append(el("div", attrs, text));
+    if (type === "reasoning") {
+      const block = reasoningBlock("");
+      block.body.append(text);
+      this.live.entry.append(block.node);
+      return { text };
+    }
+    this.live.entry.append(el("div", { class: "text" }, text));
     return { text };
   }
+}
+
+/** Reasoning under a small "reasoning" label; the testid'd body holds only the model's text. */
+function reasoningBlock(text) {
+  const body = el("div", { class: "reasoning", "data-testid": "reasoning" }, text || undefined);
+  return { node: el("div", { class: "thought" }, el("div", { class: "label" }, "reasoning"), body), body };
 }
 
 class ToolEntry {
@@ -352,6 +375,7 @@ class ToolEntry {
       this.approval,
       this.resultNode,
     );
+    this.denyReason = "";
     this.fill(name, args);
     this.setState("requested");
   }
@@ -361,9 +385,12 @@ class ToolEntry {
     if (args !== undefined) this.argsNode.textContent = prettyArguments(args);
   }
 
-  setState(state) {
+  /** ``detail`` (an error code) goes in the title: on hover, not in the sentence. */
+  setState(state, detail) {
     this.state = state;
     this.stateNode.textContent = state;
+    if (detail) this.stateNode.title = detail;
+    else this.stateNode.removeAttribute("title");
     this.entry.dataset.state = state;
   }
 
@@ -390,12 +417,33 @@ class ToolEntry {
   }
 
   decided(decision, reason) {
-    const text = decision === "allow" ? "allowed" : "denied";
+    if (decision !== "allow") {
+      this.deny(reason);
+      return;
+    }
     this.approval.replaceChildren(
-      el("span", { class: `decided ${text}`, "data-testid": "approval-decision" }, reason ? `${text}: ${reason}` : text),
+      el("span", { class: "decided allowed", "data-testid": "approval-decision" }, reason ? `allowed: ${reason}` : "allowed"),
     );
     this.approval.hidden = false;
-    this.setState(decision === "allow" ? "running" : "denied");
+    this.setState("running");
+  }
+
+  /** One "denied" state: the label says it, one line says why (the decision's reason, else
+   * what the model was told); the DENIED result adds nothing more. */
+  deny(reason) {
+    if (reason) this.denyReason = reason;
+    const why = this.denyReason || "";
+    this.approval.replaceChildren(
+      el(
+        "span",
+        { class: "decided denied", "data-testid": "approval-decision" },
+        why ? `Not run. Reason: ${why}` : "Not run.",
+      ),
+    );
+    this.approval.hidden = false;
+    this.resultNode.hidden = true;
+    this.entry.classList.remove("failed");
+    this.setState("denied", "DENIED");
   }
 
   /** The call is over (a result, or its turn ended): no decision can be asked any more. */
@@ -409,8 +457,14 @@ class ToolEntry {
   result(text, isError, code) {
     this.settle();
     this.resultNode.textContent = text;
+    if (code === "DENIED") {
+      if (!this.denyReason) this.denyReason = text;
+      this.deny();
+      return;
+    }
     this.resultNode.hidden = false;
     this.entry.classList.toggle("failed", isError);
-    this.setState(isError ? `failed${code ? ` (${code})` : ""}` : "done");
+    if (isError) this.setState("failed", code);
+    else this.setState("done");
   }
 }
