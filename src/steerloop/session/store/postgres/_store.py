@@ -158,6 +158,12 @@ class PostgresStore(SessionStore):
         return self._tables.schema
 
     @property
+    def dsn(self) -> str:
+        """What asyncpg connects to (the URL without steerloop's options; may hold a
+        password: never log it, log ``url``)."""
+        return self._url.dsn
+
+    @property
     def tables(self) -> Tables:
         """The schema-qualified table names (for the service, which shares the database)."""
         return self._tables
