@@ -390,6 +390,69 @@ async def test_sigkilled_worker_process_is_swept(world: World) -> None:
             child.stdout.close()
 
 
+_LEADER_CHILD = textwrap.dedent(
+    """
+    import asyncio, sys
+    import asyncpg
+    from steerloop.service._pg._control import ControlConnection
+    from steerloop.service._pg._sweeper import Sweeper
+    from steerloop.session.store.postgres._schema import Tables
+
+    async def main():
+        lost = asyncio.Event()
+        control = ControlConnection(sys.argv[1], sys.argv[2], worker_id="paused",
+            profiles={}, capacity=1, on_lost=lost.set, on_notify=lambda c, p: None,
+            check_interval=0.05)
+        await control.start()
+        pool = await asyncpg.create_pool(sys.argv[1], min_size=1, max_size=2)
+        sweeper = Sweeper(pool, Tables(sys.argv[2]), control)
+        assert (await sweeper.sweep_once()).leader
+        print("leading", control.key, flush=True)
+        await lost.wait()
+        print("lost", flush=True)
+        await sweeper.close()
+        await control.close()
+        await pool.close()
+
+    asyncio.run(main())
+    """
+)
+
+
+async def test_a_paused_leader_is_deposed(world: World) -> None:
+    """A leader paused with SIGSTOP keeps its lock but stops sweeping; once its heartbeat is
+    older than ``leader_stale_after``, another sweeper ends its control connection and
+    leads. Resumed with SIGCONT, the old leader learns it lost its connection."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    child = subprocess.Popen(
+        [sys.executable, "-c", _LEADER_CHILD, POSTGRES_URL, world.schema],
+        stdout=subprocess.PIPE,
+        env=env,
+    )
+    try:
+        assert child.stdout is not None
+        line = await asyncio.wait_for(asyncio.to_thread(child.stdout.readline), 20)
+        word, key = line.split()
+        assert word == b"leading"
+        mine = await world.control("standby")
+        sweeper = await world.sweeper(mine, leader_stale_after=0.5)
+        report = await sweeper.sweep_once()
+        assert (report.leader, report.deposed) == (False, None)  # a healthy leader stays
+        os.kill(child.pid, signal.SIGSTOP)
+        report = await sweep_until(sweeper, lambda r: r.deposed is not None, timeout=10)
+        assert report.deposed == int(key)
+        report = await sweep_until(sweeper, lambda r: r.leader, timeout=5)
+        os.kill(child.pid, signal.SIGCONT)
+        line = await asyncio.wait_for(asyncio.to_thread(child.stdout.readline), 20)
+        assert line == b"lost\n"
+        assert await asyncio.wait_for(asyncio.to_thread(child.wait), 20) == 0
+    finally:
+        child.kill()  # SIGKILL ends a stopped process too
+        child.wait()
+        if child.stdout is not None:
+            child.stdout.close()
+
+
 async def test_claims_of_dead_keys_are_cleared(world: World) -> None:
     """A wakeup claimed by a worker that died before finishing it is released (claim
     cleared, announced again) after the grace; a live worker's claim stays."""

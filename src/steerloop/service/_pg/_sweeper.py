@@ -24,8 +24,15 @@ A sweep by the leader, each rule idempotent (two leaders for an instant do no ha
    NOTIFY its owner's ``steerloop_w_<key>`` again (at most once per ``renotify_after`` per
    session).
 
-Database times (``now()``) judge leases and commands, so hosts need no synchronised clocks;
-only the grace is measured on the leader's own clock (``clock``, monotonic by default).
+A leader that is paused (SIGSTOP, a stalled VM) keeps its socket and so its lock, and would
+stop every sweep, the TTL path included. So the other sweepers watch it: when the worker row
+of the backend holding the leadership lock has a heartbeat (its control connection's check)
+older than ``leader_stale_after``, they end that backend (``pg_terminate_backend``). Its lock
+goes, another sweeper leads, and the deposed worker self-fences when it runs again.
+
+Database times (``now()``) judge leases, commands and heartbeats, so hosts need no
+synchronised clocks; only the grace is measured on the leader's own clock (``clock``,
+monotonic by default).
 """
 
 from __future__ import annotations
@@ -62,6 +69,8 @@ class SweepReport:
     unclaimed: list[str] = field(default_factory=list)
     """Wakeups whose claim by a dead key was cleared."""
     renotified: list[str] = field(default_factory=list)
+    deposed: int | None = None
+    """The key of a stale leader whose control connection this (non-leading) sweep ended."""
 
 
 class Sweeper:
@@ -80,6 +89,9 @@ class Sweeper:
         reconcile_after: age in seconds of an unconsumed command that reconciliation repairs.
         renotify_after: age in seconds of an unconsumed command whose live owner is notified
             again (and the least time between two such notifications of one session).
+        leader_stale_after: seconds without a heartbeat after which a leader counts as
+            hung and is deposed (well above the control connection's check interval).
+        query_timeout: seconds any one statement of a sweep may take.
         clock: the leader's clock for the grace (seconds, monotonic).
     """
 
@@ -94,10 +106,14 @@ class Sweeper:
         ttl_takeover: bool = True,
         reconcile_after: float = 1.0,
         renotify_after: float = 2.0,
+        leader_stale_after: float = 10.0,
+        query_timeout: float = 10.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if grace < 0 or not period > 0 or reconcile_after < 0 or renotify_after < 0:
             raise ValueError("grace, reconcile_after and renotify_after ≥ 0, period > 0")
+        if not leader_stale_after > 0 or not query_timeout > 0:
+            raise ValueError("leader_stale_after and query_timeout must be positive")
         self._pool = pool
         self._t = tables
         self.control = control
@@ -106,6 +122,8 @@ class Sweeper:
         self.ttl_takeover = ttl_takeover
         self.reconcile_after = reconcile_after
         self.renotify_after = renotify_after
+        self.leader_stale_after = leader_stale_after
+        self._timeout = query_timeout
         self._clock = clock
         self.leader = False
         self._absent_since: dict[int, float] = {}
@@ -175,6 +193,9 @@ class Sweeper:
         """One round: take leadership if free, and sweep if this sweeper leads."""
         report = SweepReport()
         if not await self._elect():
+            if not self.control.lost:
+                async with self._pool.acquire() as conn:
+                    report.deposed = await self._depose_stale_leader(conn)
             return report
         report.leader = True
         async with self._pool.acquire() as conn:
@@ -195,6 +216,38 @@ class Sweeper:
             )
         return report
 
+    async def _depose_stale_leader(self, conn: Any) -> int | None:
+        """End the control connection of a leader whose heartbeat is stale (it is paused or
+        hung: its socket and lock live on, but it sweeps nothing)."""
+        row = await conn.fetchrow(
+            f"""
+            SELECT lead.pid, w.key FROM pg_locks lead
+              JOIN pg_locks mine ON mine.pid = lead.pid AND mine.locktype = 'advisory'
+                   AND mine.granted AND mine.objsubid = 2 AND mine.classid = lead.classid
+                   AND mine.objid <> lead.objid
+              JOIN {self._t.workers} w ON w.key = mine.objid::bigint
+             WHERE lead.locktype = 'advisory' AND lead.granted AND lead.objsubid = 2
+               AND lead.classid = $1::bigint::oid AND lead.objid = $2::bigint::oid
+               AND w.heartbeat_at < now() - make_interval(secs => $3)
+            """,
+            self.control.ns,
+            LEADER_KEY,
+            self.leader_stale_after,
+            timeout=self._timeout,
+        )
+        if row is None:
+            return None
+        log.warning(
+            "sweeper of %s: the leader (worker key %s, backend %s) has no heartbeat for "
+            "%.1f s: ending its control connection",
+            self.control.worker_id,
+            row["key"],
+            row["pid"],
+            self.leader_stale_after,
+        )
+        await conn.fetchval("SELECT pg_terminate_backend($1)", row["pid"], timeout=self._timeout)
+        return int(row["key"])
+
     async def _find_dead(self, conn: Any, report: SweepReport) -> None:
         t = self._t
         rows = await conn.fetch(
@@ -213,6 +266,7 @@ class Sweeper:
             """,
             self.control.ns,
             LEADER_KEY,
+            timeout=self._timeout,
         )
         now = self._clock()
         absent = {row["key"] for row in rows}
@@ -228,6 +282,7 @@ class Sweeper:
                 f"UPDATE {t.workers} SET lock_missing_since = now() "
                 "WHERE key = ANY($1::bigint[]) AND lock_missing_since IS NULL",
                 sorted(absent),
+                timeout=self._timeout,
             )
 
     async def _revoke(self, conn: Any, report: SweepReport) -> None:
@@ -239,6 +294,7 @@ class Sweeper:
                 "WHERE lease_id IS NOT NULL AND owner_key = ANY($1::bigint[]) "
                 "RETURNING session_id",
                 dead,
+                timeout=self._timeout,
             )
             report.revoked = sorted(row["session_id"] for row in revoked)
             woken = await conn.fetch(
@@ -254,14 +310,20 @@ class Sweeper:
                 """,
                 report.revoked,
                 TAKEOVER,
+                timeout=self._timeout,
             )
             unclaimed = await conn.fetch(
                 f"UPDATE {t.wakeups} SET claimed_by = NULL, claimed_at = NULL, due_at = now() "
                 "WHERE claimed_by = ANY($1::bigint[]) RETURNING session_id",
                 dead,
+                timeout=self._timeout,
             )
             report.unclaimed = sorted(row["session_id"] for row in unclaimed)
-            await conn.execute(f"DELETE FROM {t.workers} WHERE key = ANY($1::bigint[])", dead)
+            await conn.execute(
+                f"DELETE FROM {t.workers} WHERE key = ANY($1::bigint[])",
+                dead,
+                timeout=self._timeout,
+            )
             fresh = sorted({row["session_id"] for row in woken} | set(report.unclaimed))
             await self._wake(conn, fresh)
         report.woken.extend(row["session_id"] for row in woken)
@@ -282,6 +344,7 @@ class Sweeper:
                 RETURNING session_id
                 """,
                 TAKEOVER,
+                timeout=self._timeout,
             )
             woken = sorted(row["session_id"] for row in rows)
             await self._wake(conn, woken)
@@ -304,6 +367,7 @@ class Sweeper:
                 """,
                 self.reconcile_after,
                 RECONCILE,
+                timeout=self._timeout,
             )
             woken = sorted(row["session_id"] for row in rows)
             await self._wake(conn, woken)
@@ -320,6 +384,7 @@ class Sweeper:
              GROUP BY c.session_id, l.owner_key
             """,
             self.renotify_after,
+            timeout=self._timeout,
         )
         now = self._clock()
         for sid in list(self._renotified):
@@ -333,14 +398,17 @@ class Sweeper:
                 [row["session_id"] for row in due],
                 [row["owner_key"] for row in due],
                 [row["cmd_seq"] for row in due],
+                timeout=self._timeout,
             )
             for row in due:
                 self._renotified[row["session_id"]] = now
             report.renotified = sorted(row["session_id"] for row in due)
 
-    @staticmethod
-    async def _wake(conn: Any, session_ids: list[str]) -> None:
+    async def _wake(self, conn: Any, session_ids: list[str]) -> None:
         if session_ids:
             await conn.execute(
-                "SELECT pg_notify($1, s) FROM unnest($2::text[]) AS s", WAKE_CHANNEL, session_ids
+                "SELECT pg_notify($1, s) FROM unnest($2::text[]) AS s",
+                WAKE_CHANNEL,
+                session_ids,
+                timeout=self._timeout,
             )
