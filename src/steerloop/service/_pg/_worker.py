@@ -244,6 +244,12 @@ class Worker:
         self._lost = False
         log.warning("worker %s: self-fencing %d sessions", self.worker_id, len(self._residents))
         for session_id in list(self._residents):
+            # Fenced before the abort: nothing more of ours commits and the lease is not
+            # released, so the log stays as a crash leaves it and the sweeper hands the
+            # session on (revocation after the grace, takeover, repair, continue).
+            writer = self.store.writer(session_id)
+            if writer is not None:
+                writer.lose()
             await self._unload(session_id, check=False)
         await self._stop_helpers()
         old, self.control = self.control, None
