@@ -26,11 +26,15 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import httpx
 import pytest
 from httpx_sse import aconnect_sse
 
+from steerloop import SessionPersistenceNotFoundError
 from steerloop.service import create_app
+from steerloop.service._pg._control import ControlConnection
+from steerloop.service._pg._sweeper import Sweeper
 from steerloop.session import SessionEvent
 from steerloop.session._codec import validate_log
 from steerloop.session._postgres import PostgresStore
@@ -83,6 +87,9 @@ class Cluster:
         self.url = f"{POSTGRES_URL}?schema={schema}{query}"
         self.workers: list[WorkerProc] = []
         self.client: httpx.AsyncClient | None = None
+        self.pool: Any = None
+        self.control: ControlConnection | None = None
+        self.sweeper: Sweeper | None = None
 
     def start_worker(self) -> WorkerProc:
         n = len(self.workers) + 1
@@ -138,9 +145,33 @@ class Cluster:
                 raise AssertionError(f"worker exited: {worker.log.read_text()}")
         await poll(live, until=lambda found: ids <= found, timeout=WAIT)
 
-    def close(self) -> None:
+    async def lead(self) -> None:
+        """A sweeper in this process that leads before any worker starts (so a paused worker
+        is never the leader: the TTL path, not the deposition of a stale leader, is tested)."""
+        self.pool = await asyncpg.create_pool(POSTGRES_URL, min_size=1, max_size=2)
+        self.control = ControlConnection(
+            POSTGRES_URL,
+            self.schema,
+            worker_id="test-leader",
+            profiles={},
+            capacity=0,
+            on_lost=lambda: None,
+            on_notify=lambda c, p: None,
+        )
+        await self.control.start()
+        self.sweeper = Sweeper(self.pool, self.t, self.control, period=0.1)
+        assert (await self.sweeper.sweep_once()).leader
+        self.sweeper.start()
+
+    async def close(self) -> None:
         for worker in self.workers:
             worker.kill()
+        if self.sweeper is not None:
+            await self.sweeper.close()
+        if self.control is not None:
+            await self.control.close()
+        if self.pool is not None:
+            await self.pool.close()
 
     # --- observations ------------------------------------------------------------------------
 
@@ -172,11 +203,21 @@ class Cluster:
         return int(paths[0].suffix[1:])
 
     async def events(self, sid: str) -> list[SessionEvent]:
+        """The stored log of ``sid`` (``[]`` before its first commit)."""
         store = PostgresStore(self.url)
         try:
             return list(await store.load(sid))
+        except SessionPersistenceNotFoundError:
+            return []
         finally:
             await store.close()
+
+    async def mid_tool(self, sid: str, name: str) -> int:
+        """Wait until ``gate NAME`` holds its call and its ``tool/call`` is committed (the
+        body starts before the group commit lands); returns the pid of the worker."""
+        pid = await self.gate_pid(name)
+        await self.wait_log(sid, lambda ev: any(e.type == "tool/call" for e in ev))
+        return pid
 
     async def wait_log(
         self, sid: str, until: Callable[[list[SessionEvent]], bool]
@@ -207,7 +248,7 @@ async def cluster(tmp_path: Path, schema: str, query: str = "") -> AsyncIterator
         print(c.logs())
         raise
     finally:
-        c.close()
+        await c.close()
 
 
 class SseWatcher:
@@ -320,7 +361,7 @@ async def test_kill_9_mid_tool_another_worker_repairs_and_continues(
             "/v1/sessions", json={"session_id": "s1", "profile": "default", "input": "gate g1"}
         )
         assert answer.status_code == 201, answer.text
-        victim_pid = await c.gate_pid("g1")
+        victim_pid = await c.mid_tool("s1", "g1")
         assert await poll(lambda: c.owner_pid("s1"), until=bool, timeout=WAIT) == victim_pid
         token, _, _ = await c.lease("s1")
         watcher = SseWatcher(c.client, "s1")
@@ -377,7 +418,7 @@ async def test_terminated_control_connection_self_fences_and_is_taken_over(
             "/v1/sessions", json={"session_id": "s1", "profile": "default", "input": "gate g1"}
         )
         assert answer.status_code == 201, answer.text
-        owner_pid = await c.gate_pid("g1")
+        owner_pid = await c.mid_tool("s1", "g1")
         owner = next(w for w in workers if w.pid == owner_pid)
         token, old_key, _ = await c.lease("s1")
         started = time.monotonic()
@@ -398,3 +439,64 @@ async def test_terminated_control_connection_self_fences_and_is_taken_over(
         assert old_key not in {r["key"] for r in keys}  # the old registration is gone
         assert "self-fencing 1 sessions" in owner.log.read_text()
         check_log("s1", events)
+
+
+# --- SIGSTOP / SIGCONT of the owner -------------------------------------------------------------
+
+
+async def test_paused_owner_is_taken_over_and_appends_nothing_after_sigcont(
+    tmp_path: Path, schema: str
+) -> None:
+    """SIGSTOP of the owner mid-tool (lease TTL 3 s through the store URL): its socket and
+    lock live on, so the lease's expiry shows it; another worker takes the session over
+    (repair, takeover message, completed turn, greater token). After SIGCONT its gate
+    passes, but its fence is refused: the log never gets its result, nor anything else of
+    it, and the session goes on with the new owner. (Its own loop may still take a step
+    in memory before a commit or heartbeat tells it: group commit refuses at commit time.)"""
+    async with cluster(tmp_path, schema, "&lease_ttl=3") as c:
+        await c.lead()
+        workers = [c.start_worker(), c.start_worker()]
+        await c.registered(*workers)
+        assert c.client is not None
+        answer = await c.client.post(
+            "/v1/sessions", json={"session_id": "s1", "profile": "default", "input": "gate g1"}
+        )
+        assert answer.status_code == 201, answer.text
+        paused_pid = await c.mid_tool("s1", "g1")
+        paused = next(w for w in workers if w.pid == paused_pid)
+        other = next(w for w in workers if w.pid != paused_pid)
+        token, _, _ = await c.lease("s1")
+        started = time.monotonic()
+        os.kill(paused_pid, signal.SIGSTOP)
+        try:
+            events = await c.wait_log(
+                "s1", lambda ev: turn_ends(ev) == ["interrupted", "completed"]
+            )
+            took = time.monotonic() - started
+            print(f"\nmeasured under load: SIGSTOP (TTL 3 s) -> continued in {took:.2f} s")
+            new_token, _, live = await c.lease("s1")
+            assert new_token > token and live
+            assert await c.owner_pid("s1") == other.pid
+        finally:
+            os.kill(paused_pid, signal.SIGCONT)
+        assert result_codes(events) == {"call-g1": "TOOL_OUTCOME_UNKNOWN"}
+        (tmp_path / "open-g1").touch()
+        await poll(
+            lambda: _now((tmp_path / f"passed-g1.{paused_pid}").exists()), until=bool, timeout=WAIT
+        )
+        # Causally after the old owner's gate returned: one more turn on the new owner.
+        sent = await c.client.post(
+            "/v1/sessions/s1/messages", json={"mode": "followup", "content": "after"}
+        )
+        assert sent.status_code == 202, sent.text
+        final = await c.wait_log("s1", lambda ev: len(turn_ends(ev)) == 3)
+        assert turn_ends(final) == ["interrupted", "completed", "completed"]
+        assert final[: len(events)] == events
+        assert result_codes(final) == {"call-g1": "TOOL_OUTCOME_UNKNOWN"}
+        assert replies(final) == ["", "continued after takeover", "echo after"]
+        # Its in-memory turn may have gone on (the refusal comes with the commit), but
+        # nothing of it reached the log, and the process lives on.
+        assert "gate g1 passed" not in json.dumps([e.to_json() for e in final])
+        assert paused.proc.poll() is None
+        assert (await c.lease("s1"))[0] == new_token
+        check_log("s1", final)
