@@ -72,6 +72,7 @@ class Worker:
         capacity: int = 100,
         idle_unload: float | None = 300.0,
         poll: float = 1.0,
+        dispose_timeout: float = 10.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if capacity < 1:
@@ -83,6 +84,7 @@ class Worker:
         self.capacity = capacity
         self.idle_unload = idle_unload
         self.poll = poll
+        self.dispose_timeout = dispose_timeout
         self._clock = clock
         self.t = store.tables
         self.control: ControlConnection | None = None
@@ -214,6 +216,7 @@ class Worker:
                 if self._lost:
                     await self._self_fence()
                     continue
+                await self._drop_fenced()
                 await self._write_statuses()
                 dirty, self._dirty = self._dirty, set()
                 for session_id in dirty:
@@ -237,6 +240,14 @@ class Worker:
         task = asyncio.get_running_loop().create_task(coro, name=name)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    async def _drop_fenced(self) -> None:
+        """Unload the sessions whose writer failed (a refused fence: someone else owns the
+        session now; or a storage failure): their unconsumed commands become a wakeup."""
+        for session_id in list(self._residents):
+            writer = self.store.writer(session_id)
+            if writer is None or writer.error is not None:
+                await self._unload(session_id)
 
     async def _self_fence(self) -> None:
         """The control connection is gone: this worker may already be declared dead, so
@@ -547,8 +558,12 @@ class Worker:
         if resident is None:
             return
         self._statuses.pop(session_id, None)
+        writer = self.store.writer(session_id)
+        # A fenced-out agent cannot write its teardown: bounded, the stray activity is left
+        # behind (its calls recorded unknown in memory only; the new owner repairs the log).
+        fenced = writer is None or writer.error is not None
         try:
-            await resident.handle.dispose()
+            await resident.handle.dispose(timeout=1.0 if fenced else self.dispose_timeout)
         except Exception as exc:
             log.info("worker %s: disposing %s: %s", self.worker_id, session_id, exc)
         t = self.t

@@ -1,0 +1,323 @@
+"""The service on PostgreSQL with separate roles (API.md "Service", SERVICE.md §3.4): an API
+node (uvicorn in this process, ``role="api"``) and worker processes (``steerloop serve
+--role worker``) that meet only through the v2 tables."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from steerloop.service import create_app
+
+from . import pgprofiles
+from .pgworkers import Pg, pg_schema, records, until, workers
+from .served import served, turn_ends, types, wait_for_log
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture
+async def pg() -> AsyncIterator[Pg]:
+    async with pg_schema() as found:
+        yield found
+
+
+@pytest.fixture
+def files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """Where the model of every process records requests and where gates are opened."""
+    gates = tmp_path / "gates"
+    gates.mkdir()
+    env = {
+        "STEERLOOP_TEST_RECORD": str(tmp_path / "requests.jsonl"),
+        "STEERLOOP_TEST_GATES": str(gates),
+    }
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    return env
+
+
+def api(pg: Pg, **options: Any) -> Any:
+    return create_app(pg.url, pgprofiles.profiles, "api", **options)
+
+
+def splices_of(events: list[dict[str, Any]], message_id: str) -> list[dict[str, Any]]:
+    return [
+        e
+        for e in events
+        if e["type"] == "agent/inbox/spliced"
+        and any(m.get("id") == message_id for m in e["data"].get("inserted", ()))
+    ]
+
+
+async def counts(pg: Pg) -> tuple[int, int, int]:
+    specs = await pg.val("SELECT count(*) FROM steerloop_specs")
+    commands = await pg.val("SELECT count(*) FROM steerloop_commands")
+    wakeups = await pg.val("SELECT count(*) FROM steerloop_wakeups")
+    return specs, commands, wakeups
+
+
+# --- the API node alone -------------------------------------------------------------------
+
+
+async def test_an_unserved_profile_queues_and_the_101st_command_is_429(pg: Pg) -> None:
+    """With no worker running, a create and every message are accepted and stay queued (the
+    answer says so); the 101st unconsumed command of a session is 429 with Retry-After and
+    is not stored; cmd_seq is gap-free."""
+    async with served(api(pg)) as client:
+        created = await client.post("/v1/sessions", json={"session_id": "q"})
+        assert created.status_code == 201
+        assert created.json()["queued"] is True
+        assert "no running worker serves profile 'default' version 1" in created.json()["note"]
+        for n in range(1, 101):
+            sent = await client.post(
+                "/v1/sessions/q/messages", json={"mode": "followup", "content": f"m{n}"}
+            )
+            assert sent.status_code == 202
+            assert sent.json()["cmd_seq"] == n
+            assert sent.json()["queued"] is True
+        refused = await client.post(
+            "/v1/sessions/q/messages", json={"mode": "steer", "content": "one too many"}
+        )
+        assert refused.status_code == 429
+        assert refused.headers["retry-after"] == "1"
+        assert refused.json()["error"]["code"] == "too_many_commands"
+        seqs = await pg.fetch("SELECT cmd_seq FROM steerloop_commands ORDER BY cmd_seq")
+        assert [row[0] for row in seqs] == list(range(1, 101))
+        info = (await client.get("/v1/sessions/q")).json()
+        assert info == {
+            "session_id": "q",
+            "profile": "default",
+            "status": "unloaded",
+            "last_seq": 0,
+            "owner": None,
+            "pending_approvals": [],
+        }
+
+
+async def test_bad_input_is_refused_and_writes_nothing(pg: Pg) -> None:
+    """An unknown session is 404, an unknown profile or mode 422, an existing id 409: clear
+    errors, and no spec, command or wakeup row is written by any of them."""
+    async with served(api(pg)) as client:
+        assert (await client.post("/v1/sessions", json={"session_id": "s"})).status_code == 201
+        before = await counts(pg)
+        assert before == (1, 0, 1)
+        missing = await client.post(
+            "/v1/sessions/nope/messages", json={"mode": "followup", "content": "x"}
+        )
+        assert missing.status_code == 404
+        assert missing.json()["error"]["code"] == "session_not_found"
+        assert (await client.post("/v1/sessions/nope/cancel", json={})).status_code == 404
+        assert (await client.get("/v1/sessions/nope")).status_code == 404
+        profile = await client.post("/v1/sessions", json={"session_id": "t", "profile": "zz"})
+        assert profile.status_code == 422
+        assert profile.json()["error"]["code"] == "unknown_profile"
+        mode = await client.post("/v1/sessions/s/messages", json={"mode": "shout", "content": "x"})
+        assert mode.status_code == 422
+        assert mode.json()["error"]["code"] == "invalid_mode"
+        again = await client.post("/v1/sessions", json={"session_id": "s", "input": "hi"})
+        assert again.status_code == 409
+        assert await counts(pg) == before
+
+
+async def test_sqlite_refuses_the_split_roles(tmp_path: Path) -> None:
+    """Roles api and worker need a store every process shares: SQLite is refused, clearly."""
+    for role in ("api", "worker"):
+        with pytest.raises(ValueError, match=f"role '{role}' needs a postgresql:// store"):
+            create_app(f"sqlite:///{tmp_path / 's.db'}", (), role)
+    proc = await asyncio.create_subprocess_exec(
+        "python",
+        "-c",
+        "from steerloop.cli import main; main()",
+        "serve",
+        "--role",
+        "worker",
+        "--port",
+        "0",
+        "--store",
+        f"sqlite:///{tmp_path / 's.db'}",
+        env={**os.environ, "HOME": str(tmp_path), "PYTHONPATH": os.environ.get("PYTHONPATH", "")},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    try:
+        out, _ = await asyncio.wait_for(proc.communicate(), 60)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    assert proc.returncode == 2
+    assert "needs a postgresql:// store" in out.decode()
+
+
+# --- API node + worker processes -------------------------------------------------------------
+
+
+async def test_a_steer_accepted_by_the_api_reaches_the_owning_worker(
+    pg: Pg, files: dict[str, str], tmp_path: Path
+) -> None:
+    """SERVICE.md §3.4 "Steer a session owned by another worker": the API node stores the
+    steer and notifies the owner (a worker process); the owner splices it while the step is
+    held, its consumption commits with that splice, and the next step's request has it."""
+    async with workers(tmp_path, pg.url, 1, **files) as (worker,), served(api(pg)) as client:
+        health = (await client.get(f"{worker.base_url}/healthz")).json()
+        assert health["ok"] is True and health["role"] == "worker"
+        assert (await client.get(f"{worker.base_url}/v1/sessions")).status_code == 404
+        created = await client.post("/v1/sessions", json={"session_id": "s", "input": "gate a"})
+        assert created.status_code == 201
+        assert "queued" not in created.json()
+        await wait_for_log(client, "s", lambda ev: "tool/call" in types(ev))
+        info = (await client.get("/v1/sessions/s")).json()
+        assert info["status"] == "running"
+        assert info["owner"]["pid"] == worker.pid
+        sent = await client.post(
+            "/v1/sessions/s/messages",
+            json={"mode": "steer", "content": "steered", "message_id": "m-steer"},
+        )
+        assert sent.status_code == 202
+        assert sent.json() == {"cmd_seq": 2, "message_id": "m-steer"}
+        events = await wait_for_log(client, "s", lambda ev: splices_of(ev, "m-steer"))
+        (splice,) = splices_of(events, "m-steer")
+        assert splice["data"]["target"] == "next-step"
+        consumed = await until(
+            lambda: pg.fetch(
+                "SELECT cmd_seq, consumed_seq FROM steerloop_commands "
+                "WHERE consumed_at IS NOT NULL ORDER BY cmd_seq"
+            ),
+            "both commands consumed",
+        )
+        first = splices_of(events, events[0]["data"]["inserted"][0]["id"])[0]
+        assert [tuple(r) for r in consumed] == [(1, first["seq"]), (2, splice["seq"])]
+        (Path(files["STEERLOOP_TEST_GATES"]) / "a").touch()
+        events = await wait_for_log(client, "s", lambda ev: turn_ends(ev) == 1)
+        assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+        assert [r["users"] for r in records(Path(files["STEERLOOP_TEST_RECORD"]))] == [
+            ["gate a"],
+            ["gate a", "steered"],
+        ]
+        assert {r["pid"] for r in records(Path(files["STEERLOOP_TEST_RECORD"]))} == {worker.pid}
+        status = await until(
+            lambda: _status(client, "s", "idle"), "the owner to report the session idle"
+        )
+        assert status["owner"]["pid"] == worker.pid
+
+
+async def _status(client: Any, session_id: str, wanted: str) -> dict[str, Any] | None:
+    info: dict[str, Any] = (await client.get(f"/v1/sessions/{session_id}")).json()
+    return info if info["status"] == wanted else None
+
+
+async def test_the_same_idempotency_key_applies_once(
+    pg: Pg, files: dict[str, str], tmp_path: Path
+) -> None:
+    """A retried POST with the same idempotency key gets the same status and body, and the
+    message is stored once as a command and spliced once into the log."""
+    async with workers(tmp_path, pg.url, 1, **files), served(api(pg)) as client:
+        assert (await client.post("/v1/sessions", json={"session_id": "s"})).status_code == 201
+        body = {"mode": "followup", "content": "once", "idempotency_key": "k1"}
+        first = await client.post("/v1/sessions/s/messages", json=body)
+        second = await client.post("/v1/sessions/s/messages", json=body)
+        assert first.status_code == second.status_code == 202
+        assert first.json() == second.json()
+        message_id = first.json()["message_id"]
+        events = await wait_for_log(client, "s", lambda ev: turn_ends(ev) == 1)
+        third = await client.post("/v1/sessions/s/messages", json=body)  # after it was applied
+        assert third.status_code == 202 and third.json() == first.json()
+        assert len(splices_of(events, message_id)) == 1
+        rows = await pg.fetch("SELECT cmd_seq, idem_key, message_id FROM steerloop_commands")
+        assert [tuple(r) for r in rows] == [(1, "k1", message_id)]
+        await asyncio.sleep(0)  # the log is read once more below, after the retry
+        events = (await client.get("/v1/sessions/s/log")).json()["events"]
+        assert len(splices_of(events, message_id)) == 1
+        assert turn_ends(events) == 1
+
+
+async def test_idle_unload_then_reload_on_another_worker(
+    pg: Pg, files: dict[str, str], tmp_path: Path
+) -> None:
+    """An idle session is unloaded (no live lease, status unloaded, owner null); its next
+    message reloads it on any worker with capacity, here the other one, which resumes the
+    whole history."""
+    async with (
+        workers(tmp_path, pg.url, 1, "--idle-unload", "0.5", **files) as (first,),
+        served(api(pg)) as client,
+    ):
+        await client.post("/v1/sessions", json={"session_id": "s", "input": "hello"})
+        await wait_for_log(client, "s", lambda ev: turn_ends(ev) == 1)
+        await until(lambda: _status(client, "s", "unloaded"), "the idle session to unload")
+        live = await pg.val(
+            "SELECT count(*) FROM steerloop_leases WHERE lease_id IS NOT NULL "
+            "AND expires_at > now()"
+        )
+        assert live == 0
+        assert await pg.val("SELECT status FROM steerloop_specs") == "unloaded"
+        first.kill()
+        await asyncio.wait_for(first.proc.wait(), 15)
+        async with workers(tmp_path, pg.url, 1, **files) as (second,):
+            sent = await client.post(
+                "/v1/sessions/s/messages", json={"mode": "followup", "content": "again"}
+            )
+            assert sent.status_code == 202
+            events = await wait_for_log(client, "s", lambda ev: turn_ends(ev) == 2)
+            assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+            info = (await client.get("/v1/sessions/s")).json()
+            assert info["owner"]["pid"] == second.pid
+        seen = records(Path(files["STEERLOOP_TEST_RECORD"]))
+        assert [(r["pid"], r["users"]) for r in seen] == [
+            (first.pid, ["hello"]),
+            (second.pid, ["hello", "again"]),
+        ]
+
+
+async def test_a_fenced_out_batch_loses_the_consumption(pg: Pg, files: dict[str, str]) -> None:
+    """The consumption of a command rides on the batch of its splice: when the owner's lease
+    was revoked under it, that batch (splice and consumption) is refused; the command stays
+    unconsumed and the session, loaded again, applies it once, under the new token."""
+    from steerloop.session._postgres import PostgresStore
+
+    app = create_app(pg.url, pgprofiles.profiles, "all")
+    async with served(app) as client:
+        await client.post("/v1/sessions", json={"session_id": "s", "input": "gate b"})
+        await wait_for_log(client, "s", lambda ev: "tool/call" in types(ev))
+        store = PostgresStore(pg.url)
+        try:
+            lease = await store.lease("s")
+            assert lease is not None and lease.live
+            old_token = lease.token
+            # The revocation lands first; the command then finds no live lease and wakes the
+            # session, which is still resident here: the stale owner applies it, and its
+            # batch is refused by the fence.
+            assert await store.revoke_lease("s")
+            sent = await client.post(
+                "/v1/sessions/s/messages",
+                json={"mode": "steer", "content": "after", "message_id": "m-after"},
+            )
+            assert sent.status_code == 202
+            row = await until(
+                lambda: pg.fetch(
+                    "SELECT consumed_seq FROM steerloop_commands "
+                    "WHERE message_id = 'm-after' AND consumed_at IS NOT NULL"
+                ),
+                "the steer consumed by the reloaded session",
+            )
+            events = await wait_for_log(client, "s", lambda ev: splices_of(ev, "m-after"))
+            (splice,) = splices_of(events, "m-after")
+            assert row[0][0] == splice["seq"]
+            lease = await store.lease("s")
+            assert lease is not None and lease.token > old_token + 1
+            assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+            # Resumed with repair before the steer was applied again: the held turn ended.
+            ended = [e for e in events if e["type"] == "turn/end" and e["seq"] < splice["seq"]]
+            assert [e["data"]["reason"]["kind"] for e in ended] == ["interrupted"]
+        finally:
+            await store.close()
+        stored = json.loads(
+            await pg.val("SELECT body FROM steerloop_commands WHERE message_id = 'm-after'")
+        )
+        assert stored["content"] == "after"
+        assert await pg.val("SELECT count(*) FROM steerloop_commands") == 2
