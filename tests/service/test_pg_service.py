@@ -311,9 +311,10 @@ async def test_a_fenced_out_batch_loses_the_consumption(pg: Pg, files: dict[str,
             lease = await store.lease("s")
             assert lease is not None and lease.token > old_token + 1
             assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
-            # Resumed with repair before the steer was applied again: the held turn ended.
+            # Resumed with repair before the steer was applied again: the held turn ended
+            # interrupted (then the takeover followup may run a turn of its own).
             ended = [e for e in events if e["type"] == "turn/end" and e["seq"] < splice["seq"]]
-            assert [e["data"]["reason"]["kind"] for e in ended] == ["interrupted"]
+            assert ended[0]["data"]["reason"]["kind"] == "interrupted"
         finally:
             await store.close()
         stored = json.loads(
