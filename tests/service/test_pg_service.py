@@ -125,6 +125,35 @@ async def test_bad_input_is_refused_and_writes_nothing(pg: Pg) -> None:
         assert await counts(pg) == before
 
 
+async def test_a_cancel_with_nothing_to_cancel_is_applied_by_the_api_node(pg: Pg) -> None:
+    """A cancel for a session no worker holds, with nothing queued and no turn, is consumed
+    at once as a no-op (no wakeup, nothing loaded); with a message queued before it, it is
+    queued in order instead."""
+    async with served(api(pg)) as client:
+        await client.post("/v1/sessions", json={"session_id": "s"})
+        await pg.fetch("DELETE FROM steerloop_wakeups")
+        cancel = await client.post("/v1/sessions/s/cancel", json={})
+        assert cancel.status_code == 202
+        assert cancel.json() == {"cmd_seq": 1}
+        rows = await pg.fetch(
+            "SELECT cmd_seq, kind, consumed_at IS NOT NULL, consumed_seq FROM steerloop_commands"
+        )
+        assert [tuple(r) for r in rows] == [(1, "cancel", True, None)]
+        assert await pg.val("SELECT count(*) FROM steerloop_wakeups") == 0
+        await client.post("/v1/sessions/s/messages", json={"mode": "followup", "content": "x"})
+        queued = await client.post("/v1/sessions/s/cancel", json={"keep_inbox": True})
+        assert queued.json()["cmd_seq"] == 3 and queued.json()["queued"] is True
+        rows = await pg.fetch(
+            "SELECT cmd_seq, consumed_at IS NOT NULL, body::text FROM steerloop_commands "
+            "WHERE cmd_seq > 1 ORDER BY cmd_seq"
+        )
+        assert [(r[0], r[1], json.loads(r[2])) for r in rows] == [
+            (2, False, {"content": "x"}),
+            (3, False, {"keep_inbox": True}),
+        ]
+        assert await pg.val("SELECT reason FROM steerloop_wakeups") == "command"
+
+
 async def test_sqlite_refuses_the_split_roles(tmp_path: Path) -> None:
     """Roles api and worker need a store every process shares: SQLite is refused, clearly."""
     for role in ("api", "worker"):
@@ -212,6 +241,46 @@ async def _status(client: Any, session_id: str, wanted: str) -> dict[str, Any] |
     return info if info["status"] == wanted else None
 
 
+async def test_a_cancel_reaches_the_owner_and_aborts_the_turn(
+    pg: Pg, files: dict[str, str], tmp_path: Path
+) -> None:
+    """SERVICE.md §3.4 "Cancel": the owner consumes the cancel with a fenced update first,
+    then aborts the running turn (cause user) and clears the queued followup."""
+    async with workers(tmp_path, pg.url, 1, **files), served(api(pg)) as client:
+        await client.post("/v1/sessions", json={"session_id": "s", "input": "gate c"})
+        await wait_for_log(client, "s", lambda ev: "tool/call" in types(ev))
+        later = await client.post(
+            "/v1/sessions/s/messages",
+            json={"mode": "followup", "content": "later", "message_id": "m-later"},
+        )
+        assert later.json()["cmd_seq"] == 2
+        await wait_for_log(client, "s", lambda ev: splices_of(ev, "m-later"))
+        cancel = await client.post("/v1/sessions/s/cancel", json={})
+        assert cancel.json() == {"cmd_seq": 3}
+        events = await wait_for_log(client, "s", lambda ev: turn_ends(ev) == 1)
+        end = events[-1]
+        assert end["type"] == "turn/end"
+        assert end["data"]["reason"] == {"kind": "aborted", "reason": {"kind": "user"}}
+        cleared = [
+            e
+            for e in events
+            if e["type"] == "agent/inbox/spliced"
+            and e["data"].get("outcome") == "canceled"
+            and e["data"]["removed_count"] == 1
+            and e["data"]["target"] == "next-turn"
+        ]
+        assert len(cleared) == 1
+        rows = await pg.fetch(
+            "SELECT cmd_seq, consumed_at IS NOT NULL, consumed_seq IS NULL "
+            "FROM steerloop_commands ORDER BY cmd_seq"
+        )
+        assert [tuple(r) for r in rows] == [(1, True, False), (2, True, False), (3, True, True)]
+        await until(lambda: _status(client, "s", "idle"), "the owner to report idle")
+        # Nothing ran after the cancel: the followup was cleared, not started.
+        assert turn_ends((await client.get("/v1/sessions/s/log")).json()["events"]) == 1
+        assert [r["users"] for r in records(Path(files["STEERLOOP_TEST_RECORD"]))] == [["gate c"]]
+
+
 async def test_the_same_idempotency_key_applies_once(
     pg: Pg, files: dict[str, str], tmp_path: Path
 ) -> None:
@@ -231,7 +300,6 @@ async def test_the_same_idempotency_key_applies_once(
         assert len(splices_of(events, message_id)) == 1
         rows = await pg.fetch("SELECT cmd_seq, idem_key, message_id FROM steerloop_commands")
         assert [tuple(r) for r in rows] == [(1, "k1", message_id)]
-        await asyncio.sleep(0)  # the log is read once more below, after the retry
         events = (await client.get("/v1/sessions/s/log")).json()["events"]
         assert len(splices_of(events, message_id)) == 1
         assert turn_ends(events) == 1

@@ -196,7 +196,7 @@ class Commands:
                 kind == "cancel"
                 and owner_key is None
                 and waiting == 0
-                and spec["status"] in ("idle", "unloaded")
+                and spec["status"] in ("new", "idle", "unloaded")
             )
             if (
                 owner_key is None

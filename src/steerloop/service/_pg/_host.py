@@ -158,15 +158,56 @@ class PgHost:
             "status": status if status in ("idle", "running") else "unloaded",
             "last_seq": await sql.last_seq(session_id),
             "owner": owner,
-            "pending_approvals": await self.pending_approvals(session_id),
+            "pending_approvals": [
+                approval_json(r) for r in await self.pending_approvals(session_id)
+            ],
         }
 
-    async def pending_approvals(self, session_id: str) -> list[Any]:
-        """Approvals requested and not yet decided, folded from the stored log."""
+    async def _stored_events(self, session_id: str) -> tuple[Any, ...]:
+        if not await self.store.exists(session_id):
+            return ()
+        return await self.store.load(session_id)
+
+    async def pending_approvals(self, session_id: str) -> tuple[Any, ...]:
+        """The ``tool/approval-requested`` records still waiting, folded from the stored
+        log (the owner may be another process: the log is what every node shares)."""
         fold = optional("steerloop.session._approvals", "pending_approvals")
-        if fold is None or not await self.store.exists(session_id):
-            return []
-        return [_jsonable(item) for item in fold(await self.store.load(session_id))]
+        if fold is None:
+            return ()
+        return tuple(fold(await self._stored_events(session_id)))
+
+    async def submit_approval(
+        self, session_id: str, call_id: str, decision: str, reason: str | None
+    ) -> dict[str, Any]:
+        """A decision for a pending call, as the session's next command (``approval``).
+
+        Raises:
+            ApiError: 404 when the call waits for no decision, 409 when it was decided or a
+                decision for it is already queued.
+        """
+        sql = self._sql()
+        events = await self._stored_events(session_id)
+        fold = optional("steerloop.session._approvals", "pending_approvals")
+        state = optional("steerloop.session._approvals", "approval_state")
+        pending = () if fold is None else fold(events)
+        if not any(r.call_id == call_id for r in pending):
+            if state is not None and state(events, call_id) == "decided":
+                raise ApiError(409, "approval_decided", f"call {call_id!r} was already decided")
+            raise ApiError(
+                404, "approval_not_found", f"session {session_id!r} has no pending call {call_id!r}"
+            )
+        queued = await sql.pool.fetchval(
+            f"SELECT 1 FROM {sql.t.commands} WHERE session_id = $1 AND kind = 'approval' "
+            "AND consumed_at IS NULL AND body->>'call_id' = $2",
+            session_id,
+            call_id,
+        )
+        if queued is not None:
+            raise ApiError(
+                409, "approval_decided", f"a decision for call {call_id!r} is already queued"
+            )
+        body = {"call_id": call_id, "decision": decision, "reason": reason}
+        return await sql.submit(session_id, "approval", body, None, None)
 
     async def listing(self) -> list[dict[str, Any]]:
         return await self._sql().listing()
@@ -210,10 +251,11 @@ class PgHost:
             feed.notify()
 
 
-def _jsonable(item: Any) -> Any:
-    to_json = getattr(item, "to_json", None)
-    if callable(to_json):
-        return to_json()
-    if isinstance(item, Mapping):
-        return dict(item)
-    return item
+def approval_json(request: Any) -> dict[str, Any]:
+    """A pending approval as ``GET /v1/sessions/{id}`` lists it."""
+    return {
+        "call_id": request.call_id,
+        "name": request.name,
+        "arguments": request.arguments,
+        "reason": request.reason,
+    }

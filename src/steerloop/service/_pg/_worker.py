@@ -225,10 +225,7 @@ class Worker:
                 if self._wake or now >= next_poll:
                     self._wake = False
                     next_poll = now + self.poll
-                    for resident in self._residents.values():  # a cheap safety net
-                        resident.dirty = True
-                    for session_id in list(self._residents):
-                        self._schedule_drain(session_id)
+                    await self._recheck()
                     await self._claim()
                 if self.idle_unload is not None:
                     await self._unload_idle(now)
@@ -276,6 +273,22 @@ class Worker:
                     async with asyncio.timeout(1.0):
                         await self._kick.wait()
                 self._kick.clear()
+
+    async def _recheck(self) -> None:
+        """A lost NOTIFY must not leave a command of a resident session waiting: one query
+        finds the residents with unconsumed commands beyond what this worker applied."""
+        if not self._residents:
+            return
+        ids = list(self._residents)
+        rows = await self._pool.fetch(
+            f"SELECT DISTINCT c.session_id FROM {self.t.commands} c "
+            "JOIN unnest($1::text[], $2::bigint[]) AS r (sid, upto) ON c.session_id = r.sid "
+            "WHERE c.consumed_at IS NULL AND c.cmd_seq > r.upto",
+            ids,
+            [self._residents[sid].applied_upto for sid in ids],
+        )
+        for row in rows:
+            self._schedule_drain(row["session_id"])
 
     # --- claims ---------------------------------------------------------------------------
 
@@ -480,7 +493,9 @@ class Worker:
                 reason=body.get("reason"),
                 by=body.get("by", "http"),
             )
-        except (ValueError, LookupError, RuntimeError):
+        except SessionPersistenceError:
+            raise
+        except Exception:  # ApprovalError (not pending any more), a bad stored body
             log.info("session %s: approval %d not applicable", session_id, cmd_seq, exc_info=True)
             await self._consume_fenced(session_id, cmd_seq, writer)
             return
