@@ -390,3 +390,46 @@ async def test_a_fenced_out_batch_loses_the_consumption(pg: Pg, files: dict[str,
         )
         assert stored["content"] == "after"
         assert await pg.val("SELECT count(*) FROM steerloop_commands") == 2
+
+
+async def test_hostile_command_rows_are_consumed_and_the_next_one_applies(
+    pg: Pg, files: dict[str, str]
+) -> None:
+    """Rows written behind the API's back (no NOTIFY: the owner's recheck finds them) with a
+    body that is not an object, text that is not a string, no message id, or a kind the
+    worker has nothing to do for are consumed without harm; the command after them
+    applies, in order."""
+    app = create_app(pg.url, pgprofiles.profiles, "all")
+    async with served(app) as client:
+        await client.post("/v1/sessions", json={"session_id": "s", "input": "first"})
+        await wait_for_log(client, "s", lambda ev: turn_ends(ev) == 1)
+        rows = [
+            (2, "followup", "m-a", '"just a string"'),
+            (3, "steer", "m-b", '{"content": 42}'),
+            (4, "dispose", None, "{}"),
+            (5, "approval", None, '{"call_id": ["x"]}'),
+            (6, "followup", None, '{"content": "no id"}'),
+            (7, "followup", "m-ok", '{"content": "ok"}'),
+        ]
+        for cmd_seq, kind, message_id, body in rows:
+            await pg.fetch(
+                "INSERT INTO steerloop_commands (session_id, cmd_seq, kind, message_id, body) "
+                "VALUES ('s', $1, $2, $3, $4::json)",
+                cmd_seq,
+                kind,
+                message_id,
+                body,
+            )
+        await pg.fetch("UPDATE steerloop_specs SET cmd_seq = 7")
+        events = await wait_for_log(client, "s", lambda ev: turn_ends(ev) == 3)
+        unconsumed = "SELECT count(*) FROM steerloop_commands WHERE consumed_at IS NULL"
+        await until(lambda: _is_zero(pg.val(unconsumed)), "every row consumed")
+        assert await pg.val("SELECT count(*) FROM steerloop_commands") == 7
+        assert splices_of(events, "m-a") == [] and splices_of(events, "m-b") == []
+        assert len(splices_of(events, "m-ok")) == 1
+        users = [r["users"] for r in records(Path(files["STEERLOOP_TEST_RECORD"]))]
+        assert users == [["first"], ["first", "no id"], ["first", "no id", "ok"]]
+
+
+async def _is_zero(value: Any) -> bool:
+    return bool(await value == 0)

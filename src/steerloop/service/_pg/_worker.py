@@ -446,12 +446,15 @@ class Worker:
             body = {}
         if kind in ("followup", "steer", "inject"):
             message_id = row["message_id"]
-            if message_id in self._seen_ids(resident):
+            content = body.get("content")
+            if message_id in self._seen_ids(resident) or not isinstance(content, str):
+                if not isinstance(content, str):  # a stored row the API never writes
+                    log.warning("session %s: command %d has no text; skipped", session_id, cmd_seq)
                 await self._consume_fenced(session_id, cmd_seq, writer)
                 return
-            content = body.get("content")
             try:
-                message = user_message(content if isinstance(content, str) else "", id=message_id)
+                message = user_message(content, id=message_id)
+                message_id = message.id
                 before = agent.session.next_seq
                 if kind == "followup":
                     agent.followup(message)
