@@ -8,7 +8,7 @@ import inspect
 import os
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from sse_starlette import EventSourceResponse
 from starlette.applications import Starlette
@@ -29,8 +29,11 @@ __all__ = ["create_app"]
 Role = Literal["all", "api", "worker"]
 ProfilesArg = Sequence[Profile] | Callable[[Runtime], Sequence[Profile]]
 Handler = Callable[[Request], Awaitable[Response]]
-Host = Any
-"""``ServiceHost`` (in process) or ``_pg._host.PgHost``: the same async surface."""
+if TYPE_CHECKING:
+    from ._pg._host import PgHost
+
+    Host = ServiceHost | PgHost
+    """The in-process host or the PostgreSQL one: the same async surface."""
 
 PING_SECONDS = 15.0
 SERVER_LEASE_TTL = 15.0
@@ -127,7 +130,7 @@ def create_app(
                 await pg_store.close()
 
     def host_of() -> Host:
-        host = state.get("host")
+        host: Host | None = state.get("host")
         if host is None:
             raise ApiError(503, "not_ready", "the service is not running")
         return host
