@@ -89,11 +89,11 @@ def env_for(home: Path, **extra: str) -> dict[str, str]:
 
 @contextlib.asynccontextmanager
 async def workers(
-    tmp: Path, url: str, count: int = 1, *args: str, **env: str
+    tmp: Path, url: str, count: int = 1, *args: str, role: str = "worker", **env: str
 ) -> AsyncIterator[list[WorkerProc]]:
-    """Start ``count`` ``steerloop serve --role worker`` processes on ``url``; yield them
-    once each has registered (it prints its listening line after its startup); SIGKILL
-    every one of them on the way out."""
+    """Start ``count`` ``steerloop serve --role ROLE`` processes on ``url``; yield them
+    once each has started (a worker has registered: it prints its listening line after its
+    startup); SIGKILL every one of them on the way out."""
     started: list[WorkerProc] = []
     try:
         for n in range(count):
@@ -107,7 +107,7 @@ async def workers(
                     "from steerloop.cli import main; main()",
                     "serve",
                     "--role",
-                    "worker",
+                    role,
                     "--port",
                     "0",
                     "--store",

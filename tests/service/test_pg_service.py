@@ -154,6 +154,40 @@ async def test_a_cancel_with_nothing_to_cancel_is_applied_by_the_api_node(pg: Pg
         assert await pg.val("SELECT reason FROM steerloop_wakeups") == "command"
 
 
+async def test_an_api_process_accepts_and_a_worker_process_applies(
+    pg: Pg, files: dict[str, str], tmp_path: Path
+) -> None:
+    """``steerloop serve --role api`` and ``--role worker`` as two processes: the API one
+    answers /healthz with its role and queues while no worker runs; a worker started later
+    picks the queued session up and runs its turn."""
+    import httpx
+
+    async with workers(tmp_path, pg.url, 1, role="api", **files) as (node,):
+        async with httpx.AsyncClient(base_url=node.base_url, timeout=15) as client:
+            assert (await client.get("/healthz")).json()["role"] == "api"
+            created = await client.post("/v1/sessions", json={"session_id": "s", "input": "hi"})
+            assert created.status_code == 201 and created.json()["queued"] is True
+            async with workers(tmp_path, pg.url, 1, **files) as (worker,):
+                events = await wait_for_log(client, "s", lambda ev: turn_ends(ev) == 1)
+                assert "assistant/message" in types(events)
+                info = (await client.get("/v1/sessions/s")).json()
+                assert info["owner"]["pid"] == worker.pid
+                sent = await client.post(
+                    "/v1/sessions/s/messages", json={"mode": "followup", "content": "more"}
+                )
+                assert "queued" not in sent.json()
+                await wait_for_log(client, "s", lambda ev: turn_ends(ev) == 2)
+                # Served mode's lease TTL is 15 s (SERVICE.md §3.3).
+                left = await pg.val(
+                    "SELECT extract(epoch FROM expires_at - now()) FROM steerloop_leases"
+                )
+                assert 0 < float(left) <= 15.0
+        assert [r["users"] for r in records(Path(files["STEERLOOP_TEST_RECORD"]))] == [
+            ["hi"],
+            ["hi", "more"],
+        ]
+
+
 async def test_sqlite_refuses_the_split_roles(tmp_path: Path) -> None:
     """Roles api and worker need a store every process shares: SQLite is refused, clearly."""
     for role in ("api", "worker"):
