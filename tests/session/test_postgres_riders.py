@@ -142,3 +142,54 @@ async def test_a_failing_rider_fails_its_writer_not_the_batch(stores: Any) -> No
     assert [e.seq for e in await store.load("good")] == [1]
     assert not await store.exists("bad")  # nothing of its batch, not even its header
     await good.close()
+
+
+async def test_a_fenced_out_agent_is_unregistered_by_a_bounded_dispose(stores: Any) -> None:
+    """An agent whose lease was revoked while a tool ran cannot write its teardown; a
+    dispose with a timeout still unregisters it (raising the conflict), so the same runtime
+    can resume the session under a new lease (what a service worker does after a fence)."""
+    import asyncio
+
+    from steerloop import AgentOptions, Runtime, define_tool, user_message
+    from steerloop.testing import ScriptedAdapter, text_response, tool_call_response
+
+    store, other = stores(), stores()
+    rt = await Runtime.open(store=store)
+    entered = asyncio.Event()
+
+    async def hold(args: Any, exec: Any) -> str:
+        entered.set()
+        await exec.signal.wait()
+        return "held"
+
+    rt.llm.register_adapter(
+        ["mock"],
+        ScriptedAdapter([tool_call_response("c1", "hold", {}), text_response("again")]),
+    )
+    rt.tools.register(
+        define_tool(
+            name="hold",
+            description="holds",
+            parameters={"type": "object", "properties": {}},
+            execute=hold,
+        )
+    )
+    options = AgentOptions(provider="mock", model="m")
+    try:
+        handle = await rt.agents.create(session_id="s", agent_options=options)
+        handle.agent.followup(user_message("go"))
+        await asyncio.wait_for(entered.wait(), 10)
+        await handle.agent.session.flush()  # the tool call is stored
+        assert await other.revoke_lease("s")
+        with pytest.raises(SessionConflictError):
+            handle.agent.steer(user_message("late"))  # its batch is refused by the fence
+            await store.writer("s").flush()
+        with pytest.raises((SessionConflictError, ExceptionGroup)):
+            await asyncio.wait_for(handle.dispose(timeout=0.5), 10)
+        resumed = await rt.agents.resume(resume_session_id="s", agent_options=options)
+        types = [e.type for e in resumed.agent.session.events]
+        assert types[-4:] == ["tool/result", "step/end", "turn/end", "session/end-seed"]
+        assert (await store.lease("s")).token == 3
+        await resumed.dispose()
+    finally:
+        await rt.close()
