@@ -98,7 +98,12 @@ async def _gate(args: Any, exec: Any) -> str:
 
 
 async def _sleep(args: Any, exec: Any) -> str:
-    await asyncio.sleep(min(int(args.get("ms", 0)), 2000) / 1000)
+    loop = asyncio.get_running_loop()
+    until = loop.time() + min(int(args.get("ms", 0)), 2000) / 1000
+    while loop.time() < until:
+        if exec.signal.aborted:
+            return "woken early"
+        await asyncio.sleep(0.01)
     return "slept"
 
 

@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -500,3 +501,115 @@ async def test_paused_owner_is_taken_over_and_appends_nothing_after_sigcont(
         assert paused.proc.poll() is None
         assert (await c.lease("s1"))[0] == new_token
         check_log("s1", final)
+
+
+# --- chaos ---------------------------------------------------------------------------------------
+
+
+async def test_seeded_chaos_across_three_workers(tmp_path: Path, schema: str) -> None:
+    """Random followups, steers and cancels to four sessions across three worker processes,
+    with workers killed (SIGKILL) and replaced along the way (seed ``STEERLOOP_CHAOS_SEED``,
+    default 1313). At quiescence (SERVICE.md §5): every log passes ``validate_log`` and the
+    well-formedness checks with contiguous seqs; each ``turn/start`` has one ``turn/end``;
+    every message id is inserted exactly once; no command is left unconsumed, and each
+    consumed message's ``consumed_seq`` is the splice that inserted it."""
+    seed = int(os.environ.get("STEERLOOP_CHAOS_SEED", "1313"))
+    rng = random.Random(seed)
+    print(f"\nchaos seed {seed}")
+    sessions = [f"c{n}" for n in range(4)]
+    async with cluster(tmp_path, schema) as c:
+        assert c.client is not None
+        client = c.client
+        alive = [c.start_worker() for _ in range(3)]
+        await c.registered(*alive)
+        for sid in sessions:
+            answer = await client.post(
+                "/v1/sessions", json={"session_id": sid, "profile": "default", "input": "hello"}
+            )
+            assert answer.status_code == 201, answer.text
+        sent: list[str] = []
+        kills = 0
+        for step in range(60):
+            sid = rng.choice(sessions)
+            roll = rng.random()
+            if roll < 0.45:
+                mode = "followup" if rng.random() < 0.7 else "inject"
+                content = f"sleep {rng.randrange(100, 800)}" if rng.random() < 0.6 else f"t{step}"
+            elif roll < 0.65:
+                mode, content = "steer", f"steer {step}"
+            elif roll < 0.85:
+                answer = await client.post(f"/v1/sessions/{sid}/cancel", json={})
+                assert answer.status_code == 202, answer.text
+                mode = ""
+            else:
+                mode = ""
+                if kills < 3 and step > 5:
+                    # Mostly the owner of a running session, so kills land mid-turn.
+                    running = await sql(
+                        f"SELECT w.pid FROM {c.t.specs} s JOIN {c.t.leases} l USING "
+                        f"(session_id) JOIN {c.t.workers} w ON w.key = l.owner_key "
+                        "WHERE s.status = 'running' AND l.lease_id IS NOT NULL "
+                        "ORDER BY s.session_id"
+                    )
+                    owners = [w for w in alive if w.pid in {r["pid"] for r in running}]
+                    victim = rng.choice(owners if owners and rng.random() < 0.8 else alive)
+                    victim.kill()
+                    alive.remove(victim)
+                    kills += 1
+                    alive.append(c.start_worker())
+            if mode:
+                message_id = f"m{step}"
+                answer = await client.post(
+                    f"/v1/sessions/{sid}/messages",
+                    json={"mode": mode, "content": content, "message_id": message_id},
+                )
+                assert answer.status_code == 202, answer.text
+                sent.append(message_id)
+            await asyncio.sleep(rng.uniform(0, 0.08))  # pacing of the workload, not a sync
+        assert kills >= 1
+        await c.registered(*alive)
+
+        async def state() -> tuple[int, int, list[str], bool]:
+            unconsumed = (
+                await sql(f"SELECT count(*) FROM {c.t.commands} WHERE consumed_at IS NULL")
+            )[0][0]
+            wakeups = (await sql(f"SELECT count(*) FROM {c.t.wakeups}"))[0][0]
+            statuses = [r["status"] for r in await sql(f"SELECT status FROM {c.t.specs}")]
+            balanced = True
+            for sid in sessions:
+                events = await c.events(sid)
+                starts = sum(e.type == "turn/start" for e in events)
+                balanced = balanced and starts == len(turn_ends(events))
+            return unconsumed, wakeups, statuses, balanced
+
+        await poll(
+            state,
+            until=lambda s: s[0] == 0 and s[1] == 0 and "running" not in s[2] and s[3],
+            timeout=90,
+        )
+        commands = await sql(
+            f"SELECT session_id, kind, message_id, consumed_seq FROM {c.t.commands} "
+            "ORDER BY session_id, cmd_seq"
+        )
+        inserted: Counter[str] = Counter()
+        interrupted = 0
+        for sid in sessions:
+            events = await c.events(sid)
+            check_log(sid, events)
+            interrupted += turn_ends(events).count("interrupted")
+            for event in events:
+                if event.type == "agent/inbox/spliced":
+                    inserted.update(m.id for m in event.data.inserted)
+            for row in commands:
+                if row["session_id"] != sid or row["kind"] == "cancel":
+                    continue
+                assert row["consumed_seq"] is not None, row
+                splice = events[row["consumed_seq"] - 1]
+                assert splice.type == "agent/inbox/spliced"
+                assert row["message_id"] in {m.id for m in splice.data.inserted}
+        assert set(inserted.values()) == {1}, [k for k, v in inserted.items() if v != 1]
+        assert set(sent) <= set(inserted)
+        print(
+            f"chaos: {len(sent)} messages, {kills} kills, {interrupted} interrupted turns "
+            f"taken over, {sum(inserted.values())} messages inserted"
+        )
