@@ -92,7 +92,7 @@ class Cluster:
         self.control: ControlConnection | None = None
         self.sweeper: Sweeper | None = None
 
-    def start_worker(self) -> WorkerProc:
+    def start_worker(self, *extra: str) -> WorkerProc:
         n = len(self.workers) + 1
         log = self.dir / f"worker-{n}.log"
         env = {k: v for k, v in os.environ.items() if not k.startswith("STEERLOOP_")}
@@ -118,6 +118,7 @@ class Cluster:
                     "--profiles",
                     "tests.service.failover_profiles:profiles",
                     "--no-retry",
+                    *extra,
                 ],
                 cwd=ROOT,
                 env=env,
@@ -613,3 +614,43 @@ async def test_seeded_chaos_across_three_workers(tmp_path: Path, schema: str) ->
             f"chaos: {len(sent)} messages, {kills} kills, {interrupted} interrupted turns "
             f"taken over, {sum(inserted.values())} messages inserted"
         )
+
+
+# --- reconciliation ------------------------------------------------------------------------------
+
+
+async def test_a_command_whose_wakeup_and_notify_were_lost_is_delivered(
+    tmp_path: Path, schema: str
+) -> None:
+    """Reconciliation across processes: a command stored for an unloaded session with no
+    wakeup and no NOTIFY (both lost) is found by the sweeper (older than 1 s, no live lease,
+    no wakeup), woken, claimed and applied exactly once; its consumption names its splice."""
+    async with cluster(tmp_path, schema) as c:
+        worker = c.start_worker("--idle-unload", "0.3")
+        await c.registered(worker)
+        assert c.client is not None
+        answer = await c.client.post(
+            "/v1/sessions", json={"session_id": "r1", "profile": "default", "input": "hello"}
+        )
+        assert answer.status_code == 201, answer.text
+        await c.wait_log("r1", lambda ev: turn_ends(ev) == ["completed"])
+
+        async def unloaded() -> bool:
+            rows = await sql(f"SELECT status FROM {c.t.specs} WHERE session_id = 'r1'")
+            return rows[0]["status"] == "unloaded" and not (await c.lease("r1"))[2]
+
+        await poll(unloaded, until=bool, timeout=WAIT)
+        await sql(
+            f"WITH s AS (UPDATE {c.t.specs} SET cmd_seq = cmd_seq + 1 WHERE session_id = 'r1' "
+            f"RETURNING cmd_seq) INSERT INTO {c.t.commands} (session_id, cmd_seq, kind, "
+            "message_id, body) SELECT 'r1', cmd_seq, 'followup', 'lost-1', "
+            """'{"content": "found again"}'::json FROM s"""
+        )
+        assert await sql(f"SELECT * FROM {c.t.wakeups}") == []
+        events = await c.wait_log("r1", lambda ev: turn_ends(ev) == ["completed", "completed"])
+        assert replies(events) == ["echo hello", "echo found again"]
+        rows = await sql(f"SELECT consumed_seq FROM {c.t.commands} WHERE message_id = 'lost-1'")
+        splice = events[rows[0]["consumed_seq"] - 1]
+        assert splice.type == "agent/inbox/spliced"
+        assert [m.id for m in splice.data.inserted] == ["lost-1"]
+        check_log("r1", events)
