@@ -254,3 +254,25 @@ async def test_unreachable_server_leaves_nothing(schema: str) -> None:
 async def _value(value: Any) -> Any:
     await asyncio.sleep(0)
     return value
+
+
+async def test_keepalive_and_user_timeout_bound_a_half_open_connection(
+    schema: str, controls: Factory
+) -> None:
+    """Both ends of the control connection bound a half-open socket: client-side
+    SO_KEEPALIVE, TCP_KEEPIDLE/INTVL/CNT and TCP_USER_TIMEOUT (Linux), server-side
+    ``tcp_keepalives_*`` and ``tcp_user_timeout`` for the session."""
+    import socket
+
+    control, _ = controls("w1", check_timeout=2.0)
+    await control.start()
+    sock = control._conn._transport.get_extra_info("socket")
+    assert sock.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+    assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE) == 5
+    assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL) == 2
+    assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT) == 3
+    assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_USER_TIMEOUT) == 4000
+    assert await control.fetchval("SHOW tcp_keepalives_idle") == "5"
+    assert await control.fetchval("SHOW tcp_keepalives_interval") == "2"
+    assert await control.fetchval("SHOW tcp_keepalives_count") == "3"
+    assert await control.fetchval("SHOW tcp_user_timeout") == "11000"  # ms
