@@ -153,7 +153,7 @@ class Worker:
             await asyncio.gather(self._loop_task, return_exceptions=True)
         await asyncio.gather(*list(self._tasks), return_exceptions=True)
         for session_id in list(self._residents):
-            await self._unload(session_id, check=False)
+            await self._unload(session_id)  # commands left: wake another
         await self._stop_helpers()
         if self.control is not None:
             await self.control.close()
@@ -428,7 +428,7 @@ class Worker:
                 # The lease is gone (fenced) or the store failed: this worker must not
                 # drive the session any more; whoever owns it now drains.
                 log.warning("worker %s: dropping %s: %s", self.worker_id, session_id, exc)
-                await self._unload(session_id, check=False)
+                await self._unload(session_id)
                 return
             except Exception:
                 log.exception("worker %s: draining %s failed", self.worker_id, session_id)
