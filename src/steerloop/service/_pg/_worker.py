@@ -177,10 +177,15 @@ class Worker:
     def _on_notify(self, channel: str, payload: str) -> None:
         if channel == WAKE_CHANNEL:
             self._wake = True
+            self._kick.set()
+            return
+        session_id = payload.rpartition(":")[0] or payload
+        if session_id in self._residents and not self._lost and not self._closing:
+            # The flag, and a drain task if none runs: nothing here awaits.
+            self._schedule_drain(session_id)
         else:
-            session_id = payload.rpartition(":")[0] or payload
             self._dirty.add(session_id)
-        self._kick.set()
+            self._kick.set()
 
     def _on_lost(self) -> None:
         self._lost = True
