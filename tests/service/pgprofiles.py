@@ -7,6 +7,9 @@ step go through files.
   and this process's pid are appended as one JSON line to ``$STEERLOOP_TEST_RECORD``.
 * ``gate`` (argument ``name``) waits until the file ``$STEERLOOP_TEST_GATES/<name>`` exists
   (or its call is aborted): the step after it is held open until the test releases it.
+* A last user message starting with ``write`` calls the ``write`` tool, which a
+  ``tools/pre-execute`` policy holds for an approval (``ToolDecision.ask``); it returns
+  ``written <path>`` when allowed.
 * ``$STEERLOOP_TEST_PROFILES`` (comma-separated, default ``default``) names the profiles
   this process serves, all at version 1.
 """
@@ -19,7 +22,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from steerloop import AgentOptions, define_tool
+from steerloop import AgentOptions, ToolDecision, define_tool
 from steerloop.llm import GenerateRequest
 from steerloop.service import Profile
 from steerloop.testing import ScriptedAdapter, text_response, tool_call_response
@@ -47,6 +50,9 @@ def _answer(request: GenerateRequest) -> Any:
     if last is not None and last.role == "user" and texts and texts[-1].startswith("gate"):
         name = texts[-1].split()[-1]
         return tool_call_response(f"call-{name}", "gate", {"name": name})
+    if last is not None and last.role == "user" and texts and texts[-1].startswith("write"):
+        name = texts[-1].split()[-1]
+        return tool_call_response(f"call-{name}", "write", {"path": name})
     return text_response(f"reply to {texts[-1] if texts else 'nothing'}")
 
 
@@ -60,6 +66,10 @@ async def _gate(args: Any, exec: Any) -> str:
     return f"gate {name} open"
 
 
+def _ask_for_writes(payload: Any) -> ToolDecision | None:
+    return ToolDecision.ask("write changes files") if payload.exec.name == "write" else None
+
+
 def profiles(rt: Any) -> list[Profile]:
     rt.llm.register_adapter(["mock"], ScriptedAdapter([_answer] * 10_000))
     rt.tools.register(
@@ -70,6 +80,15 @@ def profiles(rt: Any) -> list[Profile]:
             execute=_gate,
         )
     )
+    rt.tools.register(
+        define_tool(
+            name="write",
+            description="writes a file (asks first)",
+            parameters={"type": "object", "properties": {"path": {"type": "string"}}},
+            execute=lambda args, exec: f"written {args.get('path')}",
+        )
+    )
+    rt.hooks.on("tools/pre-execute", _ask_for_writes)
     names = os.environ.get("STEERLOOP_TEST_PROFILES", "default").split(",")
     options = AgentOptions(provider="mock", model="m")
     return [Profile(name=name, options=options) for name in names if name]

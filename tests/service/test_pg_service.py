@@ -315,6 +315,55 @@ async def test_a_cancel_reaches_the_owner_and_aborts_the_turn(
         assert [r["users"] for r in records(Path(files["STEERLOOP_TEST_RECORD"]))] == [["gate c"]]
 
 
+async def test_an_approval_decided_on_the_api_node_is_applied_by_the_owner(
+    pg: Pg, files: dict[str, str], tmp_path: Path
+) -> None:
+    """EVENTS.md §2.4a over two processes: the API node lists the pending call from the
+    stored log, refuses an unknown call (404) with nothing written, stores the decision as an
+    ``approval`` command; the owning worker applies it with ``decide_approval`` (by http)
+    and the command's consumption rides on the ``tool/approval-decided`` event; deciding
+    again is 409."""
+    async with workers(tmp_path, pg.url, 1, **files), served(api(pg)) as client:
+        await client.post("/v1/sessions", json={"session_id": "s", "input": "write f1"})
+        events = await wait_for_log(client, "s", lambda ev: "tool/approval-requested" in types(ev))
+        pending = (await client.get("/v1/sessions/s")).json()["pending_approvals"]
+        assert pending == [
+            {
+                "call_id": "call-f1",
+                "name": "write",
+                "arguments": '{"path": "f1"}',
+                "reason": "write changes files",
+            }
+        ]
+        unknown = await client.post("/v1/sessions/s/approvals/nope", json={"decision": "allow"})
+        assert unknown.status_code == 404
+        assert await pg.val("SELECT count(*) FROM steerloop_commands") == 1
+        decided = await client.post(
+            "/v1/sessions/s/approvals/call-f1", json={"decision": "allow", "reason": "ok"}
+        )
+        assert decided.status_code == 202
+        assert decided.json() == {"cmd_seq": 2}
+        events = await wait_for_log(client, "s", lambda ev: turn_ends(ev) == 1)
+        (decision,) = [e for e in events if e["type"] == "tool/approval-decided"]
+        assert decision["data"]["call_id"] == "call-f1"
+        assert decision["data"]["decision"] == "allow"
+        assert decision["data"]["by"] == "http"
+        (result,) = [e for e in events if e["type"] == "tool/result"]
+        assert result["seq"] > decision["seq"]
+        consumed = await until(
+            lambda: pg.fetch(
+                "SELECT consumed_seq FROM steerloop_commands WHERE kind = 'approval' "
+                "AND consumed_at IS NOT NULL"
+            ),
+            "the approval consumed",
+        )
+        assert consumed[0][0] == decision["seq"]
+        assert (await client.get("/v1/sessions/s")).json()["pending_approvals"] == []
+        again = await client.post("/v1/sessions/s/approvals/call-f1", json={"decision": "deny"})
+        assert again.status_code == 409
+        assert await pg.val("SELECT count(*) FROM steerloop_commands") == 2
+
+
 async def test_the_same_idempotency_key_applies_once(
     pg: Pg, files: dict[str, str], tmp_path: Path
 ) -> None:
