@@ -587,3 +587,54 @@ def test_bad_options_are_refused() -> None:
         Sweeper(None, Tables("x"), None, period=0)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="grace"):
         Sweeper(None, Tables("x"), None, grace=-1)  # type: ignore[arg-type]
+
+
+async def test_a_takeover_releases_a_claimed_wakeup(world: World) -> None:
+    """A revoked session whose wakeup a live worker had claimed (it could not take the dead
+    worker's live lease) gets the wakeup back unclaimed, reason ``takeover``: that
+    worker's clean-up of its own claim cannot drop the takeover."""
+    leader = await world.control("leader")
+    claimer = await world.control("claimer")
+    sweeper = await world.sweeper(leader)
+    dead_key = 991
+    await world.spec("s", "running")
+    await world.lease("s", dead_key)
+    await sql(
+        f"INSERT INTO {world.t.wakeups} (session_id, reason, claimed_by, claimed_at) "
+        "VALUES ('s', 'command', $1, now())",
+        claimer.key,
+    )
+    assert (await sweeper.sweep_once()).absent == [dead_key]
+    world.clock.now += 1.0
+    report = await sweeper.sweep_once()
+    assert (report.revoked, report.woken) == (["s"], ["s"])
+    assert await world.wakeups() == {"s": ("takeover", None)}
+
+
+async def test_a_running_session_without_lease_or_wakeup_is_woken(world: World) -> None:
+    """Orphans: a session whose status says running but whose lease was revoked or released
+    at least ``reconcile_after`` ago (or that never had one) and that has no wakeup gets a
+    ``takeover`` wakeup; a lease released just now (an unload in progress), a live lease
+    and an idle session get none."""
+    leader = await world.control("leader")
+    sweeper = await world.sweeper(leader, reconcile_after=60.0)
+    for sid, status in (
+        ("lost", "running"),
+        ("never", "running"),
+        ("unloading", "running"),
+        ("owned", "running"),
+        ("idle", "idle"),
+    ):
+        await world.spec(sid, status)
+    await sql(
+        f"INSERT INTO {world.t.leases} (session_id, owner, lease_id, token, expires_at) "
+        "VALUES ('lost', 'x', NULL, 3, now() - interval '2 min'), "
+        "('unloading', 'x', NULL, 3, now()), ('idle', 'x', NULL, 3, now() - interval '9 min')"
+    )
+    await world.lease("owned", leader.key)
+    wake = await world.listen(WAKE_CHANNEL)
+    report = await sweeper.sweep_once()
+    assert report.woken == ["lost", "never"]
+    assert await world.wakeups() == {"lost": ("takeover", None), "never": ("takeover", None)}
+    assert sorted(await drain(wake, 2)) == ["lost", "never"]
+    assert (await sweeper.sweep_once()).woken == []

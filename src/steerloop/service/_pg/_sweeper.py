@@ -13,12 +13,16 @@ A sweep by the leader, each rule idempotent (two leaders for an instant do no ha
    anything (a brief reconnect or a primary restart must not revoke everyone).
 2. **Revocation** (one transaction): the dead keys' leases get ``lease_id = NULL, token =
    token + 1, expires_at = now()``; each revoked session that was running or has unconsumed
-   commands gets a wakeup (reason ``takeover``) and a NOTIFY on ``steerloop_wake``; wakeup
+   commands gets a wakeup (reason ``takeover``; an existing one is released from its claimer,
+   who could not have taken the lease yet) and a NOTIFY on ``steerloop_wake``; wakeup
    claims held by dead keys are cleared (and re-announced); dead worker rows are deleted.
 3. **TTL** (``ttl_takeover``): a paused or partitioned owner keeps its socket and its lock, so
    only its lease's expiry shows it. An expired lease of a running session without a wakeup
    gets one (reason ``takeover``); the fence already refuses the old owner.
-4. **Reconciliation** (lost NOTIFYs): unconsumed commands older than ``reconcile_after``
+4. **Orphans**: a session whose status says a turn is running but whose lease was revoked or
+   released at least ``reconcile_after`` ago, with no wakeup (a takeover wakeup lost to a
+   race), gets one (reason ``takeover``).
+5. **Reconciliation** (lost NOTIFYs): unconsumed commands older than ``reconcile_after``
    with no live lease and no wakeup → a wakeup (reason ``reconcile``) + NOTIFY
    ``steerloop_wake``; a live lease with unconsumed commands older than ``renotify_after`` →
    NOTIFY its owner's ``steerloop_w_<key>`` again (at most once per ``renotify_after`` per
@@ -204,6 +208,7 @@ class Sweeper:
                 await self._revoke(conn, report)
             if self.ttl_takeover:
                 await self._ttl(conn, report)
+            await self._orphans(conn, report)
             await self._reconcile(conn, report)
         self.sweeps += 1
         if report.revoked or report.woken or report.unclaimed:
@@ -305,7 +310,9 @@ class Sweeper:
                    AND (s.status = 'running' OR EXISTS (
                         SELECT 1 FROM {t.commands} c
                          WHERE c.session_id = s.session_id AND c.consumed_at IS NULL))
-                ON CONFLICT (session_id) DO UPDATE SET reason = EXCLUDED.reason
+                ON CONFLICT (session_id) DO UPDATE
+                   SET reason = EXCLUDED.reason, claimed_by = NULL, claimed_at = NULL,
+                       due_at = now()
                 RETURNING session_id
                 """,
                 report.revoked,
@@ -344,6 +351,29 @@ class Sweeper:
                 RETURNING session_id
                 """,
                 TAKEOVER,
+                timeout=self._timeout,
+            )
+            woken = sorted(row["session_id"] for row in rows)
+            await self._wake(conn, woken)
+        report.woken.extend(woken)
+
+    async def _orphans(self, conn: Any, report: SweepReport) -> None:
+        t = self._t
+        async with conn.transaction():
+            rows = await conn.fetch(
+                f"""
+                INSERT INTO {t.wakeups} (session_id, reason)
+                SELECT s.session_id, $1 FROM {t.specs} s
+                 WHERE s.status = 'running'
+                   AND NOT EXISTS (
+                        SELECT 1 FROM {t.leases} l WHERE l.session_id = s.session_id
+                           AND (l.lease_id IS NOT NULL
+                                OR l.expires_at > now() - make_interval(secs => $2)))
+                ON CONFLICT (session_id) DO NOTHING
+                RETURNING session_id
+                """,
+                TAKEOVER,
+                self.reconcile_after,
                 timeout=self._timeout,
             )
             woken = sorted(row["session_id"] for row in rows)
