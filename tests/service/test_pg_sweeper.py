@@ -638,3 +638,27 @@ async def test_a_running_session_without_lease_or_wakeup_is_woken(world: World) 
     assert await world.wakeups() == {"lost": ("takeover", None), "never": ("takeover", None)}
     assert sorted(await drain(wake, 2)) == ["lost", "never"]
     assert (await sweeper.sweep_once()).woken == []
+
+
+async def test_hostile_keys_in_stored_rows_do_not_break_a_sweep(world: World) -> None:
+    """Keys no advisory lock can carry (negative, beyond 32 bits) in lease and wakeup rows
+    are simply absent: after the grace the lease is revoked and the claim cleared; nothing
+    else is touched and the sweep keeps working."""
+    leader = await world.control("leader")
+    sweeper = await world.sweeper(leader)
+    huge, negative = 2**40 + 5, -7
+    await world.spec("a", "running")
+    await world.lease("a", huge)
+    await world.spec("b", "new")
+    await sql(
+        f"INSERT INTO {world.t.wakeups} (session_id, reason, claimed_by, claimed_at) "
+        "VALUES ('b', 'create', $1, now())",
+        negative,
+    )
+    assert (await sweeper.sweep_once()).absent == [negative, huge]
+    world.clock.now += 1.0
+    report = await sweeper.sweep_once()
+    assert (report.dead, report.revoked, report.unclaimed) == ([negative, huge], ["a"], ["b"])
+    assert await world.leases() == {"a": (2, False)}
+    assert await world.wakeups() == {"a": ("takeover", None), "b": ("create", None)}
+    assert (await sweeper.sweep_once()).absent == []

@@ -264,7 +264,7 @@ class Commands:
                 f"SELECT EXISTS (SELECT 1 FROM {self.t.workers} w WHERE NOT w.draining "
                 "AND w.profiles ->> $1 = $2::int::text AND EXISTS (SELECT 1 FROM pg_locks "
                 "WHERE locktype = 'advisory' AND granted AND objsubid = 2 "
-                "AND classid = $3::bigint::oid AND objid = w.key::oid))",
+                "AND classid = $3::bigint::oid AND objid::bigint = w.key))",
                 profile,
                 version,
                 self.ns,

@@ -185,7 +185,7 @@ class ControlConnection:
                     f"DELETE FROM {t.workers} w WHERE worker_id = $1 AND NOT EXISTS ("
                     "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted "
                     "AND objsubid = 2 AND classid = $2::bigint::oid "
-                    "AND objid = w.key::oid)",
+                    "AND objid::bigint = w.key)",
                     self.worker_id,
                     self.ns,
                 )

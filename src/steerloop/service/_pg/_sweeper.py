@@ -263,11 +263,11 @@ class Sweeper:
                        WHERE lease_id IS NOT NULL AND owner_key IS NOT NULL
                 UNION SELECT claimed_by FROM {t.wakeups} WHERE claimed_by IS NOT NULL
             )
-            SELECT key FROM keys
+            SELECT key FROM keys  -- compared as bigint: a hostile key never breaks a cast
              WHERE key <> $2 AND NOT EXISTS (
                 SELECT 1 FROM pg_locks
                  WHERE locktype = 'advisory' AND granted AND objsubid = 2
-                   AND classid = $1::bigint::oid AND objid = keys.key::oid)
+                   AND classid = $1::bigint::oid AND objid::bigint = keys.key)
             """,
             self.control.ns,
             LEADER_KEY,
