@@ -193,3 +193,28 @@ def test_only_interrupted_turns_count(kind: str) -> None:
     """A turn that ended any other way is no takeover."""
     events = [_event(1, TurnEnd(turn=1, reason=TurnEndReason(kind=kind)), "turn/end")]  # type: ignore[arg-type]
     assert takeover_message(events, 1) is None
+
+
+async def test_pending_approval_killed_with_its_worker_is_named_not_started(
+    tmp_path: Path,
+) -> None:
+    """A call held for an approval when its process died (SIGKILL, SQLite) is repaired to
+    TOOL_NOT_STARTED; the takeover message names it as not started, waiting for an approval
+    never decided."""
+    from ..agent.test_approvals_crash import kill_while_pending
+
+    path = tmp_path / "crash.db"
+    acked = await kill_while_pending(path)
+    rt = await Runtime.open(store=f"sqlite:///{path}")
+    try:
+        Harness(rt)
+        handle = await rt.agents.resume(resume_session_id="s", agent_options=OPTIONS)
+        message = takeover_message(handle.agent.session.events, acked + 1)
+        assert message is not None
+        assert text(message).split("\n")[1:] == [
+            '- tool "write" (call c1): not started. It was waiting for an approval that was '
+            "never decided; it did not run and had no effect.",
+            "Continue the task from where it stopped.",
+        ]
+    finally:
+        await rt.close()
