@@ -34,7 +34,7 @@ from httpx_sse import aconnect_sse
 
 from steerloop import SessionPersistenceNotFoundError
 from steerloop.service import create_app
-from steerloop.service._pg._control import ControlConnection
+from steerloop.service._pg._control import ControlConnection, namespace
 from steerloop.service._pg._sweeper import Sweeper
 from steerloop.session import SessionEvent
 from steerloop.session._codec import validate_log
@@ -654,3 +654,52 @@ async def test_a_command_whose_wakeup_and_notify_were_lost_is_delivered(
         assert splice.type == "agent/inbox/spliced"
         assert [m.id for m in splice.data.inserted] == ["lost-1"]
         check_log("r1", events)
+
+
+async def test_paused_owner_that_leads_the_sweep_is_deposed_and_taken_over(
+    tmp_path: Path, schema: str
+) -> None:
+    """The paused owner is also the sweeper leader, so no sweep runs while it sleeps: the
+    other worker sees the leader's heartbeat go stale, ends its control connection
+    (``leader_stale_after``, 10 s), leads, and the session is taken over and continued; after
+    SIGCONT the old worker finds its control connection gone and self-fences."""
+    async with cluster(tmp_path, schema, "&lease_ttl=3") as c:
+        first = c.start_worker()
+        await c.registered(first)
+        assert c.client is not None
+        answer = await c.client.post(
+            "/v1/sessions", json={"session_id": "s1", "profile": "default", "input": "gate g1"}
+        )
+        assert answer.status_code == 201, answer.text
+        assert await c.mid_tool("s1", "g1") == first.pid
+
+        async def leader_pid() -> int | None:
+            rows = await sql(
+                "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a USING (pid) "
+                "WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2 "
+                "AND l.classid::bigint = $1 AND l.objid = 0",
+                namespace(schema),
+            )
+            return int(rows[0][0].rpartition(":")[2]) if rows else None
+
+        assert await poll(leader_pid, until=bool, timeout=WAIT) == first.pid
+        second = c.start_worker()
+        await c.registered(second)
+        token, _, _ = await c.lease("s1")
+        started = time.monotonic()
+        os.kill(first.pid, signal.SIGSTOP)
+        try:
+            events = await c.wait_log(
+                "s1", lambda ev: turn_ends(ev) == ["interrupted", "completed"]
+            )
+            took = time.monotonic() - started
+            print(f"\nmeasured under load: paused leader-owner -> continued in {took:.2f} s")
+            assert await leader_pid() == second.pid
+            assert (await c.lease("s1"))[0] > token
+        finally:
+            os.kill(first.pid, signal.SIGCONT)
+        assert result_codes(events) == {"call-g1": "TOOL_OUTCOME_UNKNOWN"}
+        assert replies(events)[-1] == "continued after takeover"
+        await poll(lambda: _now("self-fencing" in first.log.read_text()), until=bool, timeout=WAIT)
+        assert "has no heartbeat" in second.log.read_text()
+        check_log("s1", await c.events("s1"))
