@@ -264,7 +264,7 @@ class ControlConnection:
                 )
             except ConnectionError:
                 return  # closing, or already lost
-            except (TimeoutError, OSError, self._pg.PostgresError, self._pg.InterfaceError) as e:
+            except Exception as e:  # timeout, socket, server or driver: no answer is no life
                 if self._closing:
                     return
                 self._lose(f"liveness check failed: {type(e).__name__}: {e}")
