@@ -350,11 +350,11 @@ def takeover_requests(c: Cluster, sid: str, pids: list[int]) -> list[dict[str, A
 async def test_kill_9_mid_tool_another_worker_repairs_and_continues(
     tmp_path: Path, schema: str
 ) -> None:
-    """SIGKILL of the worker whose tool call is running: after the sweeper's grace another
-    worker resumes the session, repair answers the call TOOL_OUTCOME_UNKNOWN and ends the
-    turn ``interrupted``, the model's next request ends with the takeover message naming
-    the call, the turn carries on to ``completed``; the lease token is greater; an SSE
-    watcher that was attached throughout sees every seq once, in order, without a gap."""
+    """G-2, C7.2-9: SIGKILL of the worker whose tool call is running: after the sweeper's grace
+    another worker resumes the session, repair answers the call TOOL_OUTCOME_UNKNOWN and ends the
+    turn ``interrupted``, the model's next request ends with the takeover message naming the
+    call, the turn carries on to ``completed``; the lease token is greater; an SSE watcher that
+    was attached throughout sees every seq once, in order, without a gap."""
     async with cluster(tmp_path, schema) as c:
         workers = [c.start_worker(), c.start_worker()]
         await c.registered(*workers)
@@ -449,8 +449,8 @@ async def test_terminated_control_connection_self_fences_and_is_taken_over(
 async def test_paused_owner_is_taken_over_and_appends_nothing_after_sigcont(
     tmp_path: Path, schema: str
 ) -> None:
-    """SIGSTOP of the owner mid-tool (lease TTL 3 s through the store URL): its socket and
-    lock live on, so the lease's expiry shows it; another worker takes the session over
+    """G-2: SIGSTOP of the owner mid-tool (lease TTL 3 s through the store URL): its socket
+    and lock live on, so the lease's expiry shows it; another worker takes the session over
     (repair, takeover message, completed turn, greater token). After SIGCONT its gate
     passes, but its fence is refused: the log never gets its result, nor anything else of
     it, and the session goes on with the new owner. (Its own loop may still take a step

@@ -265,7 +265,7 @@ async def test_dead_worker_leases_revoked_after_the_grace_not_before(world: Worl
     the leader has seen it absent for the grace: token + 1, lease id NULL. Its running
     session and its session with an unconsumed command get a ``takeover`` wakeup, announced
     on ``steerloop_wake``; its idle session gets none; a live worker's lease is untouched;
-    the dead worker's row is deleted. A real writer holding a revoked lease is fenced."""
+    the dead worker's row is deleted. A real writer holding a revoked lease is fenced (G-2)."""
     leader = await world.control("leader")
     victim = await world.control("victim")
     alive = await world.control("alive")

@@ -59,9 +59,10 @@ def text(message: UserMessage) -> str:
 
 
 async def test_turn_killed_mid_tool_names_each_call(tmp_path: Path) -> None:
-    """Killed while c1's body runs (c2 queued behind it): the message is plugin-sourced and
-    names ``slow`` (call c1) as of unknown outcome and ``slow`` (call c2) as not started, in
-    the repair's order; sent as a followup, it is the last message of the next request."""
+    """C7.2-9, C7.10-8: killed while c1's body runs (c2 queued behind it): the message is
+    plugin-sourced and names ``slow`` (call c1) as of unknown outcome and ``slow`` (call c2) as not
+    started, in the repair's order; sent as a followup, it is the last message of the next request.
+    """
     agent, h, first = await crash_and_resume(tmp_path, "tool")
     try:
         message = takeover_message(agent.session.events, first)
@@ -198,9 +199,9 @@ def test_only_interrupted_turns_count(kind: str) -> None:
 async def test_pending_approval_killed_with_its_worker_is_named_not_started(
     tmp_path: Path,
 ) -> None:
-    """A call held for an approval when its process died (SIGKILL, SQLite) is repaired to
-    TOOL_NOT_STARTED; the takeover message names it as not started, waiting for an approval
-    never decided."""
+    """EVENTS.md §2.4a, C7.2-9: a call held for an approval when its process died (SIGKILL, SQLite)
+    is repaired to TOOL_NOT_STARTED; the takeover message names it as not started, waiting for an
+    approval never decided."""
     from ..agent.test_approvals_crash import kill_while_pending
 
     path = tmp_path / "crash.db"
