@@ -238,6 +238,7 @@ class Cluster:
 
 @contextlib.asynccontextmanager
 async def cluster(tmp_path: Path, schema: str, query: str = "") -> AsyncIterator[Cluster]:
+    before = os.environ.get("STEERLOOP_FAILOVER_DIR")
     os.environ["STEERLOOP_FAILOVER_DIR"] = str(tmp_path)  # the API node's own profiles
     c = Cluster(tmp_path, schema, query)
     try:
@@ -251,6 +252,10 @@ async def cluster(tmp_path: Path, schema: str, query: str = "") -> AsyncIterator
         raise
     finally:
         await c.close()
+        if before is None:
+            os.environ.pop("STEERLOOP_FAILOVER_DIR", None)
+        else:
+            os.environ["STEERLOOP_FAILOVER_DIR"] = before
 
 
 class SseWatcher:
