@@ -593,6 +593,14 @@ async def test_seeded_chaos_across_three_workers(tmp_path: Path, schema: str) ->
             until=lambda s: s[0] == 0 and s[1] == 0 and "running" not in s[2] and s[3],
             timeout=90,
         )
+        leaders = await sql(
+            "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a USING (pid) "
+            "WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 2 "
+            "AND l.classid::bigint = $1 AND l.objid = 0",
+            namespace(schema),
+        )
+        # Leadership passed on through the kills: one live worker leads.
+        assert [r[0] for r in leaders] in [[f"steerloop-ctl:{w.worker_id}"] for w in alive]
         commands = await sql(
             f"SELECT session_id, kind, message_id, consumed_seq FROM {c.t.commands} "
             "ORDER BY session_id, cmd_seq"
