@@ -516,3 +516,22 @@ async def test_hostile_command_rows_are_consumed_and_the_next_one_applies(
 
 async def _is_zero(value: Any) -> bool:
     return bool(await value == 0)
+
+
+async def test_an_agui_run_through_the_api_node_and_a_worker(
+    pg: Pg, files: dict[str, str], tmp_path: Path
+) -> None:
+    """``POST /v1/agui`` on an API node creates the thread's session, sends the message to
+    the worker process that claims it, and streams the run from the stored log to
+    ``RUN_FINISHED``."""
+    from ag_ui.core import EventType
+
+    from .test_agui import agui_run, run_input
+
+    async with workers(tmp_path, pg.url, 1, **files), served(api(pg)) as client:
+        events = await agui_run(client, run_input("t1", "r1", "hello"))
+        assert events[0].type == EventType.RUN_STARTED
+        assert events[-1].type == EventType.RUN_FINISHED
+        text = "".join(e.delta for e in events if e.type == EventType.TEXT_MESSAGE_CONTENT)
+        assert text == "reply to hello"
+        assert [r["users"] for r in records(Path(files["STEERLOOP_TEST_RECORD"]))] == [["hello"]]
