@@ -535,3 +535,37 @@ async def test_an_agui_run_through_the_api_node_and_a_worker(
         text = "".join(e.delta for e in events if e.type == EventType.TEXT_MESSAGE_CONTENT)
         assert text == "reply to hello"
         assert [r["users"] for r in records(Path(files["STEERLOOP_TEST_RECORD"]))] == [["hello"]]
+
+
+async def test_a_worker_claims_only_the_profiles_it_serves(
+    pg: Pg, files: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SERVICE.md §3.3 (versioning): a session of a profile no running worker serves is
+    accepted, says it is queued and stays untouched while another profile's session runs;
+    a worker serving that profile, started later, claims and runs it."""
+    monkeypatch.setenv("STEERLOOP_TEST_PROFILES", "default,other")  # what the API node knows
+    async with workers(tmp_path, pg.url, 1, **files), served(api(pg)) as client:
+        other = await client.post(
+            "/v1/sessions", json={"session_id": "o", "profile": "other", "input": "for other"}
+        )
+        assert other.status_code == 201 and other.json()["queued"] is True
+        mine = await client.post("/v1/sessions", json={"session_id": "d", "input": "for default"})
+        assert "queued" not in mine.json()
+        await wait_for_log(client, "d", lambda ev: turn_ends(ev) == 1)
+        more = await client.post(
+            "/v1/sessions/o/messages", json={"mode": "followup", "content": "still waiting"}
+        )
+        assert more.json()["queued"] is True
+        assert (await client.get("/v1/sessions/o/log")).json()["events"] == []
+        waiting = await pg.fetch(
+            "SELECT w.claimed_by, count(c.*) FROM steerloop_wakeups w JOIN steerloop_commands c "
+            "USING (session_id) WHERE w.session_id = 'o' AND c.consumed_at IS NULL "
+            "GROUP BY w.claimed_by"
+        )
+        assert [tuple(r) for r in waiting] == [(None, 2)]
+        async with workers(tmp_path, pg.url, 1, STEERLOOP_TEST_PROFILES="other", **files) as (
+            serving,
+        ):
+            await wait_for_log(client, "o", lambda ev: turn_ends(ev) >= 1)
+            info = (await client.get("/v1/sessions/o")).json()
+            assert info["profile"] == "other" and info["owner"]["pid"] == serving.pid
