@@ -149,6 +149,9 @@ class Commands:
             ApiError: 404 for a session with no spec, 429 (``Retry-After``) past the limit.
         """
         t = self.t
+        # Three statements: the lock, then (with a snapshot taken after it, so a command
+        # committed by the sender this one queued behind is seen) every read, then every
+        # write with the NOTIFY. The hot path of send→owner.
         async with self.pool.acquire() as conn, conn.transaction():
             spec = await conn.fetchrow(
                 f"SELECT cmd_seq, profile, profile_version, status FROM {t.specs} "
@@ -157,19 +160,13 @@ class Commands:
             )
             if spec is None:
                 raise ApiError(404, "session_not_found", f"no session {session_id!r}")
-            if key is not None:
-                stored = await conn.fetchval(
-                    f"SELECT answer FROM {t.commands} WHERE session_id = $1 AND idem_key = $2",
-                    session_id,
-                    key,
-                )
-                if stored is not None:
-                    answer: dict[str, Any] = json.loads(stored)
-                    return answer
-            waiting = await conn.fetchval(
-                f"SELECT count(*) FROM {t.commands} WHERE session_id = $1 AND consumed_at IS NULL",
-                session_id,
+            seen = await conn.fetchrow(
+                self._reads, session_id, key, spec["profile"], spec["profile_version"], self.ns
             )
+            if seen["stored"] is not None:
+                answer: dict[str, Any] = json.loads(seen["stored"])
+                return answer
+            waiting = seen["waiting"]
             if waiting >= self.max_unconsumed:
                 raise ApiError(
                     429,
@@ -178,18 +175,11 @@ class Commands:
                     {"Retry-After": "1"},
                 )
             cmd_seq = spec["cmd_seq"] + 1
-            await conn.execute(
-                f"UPDATE {t.specs} SET cmd_seq = $2 WHERE session_id = $1", session_id, cmd_seq
-            )
             answer = {"cmd_seq": cmd_seq}
             if kind in ("followup", "steer", "inject"):
                 message_id = message_id or new_id("msg")
                 answer["message_id"] = message_id
-            owner_key = await conn.fetchval(
-                f"SELECT owner_key FROM {t.leases} WHERE session_id = $1 "
-                "AND lease_id IS NOT NULL AND expires_at > now()",
-                session_id,
-            )
+            owner_key = seen["owner_key"]
             # A cancel with nothing to cancel (no owner, nothing queued, no turn) is applied
             # here as a no-op rather than loading the session to abort nothing.
             noop = (
@@ -198,25 +188,54 @@ class Commands:
                 and waiting == 0
                 and spec["status"] in ("new", "idle", "unloaded")
             )
-            if (
-                owner_key is None
-                and not noop
-                and not await self._served(conn, spec["profile"], spec["profile_version"])
-            ):
+            if owner_key is None and not noop and not seen["served"]:
                 answer["queued"] = True
                 answer["note"] = unserved_note(spec["profile"], spec["profile_version"])
-            await self._insert(
-                conn, session_id, cmd_seq, kind, message_id, body, key, answer, consumed=noop
+            owned = owner_key is not None
+            await conn.execute(
+                self._writes,
+                session_id,
+                cmd_seq,
+                kind,
+                message_id,
+                json.dumps(body),
+                key,
+                json.dumps(answer),
+                noop,
+                not owned and not noop,
+                worker_channel(owner_key) if owned else WAKE_CHANNEL,
+                f"{session_id}:{cmd_seq}" if owned else session_id,
             )
-            if noop:
-                pass
-            elif owner_key is not None:
-                await conn.execute(
-                    "SELECT pg_notify($1, $2)", worker_channel(owner_key), f"{session_id}:{cmd_seq}"
-                )
-            else:
-                await self._wake(conn, session_id, "command")
         return answer
+
+    @property
+    def _reads(self) -> str:
+        t = self.t
+        return (
+            f"WITH o AS (SELECT owner_key FROM {t.leases} WHERE session_id = $1 "
+            "AND lease_id IS NOT NULL AND expires_at > now()) "
+            f"SELECT (SELECT answer FROM {t.commands} WHERE session_id = $1 AND idem_key = $2)"
+            f" AS stored, (SELECT count(*) FROM {t.commands} WHERE session_id = $1 "
+            "AND consumed_at IS NULL) AS waiting, (SELECT owner_key FROM o) AS owner_key, "
+            "CASE WHEN NOT EXISTS (SELECT 1 FROM o) THEN EXISTS ("
+            f"SELECT 1 FROM {t.workers} w WHERE NOT w.draining "
+            "AND w.profiles ->> $3::text = $4::int::text AND EXISTS (SELECT 1 FROM pg_locks "
+            "WHERE locktype = 'advisory' AND granted AND objsubid = 2 "
+            "AND classid = $5::bigint::oid AND objid = w.key::oid)) END AS served"
+        )
+
+    @property
+    def _writes(self) -> str:
+        t = self.t
+        return (
+            f"WITH bump AS (UPDATE {t.specs} SET cmd_seq = $2 WHERE session_id = $1), "
+            f"ins AS (INSERT INTO {t.commands} (session_id, cmd_seq, kind, message_id, body, "
+            "idem_key, answer, consumed_at) VALUES ($1, $2, $3, $4, $5::json, $6, $7::json, "
+            "CASE WHEN $8::bool THEN now() END)), "
+            f"wake AS (INSERT INTO {t.wakeups} (session_id, reason) SELECT $1, 'command' "
+            "WHERE $9::bool ON CONFLICT (session_id) DO NOTHING) "
+            "SELECT pg_notify($10, $11) WHERE NOT $8::bool"
+        )
 
     async def _insert(
         self,
