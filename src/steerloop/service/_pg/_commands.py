@@ -221,7 +221,7 @@ class Commands:
             f"SELECT 1 FROM {t.workers} w WHERE NOT w.draining "
             "AND w.profiles ->> $3::text = $4::int::text AND EXISTS (SELECT 1 FROM pg_locks "
             "WHERE locktype = 'advisory' AND granted AND objsubid = 2 "
-            "AND classid = $5::bigint::oid AND objid = w.key::oid)) END AS served"
+            "AND classid = $5::bigint::oid AND objid::bigint = w.key)) END AS served"
         )
 
     @property
