@@ -10,8 +10,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal
 
+from ... import hooks
 from ..._runtime import Runtime
 from ...session._json import loads
+from ...session._session import SessionEventPayload
 from ...session.store.postgres._store import PostgresStore
 from .._host import ApiError, _Feed
 from .._profile import Profile
@@ -58,7 +60,7 @@ class PgHost:
         self.worker: Worker | None = None
         self._feeds: dict[str, _Feed] = {}
         self._closed = False
-        self._disposer = rt.hooks.on("session/event", self._on_event)
+        self._disposer = rt.hooks.on(hooks.SESSION_EVENT, self._on_event)
 
     async def start(self) -> None:
         pool = await self.store.pool()
@@ -245,7 +247,7 @@ class PgHost:
         if feed.readers <= 0:
             del self._feeds[session_id]
 
-    def _on_event(self, payload: Any) -> None:
+    def _on_event(self, payload: SessionEventPayload) -> None:
         feed = self._feeds.get(payload.session.id)
         if feed is not None:
             feed.notify()

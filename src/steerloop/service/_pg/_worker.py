@@ -30,11 +30,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ... import hooks
 from ..._cancel import CancelCause
 from ..._runtime import Runtime
+from ...agent._decisions import StatusPayload
 from ...agent._factory import AgentHandle
 from ...errors import SessionConflictError, SessionPersistenceError
 from ...messages import user_message
+from ...session._session import SessionEventPayload
 from ...session.store.postgres._store import PostgresStore
 from .._profile import Profile
 from ._control import WAKE_CHANNEL, ControlConnection
@@ -102,8 +105,8 @@ class Worker:
         self._kick = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
         self._disposers = [
-            rt.hooks.on("agent/status", self._on_status),
-            rt.hooks.on("session/event", self._on_event),
+            rt.hooks.on(hooks.STATUS, self._on_status),
+            rt.hooks.on(hooks.SESSION_EVENT, self._on_event),
         ]
 
     # --- lifecycle ------------------------------------------------------------------------
@@ -191,14 +194,14 @@ class Worker:
         self._lost = True
         self._kick.set()
 
-    def _on_status(self, payload: Any) -> None:
+    def _on_status(self, payload: StatusPayload) -> None:
         session_id = payload.agent.id
         if session_id in self._residents:
             self._residents[session_id].idle_since = self._clock()
             self._statuses[session_id] = payload.status
             self._kick.set()
 
-    def _on_event(self, payload: Any) -> None:
+    def _on_event(self, payload: SessionEventPayload) -> None:
         resident = self._residents.get(payload.session.id)
         if resident is not None:
             resident.idle_since = self._clock()
