@@ -144,10 +144,16 @@ async def test_a_failing_rider_fails_its_writer_not_the_batch(stores: Any) -> No
     await good.close()
 
 
-async def test_a_fenced_out_agent_is_unregistered_by_a_bounded_dispose(stores: Any) -> None:
-    """An agent whose lease was revoked while a tool ran cannot write its teardown; a
-    dispose with a timeout still unregisters it (raising the conflict), so the same runtime
-    can resume the session under a new lease (what a service worker does after a fence)."""
+@pytest.mark.parametrize("tool_honours_abort", [True, False])
+async def test_a_fenced_out_agent_is_disposed_and_the_runtime_resumes_it(
+    stores: Any, tool_honours_abort: bool
+) -> None:
+    """An agent whose lease was revoked while a tool ran, with a message pending, cannot
+    write its teardown. Its cancel still aborts the turn (clearing the inbox is refused, the
+    abort happens anyway), so a dispose without a timeout ends; with a tool that ignores the
+    abort, a dispose with a timeout ends. Either way the agent is unregistered (raising the
+    conflict) and the same runtime resumes the session under a new lease, as a service
+    worker does after a fence."""
     import asyncio
 
     from steerloop import AgentOptions, Runtime, define_tool, user_message
@@ -155,11 +161,11 @@ async def test_a_fenced_out_agent_is_unregistered_by_a_bounded_dispose(stores: A
 
     store, other = stores(), stores()
     rt = await Runtime.open(store=store)
-    entered = asyncio.Event()
+    entered, released = asyncio.Event(), asyncio.Event()
 
     async def hold(args: Any, exec: Any) -> str:
         entered.set()
-        await exec.signal.wait()
+        await (exec.signal.wait() if tool_honours_abort else released.wait())
         return "held"
 
     rt.llm.register_adapter(
@@ -182,14 +188,16 @@ async def test_a_fenced_out_agent_is_unregistered_by_a_bounded_dispose(stores: A
         await handle.agent.session.flush()  # the tool call is stored
         assert await other.revoke_lease("s")
         with pytest.raises(SessionConflictError):
-            handle.agent.steer(user_message("late"))  # its batch is refused by the fence
+            handle.agent.steer(user_message("late"))  # pending; its batch is refused
             await store.writer("s").flush()
+        timeout = None if tool_honours_abort else 0.5
         with pytest.raises((SessionConflictError, ExceptionGroup)):
-            await asyncio.wait_for(handle.dispose(timeout=0.5), 10)
+            await asyncio.wait_for(handle.dispose(timeout=timeout), 10)
         resumed = await rt.agents.resume(resume_session_id="s", agent_options=options)
         types = [e.type for e in resumed.agent.session.events]
         assert types[-4:] == ["tool/result", "step/end", "turn/end", "session/end-seed"]
         assert (await store.lease("s")).token == 3
         await resumed.dispose()
     finally:
+        released.set()  # the stray tool of the second case ends
         await rt.close()
