@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 import pytest
@@ -276,3 +277,84 @@ async def test_keepalive_and_user_timeout_bound_a_half_open_connection(
     assert await control.fetchval("SHOW tcp_keepalives_interval") == "2"
     assert await control.fetchval("SHOW tcp_keepalives_count") == "3"
     assert await control.fetchval("SHOW tcp_user_timeout") == "11000"  # ms
+
+
+class FreezableProxy:
+    """A TCP proxy to the test server that can stop forwarding while keeping both sockets
+    open: from the client's side, a half-dead connection (a partition, a stalled peer)."""
+
+    def __init__(self) -> None:
+        self.frozen = asyncio.Event()
+        self.server: asyncio.Server | None = None
+        self.writers: list[asyncio.StreamWriter] = []
+        self.port = 0
+
+    async def start(self) -> str:
+        """Listen on a free loopback port; returns the test server's URL through it."""
+        self.server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.port = self.server.sockets[0].getsockname()[1]
+        parts = urlsplit(POSTGRES_URL)
+        user = parts.netloc.rpartition("@")[0]
+        netloc = f"{user}@127.0.0.1:{self.port}" if user else f"127.0.0.1:{self.port}"
+        return urlunsplit(parts._replace(netloc=netloc))
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        parts = urlsplit(POSTGRES_URL)
+        up_reader, up_writer = await asyncio.open_connection(
+            parts.hostname or "127.0.0.1", parts.port or 5432
+        )
+        self.writers += [writer, up_writer]
+        await asyncio.gather(
+            self._pump(reader, up_writer), self._pump(up_reader, writer), return_exceptions=True
+        )
+
+    async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while not self.frozen.is_set():
+            data = await reader.read(65536)
+            if not data or self.frozen.is_set():
+                break
+            writer.write(data)
+            await writer.drain()
+        if not self.frozen.is_set():
+            writer.close()
+
+    async def close(self) -> None:
+        for writer in self.writers:
+            writer.close()
+        if self.server is not None:
+            self.server.close()
+            await self.server.wait_closed()
+
+
+async def test_a_half_dead_socket_is_noticed_by_the_periodic_check(schema: str) -> None:
+    """Nothing closes the socket (the proxy stops forwarding and keeps it open, as a
+    partition does), so no termination event comes; the periodic check does not answer
+    within ``check_timeout`` and ``on_lost`` is called once."""
+    proxy = FreezableProxy()
+    dsn = await proxy.start()
+    probe = Probe()
+    control = ControlConnection(
+        dsn,
+        schema,
+        worker_id="behind-proxy",
+        profiles={},
+        capacity=1,
+        on_lost=probe.on_lost,
+        on_notify=probe.on_notify,
+        check_interval=0.05,
+        check_timeout=0.5,
+    )
+    try:
+        await control.start()
+        assert await control.fetchval("SELECT 1") == 1
+        proxy.frozen.set()
+        await poll(lambda: _value(probe.lost), until=lambda n: n == 1, timeout=10)
+        assert control.lost
+        # The server never learnt: its backend (and the lock) live on until the server's own
+        # keepalive or tcp_user_timeout gives up on a real partition, or the lease TTL runs out.
+        assert [key for key, _ in await held_locks(schema)] == [control.key]
+    finally:
+        await control.close()
+        await proxy.close()
+    await poll(lambda: held_locks(schema), until=lambda locks: locks == [], timeout=10)
+    assert probe.lost == 1
