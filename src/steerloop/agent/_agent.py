@@ -242,12 +242,16 @@ class Agent(metaclass=RuntimeOwned):
         """
         if not isinstance(cause, CancelCause):
             raise ValueError("cancel() takes a CancelCause")
-        if not keep_inbox:
-            self.inbox.clear()
-        self.phase.forget_wake()
-        controller = self.phase.controller
-        if controller is not None:
-            controller.abort(cause)
+        try:
+            if not keep_inbox:
+                self.inbox.clear()
+        finally:
+            # The abort happens even when clearing could not be written (a fenced-out
+            # writer refuses the splice): otherwise nothing would stop the running turn.
+            self.phase.forget_wake()
+            controller = self.phase.controller
+            if controller is not None:
+                controller.abort(cause)
 
     def _aborted_by_disposal(self) -> bool:
         controller = self.phase.controller

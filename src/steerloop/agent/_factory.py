@@ -496,7 +496,12 @@ class AgentRegistry:
             agent.cancel(CancelCause.disposed())
         except Exception as exc:
             errors.append(exc)
-        await _idle_or_give_up(agent, lifecycle)
+        try:
+            # Abandoning writes the closing events: a fenced-out writer refuses them, and the
+            # teardown must still unregister the agent and its session.
+            await _idle_or_give_up(agent, lifecycle)
+        except Exception as exc:
+            errors.append(exc)
         for child in self.children(agent):
             child_lifecycle = self._lifecycles.get(child.id)
             if child_lifecycle is None or child_lifecycle.agent is not child:

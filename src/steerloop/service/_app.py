@@ -8,7 +8,7 @@ import inspect
 import os
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from sse_starlette import EventSourceResponse
 from starlette.applications import Starlette
@@ -29,8 +29,14 @@ __all__ = ["create_app"]
 Role = Literal["all", "api", "worker"]
 ProfilesArg = Sequence[Profile] | Callable[[Runtime], Sequence[Profile]]
 Handler = Callable[[Request], Awaitable[Response]]
+if TYPE_CHECKING:
+    from ._pg._host import PgHost
+
+    Host = ServiceHost | PgHost
+    """The in-process host or the PostgreSQL one: the same async surface."""
 
 PING_SECONDS = 15.0
+SERVER_LEASE_TTL = 15.0
 _PAGE = 500
 _MAX_LOG_PAGE = 5000
 
@@ -54,15 +60,22 @@ def create_app(
     callable ``(rt) -> sequence`` called once with this process's runtime. ``token``, when
     set, is required as ``Authorization: Bearer`` on every request but ``GET /healthz``.
 
-    Only ``role="all"`` is implemented: one process serves the API and drives the agents.
+    Roles: ``all`` serves the API and drives agents; with a ``postgresql://`` store ``api``
+    serves only the API (it drives nothing) and ``worker`` only drives agents (its HTTP
+    surface is ``GET /healthz``); any number of each cooperate through the database, and
+    ``all`` goes through it too. Another store serves one ``all`` process, in process.
 
     Raises:
-        ValueError: another role, or a bad argument.
+        ValueError: a role the store cannot serve, or a bad argument.
     """
-    if role != "all":
+    if role not in ("all", "api", "worker"):
+        raise ValueError(f"role must be all, api or worker, not {role!r}")
+    postgres = isinstance(store, str) and store.startswith(("postgresql://", "postgres://"))
+    if role != "all" and not postgres:
+        shown = store.split("://", 1)[0] + "://" if isinstance(store, str) else "an in-memory"
         raise ValueError(
-            f"role {role!r} is not available yet: this version serves one process "
-            "(role 'all') per store"
+            f"role {role!r} needs a postgresql:// store shared by every process; {shown} "
+            "store serves one process with role 'all'"
         )
     if max_unconsumed < 1 or body_limit < 1:
         raise ValueError("max_unconsumed and body_limit must be >= 1")
@@ -71,33 +84,58 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        rt = await Runtime.open(store=store)
+        pg_store = _server_store(store) if isinstance(store, str) and postgres else None
         try:
-            found = profiles(rt) if callable(profiles) else profiles
-            if inspect.isawaitable(found):  # a profiles callable may set up asynchronously
-                found = await found
-            by_name = check_profiles(found)
-            if retry:
-                install_retry(rt)
-            host = ServiceHost(rt, by_name, idle_unload=idle_unload, max_unconsumed=max_unconsumed)
-            host.start()
-            state["host"] = host
+            rt = await Runtime.open(store=pg_store if pg_store is not None else store)
             try:
-                yield
-            finally:
-                state.pop("host", None)
-                await host.close()
-        finally:
-            await rt.close()
+                found = profiles(rt) if callable(profiles) else profiles
+                if inspect.isawaitable(found):  # a profiles callable may set up asynchronously
+                    found = await found
+                by_name = check_profiles(found)
+                if retry:
+                    install_retry(rt)
+                host: Host
+                if pg_store is not None:
+                    from ._pg._host import PgHost
 
-    def host_of() -> ServiceHost:
-        host = state.get("host")
+                    host = PgHost(
+                        rt,
+                        pg_store,
+                        by_name,
+                        role,
+                        worker_id=ident,
+                        idle_unload=idle_unload,
+                        max_unconsumed=max_unconsumed,
+                    )
+                    await host.start()
+                else:
+                    host = ServiceHost(
+                        rt,
+                        by_name,
+                        idle_unload=idle_unload,
+                        max_unconsumed=max_unconsumed,
+                        worker_id=ident,
+                    )
+                    host.start()
+                state["host"] = host
+                try:
+                    yield
+                finally:
+                    state.pop("host", None)
+                    await host.close()
+            finally:
+                await rt.close()
+        finally:
+            if pg_store is not None:
+                await pg_store.close()
+
+    def host_of() -> Host:
+        host: Host | None = state.get("host")
         if host is None:
             raise ApiError(503, "not_ready", "the service is not running")
-        assert isinstance(host, ServiceHost)
         return host
 
-    def endpoint(handler: Callable[[Request, ServiceHost], Awaitable[Response]]) -> Handler:
+    def endpoint(handler: Callable[[Request, Host], Awaitable[Response]]) -> Handler:
         async def run(request: Request) -> Response:
             try:
                 _authorize(request, token)
@@ -109,7 +147,7 @@ def create_app(
 
         return run
 
-    async def create_session(request: Request, host: ServiceHost) -> Response:
+    async def create_session(request: Request, host: Host) -> Response:
         body = await _json_body(request, body_limit)
         _only(body, {"session_id", "profile", "meta", "input"})
         profile = host.profile(_opt_str(body, "profile"))
@@ -121,62 +159,21 @@ def create_app(
         if first is not None and not isinstance(first, str):
             raise ApiError(422, "invalid_body", "input must be a string")
         try:
-            await host.create(session_id, profile, meta, first)
+            extra = await host.create(session_id, profile, meta, first)
         except ValueError as exc:
             raise ApiError(422, "invalid_body", str(exc)) from None
         return JSONResponse(
-            {"session_id": session_id, "events_url": f"/v1/sessions/{session_id}/events"},
+            {"session_id": session_id, "events_url": f"/v1/sessions/{session_id}/events"} | extra,
             status_code=201,
         )
 
-    async def list_sessions(request: Request, host: ServiceHost) -> Response:
-        store = host.rt.sessions.persistence
-        ids = set(host.loaded())
-        if store is not None:
-            ids.update(await store.list())
-        rows = []
-        for session_id in sorted(ids):
-            updated = None
-            if store is not None and await store.exists(session_id):
-                updated = (await store.info(session_id)).last_time
-            rows.append(
-                {
-                    "session_id": session_id,
-                    "status": host.status(session_id),
-                    "last_seq": await host.last_seq(session_id),
-                    "updated_at": updated,
-                }
-            )
-        return JSONResponse({"sessions": rows})
+    async def list_sessions(request: Request, host: Host) -> Response:
+        return JSONResponse({"sessions": await host.listing()})
 
-    async def get_session(request: Request, host: ServiceHost) -> Response:
-        session_id = request.path_params["session_id"]
-        await host.require(session_id)
-        profile, _version = await host.stored_profile(session_id)
-        status = host.status(session_id)
-        owner = None
-        if status != "unloaded":
-            owner = {"worker_id": ident, "host": socket.gethostname(), "pid": os.getpid()}
-        return JSONResponse(
-            {
-                "session_id": session_id,
-                "profile": profile,
-                "status": status,
-                "last_seq": await host.last_seq(session_id),
-                "owner": owner,
-                "pending_approvals": [
-                    {
-                        "call_id": r.call_id,
-                        "name": r.name,
-                        "arguments": r.arguments,
-                        "reason": r.reason,
-                    }
-                    for r in await host.pending_approvals(session_id)
-                ],
-            }
-        )
+    async def get_session(request: Request, host: Host) -> Response:
+        return JSONResponse(await host.describe(request.path_params["session_id"]))
 
-    async def post_message(request: Request, host: ServiceHost) -> Response:
+    async def post_message(request: Request, host: Host) -> Response:
         session_id = request.path_params["session_id"]
         body = await _json_body(request, body_limit)
         _only(body, {"mode", "content", "message_id", "idempotency_key"})
@@ -195,10 +192,10 @@ def create_app(
         trace = {
             k: request.headers[k] for k in ("traceparent", "tracestate") if k in request.headers
         }
-        answer = host.submit(session_id, mode, content, message_id, key, trace=trace or None)
+        answer = await host.send(session_id, mode, content, message_id, key, trace=trace or None)
         return JSONResponse(answer, status_code=202)
 
-    async def cancel(request: Request, host: ServiceHost) -> Response:
+    async def cancel(request: Request, host: Host) -> Response:
         session_id = request.path_params["session_id"]
         body = await _json_body(request, body_limit, allow_empty=True)
         _only(body, {"keep_inbox"})
@@ -206,10 +203,10 @@ def create_app(
         if not isinstance(keep, bool):
             raise ApiError(422, "invalid_body", "keep_inbox must be a boolean")
         await host.require(session_id)
-        answer = host.submit(session_id, "cancel", "", None, None, keep_inbox=keep)
+        answer = await host.send(session_id, "cancel", "", None, None, keep_inbox=keep)
         return JSONResponse(answer, status_code=202)
 
-    async def decide(request: Request, host: ServiceHost) -> Response:
+    async def decide(request: Request, host: Host) -> Response:
         session_id = request.path_params["session_id"]
         call_id = request.path_params["call_id"]
         body = await _json_body(request, body_limit)
@@ -228,7 +225,7 @@ def create_app(
         answer = await host.submit_approval(session_id, call_id, decision, reason)
         return JSONResponse(answer, status_code=202)
 
-    async def get_log(request: Request, host: ServiceHost) -> Response:
+    async def get_log(request: Request, host: Host) -> Response:
         session_id = request.path_params["session_id"]
         after = _int_param(request, "after", 0)
         limit = min(_int_param(request, "limit", _PAGE), _MAX_LOG_PAGE)
@@ -238,7 +235,7 @@ def create_app(
         events = await host.events_after(session_id, after, limit)
         return JSONResponse({"events": events, "last_seq": await host.last_seq(session_id)})
 
-    async def events(request: Request, host: ServiceHost) -> Response:
+    async def events(request: Request, host: Host) -> Response:
         session_id = request.path_params["session_id"]
         seq, n = _cursor(request)
         await host.require(session_id)
@@ -249,7 +246,7 @@ def create_app(
             headers={"Cache-Control": "no-store"},
         )
 
-    async def agui(request: Request, host: ServiceHost) -> Response:
+    async def agui(request: Request, host: Host) -> Response:
         body = await _json_body(request, body_limit)
         from ag_ui.core import RunAgentInput
         from pydantic import ValidationError
@@ -274,9 +271,9 @@ def create_app(
                 raise ApiError(422, "invalid_body", str(exc)) from None
         cursor = await host.last_seq(session_id)
         mode: Literal["followup", "steer"] = (
-            "steer" if host.status(session_id) == "running" else "followup"
+            "steer" if await host.status_of(session_id) == "running" else "followup"
         )
-        answer = host.submit(session_id, mode, text, None, None)
+        answer = await host.send(session_id, mode, text, None, None)
         return EventSourceResponse(
             _agui_feed(host, session_id, run_input.run_id, cursor, answer["message_id"]),
             ping=ping_seconds,
@@ -287,6 +284,12 @@ def create_app(
     async def healthz(request: Request) -> Response:
         return JSONResponse({"ok": "host" in state, "role": role, "worker_id": ident})
 
+    if role == "worker":  # drives agents; its HTTP surface is its health
+        return Starlette(
+            routes=[Route("/healthz", healthz, methods=["GET"])],
+            lifespan=lifespan,
+            exception_handlers={404: _not_found, 405: _not_allowed},
+        )
     routes = [
         Route("/healthz", healthz, methods=["GET"]),
         Route("/v1/sessions", endpoint(create_session), methods=["POST"]),
@@ -311,9 +314,7 @@ def create_app(
     )
 
 
-async def _feed(
-    host: ServiceHost, session_id: str, seq: int, n: int
-) -> AsyncIterator[dict[str, Any]]:
+async def _feed(host: Host, session_id: str, seq: int, n: int) -> AsyncIterator[dict[str, Any]]:
     """The SSE feed: durable events after ``seq`` (then live frames of the open step after
     ``n``), pulled by this reader's own cursor: nothing is buffered for a slow reader."""
     feed = host.feed(session_id, reader=True)  # before the first read: no wake-up is missed
@@ -337,7 +338,7 @@ async def _feed(
 
 
 async def _agui_feed(
-    host: ServiceHost, session_id: str, run_id: str, seq: int, message_id: str
+    host: Host, session_id: str, run_id: str, seq: int, message_id: str
 ) -> AsyncIterator[dict[str, Any]]:
     """AG-UI events of the run that takes ``message_id``: from ``RUN_STARTED`` to the
     ``RUN_FINISHED`` (or ``RUN_ERROR``) of the turn whose step first shows the message.
@@ -376,6 +377,17 @@ async def _agui_feed(
             await feed.wait(seen, PING_SECONDS)
     finally:
         host.release_feed(session_id)
+
+
+def _server_store(url: str) -> Any:
+    """The PostgreSQL store of a served process: lease TTL 15 s unless the URL sets one
+    (design/SERVICE.md §3.3: a paused owner is caught within TTL + one sweep)."""
+    from ..session.store.postgres._store import PostgresStore
+
+    store = PostgresStore(url)
+    if "lease_ttl=" not in url.partition("?")[2]:
+        store.lease_ttl = SERVER_LEASE_TTL
+    return store
 
 
 def _last_user_text(messages: Sequence[Any]) -> str | None:

@@ -14,6 +14,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import socket
 import time
 from collections import deque
 from collections.abc import Callable, Mapping
@@ -138,8 +140,10 @@ class ServiceHost:
         idle_unload: float | None = 300.0,
         max_unconsumed: int = 100,
         clock: Callable[[], float] = time.monotonic,
+        worker_id: str | None = None,
     ) -> None:
         self.rt = rt
+        self.worker_id = worker_id or f"{socket.gethostname()}:{os.getpid()}"
         self.profiles = profiles
         self.idle_unload = idle_unload
         self.max_unconsumed = max_unconsumed
@@ -214,7 +218,7 @@ class ServiceHost:
 
     async def create(
         self, session_id: str, profile: Profile, meta: dict[str, Any] | None, first: str | None
-    ) -> None:
+    ) -> dict[str, Any]:
         lock = self._lock(session_id)
         async with lock:
             if await self.exists(session_id):
@@ -228,6 +232,7 @@ class ServiceHost:
             self._adopt(session_id, handle, profile)
         if first is not None:
             self.submit(session_id, "followup", first, None, None)
+        return {}
 
     def _setup(self, profile: Profile, meta: dict[str, Any] | None) -> Callable[[Any], Any]:
         def setup(scope: Any) -> Any:
@@ -309,6 +314,49 @@ class ServiceHost:
             return "unloaded"
         return str(handle.agent.status)
 
+    async def status_of(self, session_id: str) -> str:
+        return self.status(session_id)
+
+    async def describe(self, session_id: str) -> dict[str, Any]:
+        """The body of ``GET /v1/sessions/{id}``."""
+        await self.require(session_id)
+        profile, _version = await self.stored_profile(session_id)
+        status = self.status(session_id)
+        owner = None
+        if status != "unloaded":
+            owner = {"worker_id": self.worker_id, "host": socket.gethostname(), "pid": os.getpid()}
+        return {
+            "session_id": session_id,
+            "profile": profile,
+            "status": status,
+            "last_seq": await self.last_seq(session_id),
+            "owner": owner,
+            "pending_approvals": [
+                {"call_id": r.call_id, "name": r.name, "arguments": r.arguments, "reason": r.reason}
+                for r in await self.pending_approvals(session_id)
+            ],
+        }
+
+    async def listing(self) -> list[dict[str, Any]]:
+        store = self.rt.sessions.persistence
+        ids = set(self.loaded())
+        if store is not None:
+            ids.update(await store.list())
+        rows = []
+        for session_id in sorted(ids):
+            updated = None
+            if store is not None and await store.exists(session_id):
+                updated = (await store.info(session_id)).last_time
+            rows.append(
+                {
+                    "session_id": session_id,
+                    "status": self.status(session_id),
+                    "last_seq": await self.last_seq(session_id),
+                    "updated_at": updated,
+                }
+            )
+        return rows
+
     # --- commands -------------------------------------------------------------------------
 
     def _queue(self, session_id: str) -> _Queue:
@@ -321,6 +369,20 @@ class ServiceHost:
         if key is None:
             return None
         return self._queue(session_id).answers.get(key)
+
+    async def send(
+        self,
+        session_id: str,
+        kind: Literal["followup", "steer", "inject", "cancel"],
+        content: str,
+        message_id: str | None,
+        key: str | None,
+        *,
+        keep_inbox: bool = False,
+        trace: Mapping[str, str] | None = None,
+    ) -> dict[str, Any]:
+        """``submit`` with the PostgreSQL host's signature (the app awaits either)."""
+        return self.submit(session_id, kind, content, message_id, key, keep_inbox, trace)
 
     def submit(
         self,

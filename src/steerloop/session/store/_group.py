@@ -142,6 +142,14 @@ class Unit:
             return self.publish.rows[0][0]
         return self.rows[0][1] if self.rows else None
 
+    def last_seq(self) -> int | None:
+        """The last seq this unit would store."""
+        if self.rows:
+            return self.rows[-1][1]
+        if self.publish is not None and self.publish.rows:
+            return self.publish.rows[-1][0]
+        return None
+
 
 @dataclass(slots=True)
 class Batch:

@@ -156,11 +156,13 @@ class Tables:
         self.wakeups = f"{s}.steerloop_wakeups"
         self.live = f"{s}.steerloop_live"
         self.acquire = f"""
-            INSERT INTO {self.leases} AS l (session_id, owner, lease_id, token, expires_at)
-            VALUES ($1, $2, $3, 1, now() + make_interval(secs => $4))
+            INSERT INTO {self.leases} AS l
+                   (session_id, owner, lease_id, token, expires_at, owner_key)
+            VALUES ($1, $2, $3, 1, now() + make_interval(secs => $4), $5)
             ON CONFLICT (session_id) DO UPDATE
                SET owner = EXCLUDED.owner, lease_id = EXCLUDED.lease_id, token = l.token + 1,
-                   expires_at = EXCLUDED.expires_at, acquired_at = now()
+                   expires_at = EXCLUDED.expires_at, acquired_at = now(),
+                   owner_key = EXCLUDED.owner_key
              WHERE l.lease_id IS NULL OR l.expires_at <= now()
             RETURNING token"""
         # The fence: renews exactly the leases whose (lease id, token) are still current and

@@ -104,6 +104,9 @@ class PostgresStore(SessionStore):
         connect_timeout: seconds to wait for the server.
         lock_timeout: seconds ``open_writer`` waits for a lease row locked by a committing
             owner before it reports a conflict.
+        owner_key: recorded with every lease this store takes (``steerloop_leases.owner_key``):
+            the service worker's liveness key, so routing and revocation find the owner's
+            process. Settable; a new value applies to leases taken afterwards.
 
     Raises:
         ImportError: asyncpg is not installed (extra ``steerloop[postgres]``).
@@ -119,6 +122,7 @@ class PostgresStore(SessionStore):
         connect_timeout: float = 5.0,
         lock_timeout: float = 0.25,
         pool_size: int = 4,
+        owner_key: int | None = None,
     ) -> None:
         self._pg = asyncpg_module()
         self._url = Url(url)
@@ -132,6 +136,7 @@ class PostgresStore(SessionStore):
         self._lock_timeout_ms = max(1, int(lock_timeout * 1000))
         self._pool_size = pool_size
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self.owner_key = owner_key
         self.application_name = f"steerloop {self.owner}"[-63:]  # the server keeps 63 bytes
         self._pool: Any = None
         self._pool_lock: asyncio.Lock | None = None
@@ -151,6 +156,25 @@ class PostgresStore(SessionStore):
     @property
     def schema(self) -> str:
         return self._tables.schema
+
+    @property
+    def dsn(self) -> str:
+        """What asyncpg connects to (the URL without steerloop's options; may hold a
+        password: never log it, log ``url``)."""
+        return self._url.dsn
+
+    @property
+    def tables(self) -> Tables:
+        """The schema-qualified table names (for the service, which shares the database)."""
+        return self._tables
+
+    async def pool(self) -> Any:
+        """The store's asyncpg pool (opened and migrated on first use)."""
+        return await self._acquire_pool()
+
+    def writer(self, session_id: str) -> _PostgresWriter | None:
+        """The open write handle of ``session_id`` in this store, if any (for ``attach``)."""
+        return self._writers.get(session_id)
 
     @property
     def commits(self) -> int:
@@ -417,7 +441,7 @@ class PostgresStore(SessionStore):
             async with conn.transaction():
                 await conn.execute(f"SET LOCAL lock_timeout = {lock_ms}")
                 token = await conn.fetchval(
-                    t.acquire, session_id, self.owner, lease_id, self.lease_ttl
+                    t.acquire, session_id, self.owner, lease_id, self.lease_ttl, self.owner_key
                 )
                 if token is None:
                     held = await conn.fetchrow(
@@ -570,6 +594,12 @@ class PostgresStore(SessionStore):
                 )
         for key in lost:
             self._by_key[key].lose()
+        for key in units:  # ran (with their events) or lost with them
+            writer = self._by_key.get(key)
+            if writer is not None and writer._riders:
+                top = writer._planned
+                failed = writer.error is not None
+                writer._riders = [] if failed else [r for r in writer._riders if r[0] > top]
         return None
 
     async def _commit_in(self, conn: Any, units: dict[int, Unit]) -> builtins.list[int]:
@@ -581,6 +611,11 @@ class PostgresStore(SessionStore):
         }
         lost = [key for key, w in writers.items() if w.session_id not in fenced]
         live = [key for key, w in writers.items() if w.session_id in fenced]
+        for key in live:
+            top = units[key].last_seq()
+            if top is not None:
+                writers[key]._planned = max(writers[key]._planned, top)
+        live = [key for key in live if await self._run_riders(conn, writers[key])]
         fresh = [
             key
             for key in live
@@ -624,6 +659,26 @@ class PostgresStore(SessionStore):
         if sids:
             await conn.execute(t.insert_events, sids, seqs, texts)
         return lost
+
+    async def _run_riders(self, conn: Any, writer: _PostgresWriter) -> bool:
+        """Run the statements attached to the events of ``writer`` this batch commits, in a
+        savepoint: a failing one fails that writer (its events of this batch are not stored
+        either, so event and statement stay together). Returns whether the writer is kept."""
+        due = [r for r in writer._riders if r[0] <= writer._planned]
+        if not due:
+            return True
+        try:
+            async with conn.transaction():  # a savepoint inside the batch transaction
+                for _seq, sql, args in due:
+                    await conn.execute(sql, *args)
+        except self._pg.PostgresError as exc:
+            writer.fail(
+                SessionStorageError,
+                f"session {writer.session_id!r}: a statement attached to seq {due[0][0]} "
+                f"failed: {type(exc).__name__}: {self._url.scrub(str(exc))}",
+            )
+            return False
+        return True
 
     async def _renew(self) -> None:
         """Heartbeat: extend this store's leases; a lease found taken over fences its writer."""
@@ -713,6 +768,30 @@ class _PostgresWriter(BufferedWriter):
         # log never gets a gap.
         self._failed = store._group.failed
         self.lost = False  # the lease was taken over: releasing it is not ours to do
+        # Riders (``attach``): statements committed with the batch that stores their seq.
+        self._riders: list[tuple[int, str, tuple[Any, ...]]] = []
+        self._planned = base_len  # the highest seq a batch has taken (committed or not)
+
+    def attach(self, seq: int, sql: str, *args: Any) -> None:
+        """Run ``sql`` (with ``args``) inside the fenced transaction that commits event
+        ``seq``: a batch refused by the fence loses the statement with the event.
+
+        Call it right after the write of ``seq``, before yielding to the event loop.
+
+        Raises:
+            ValueError: ``seq`` is not a written event still waiting for its batch.
+            SessionPersistenceError: this writer takes no more writes.
+        """
+        raise_failure(self.error)
+        if type(seq) is not int or not self._planned < seq < self._next:
+            raise ValueError(
+                f"session {self.session_id!r}: cannot attach to seq {seq!r}: only an event "
+                f"written and not yet taken by a commit can carry a statement "
+                f"(seqs {self._planned + 1}..{self._next - 1})"
+            )
+        if not isinstance(sql, str) or not sql.strip():
+            raise ValueError("attach needs a SQL statement")
+        self._riders.append((seq, sql, args))
 
     @property
     def error(self) -> Failure | None:

@@ -1,0 +1,1 @@
+"""The PostgreSQL service's internals (private): control connection, sweeper, commands, worker."""

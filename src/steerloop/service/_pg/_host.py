@@ -1,0 +1,263 @@
+"""The host the HTTP app talks to on a PostgreSQL store (roles ``api``, ``worker``, ``all``).
+
+Its API side writes commands and specs (``Commands``) and reads sessions from the tables;
+its worker side (``Worker``, roles ``worker`` and ``all``) drives agents. The two sides of
+``all`` meet through PostgreSQL exactly as separate processes do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from ... import hooks
+from ..._runtime import Runtime
+from ...session._json import loads
+from ...session._session import SessionEventPayload
+from ...session.store.postgres._store import PostgresStore
+from .._host import ApiError, _Feed
+from .._profile import Profile
+from ._commands import CommandKind, Commands
+from ._worker import Worker, optional
+
+__all__ = ["PgHost"]
+
+Role = Literal["all", "api", "worker"]
+_READ_POLL = 0.1
+"""Seconds between log reads of an SSE reader while nothing local says the log grew (the
+cross-host feed hub replaces this poll)."""
+
+
+class _PollFeed(_Feed):
+    async def wait(self, seen: int, timeout: float) -> None:
+        await super().wait(seen, min(timeout, _READ_POLL))
+
+
+class PgHost:
+    """API and/or worker over one PostgreSQL schema (see the module docstring)."""
+
+    def __init__(
+        self,
+        rt: Runtime,
+        store: PostgresStore,
+        profiles: dict[str, Profile],
+        role: Role,
+        *,
+        worker_id: str,
+        idle_unload: float | None = 300.0,
+        max_unconsumed: int = 100,
+        capacity: int = 100,
+    ) -> None:
+        self.rt = rt
+        self.store = store
+        self.profiles = profiles
+        self.role = role
+        self.worker_id = worker_id
+        self._idle_unload = idle_unload
+        self._max_unconsumed = max_unconsumed
+        self._capacity = capacity
+        self.commands: Commands | None = None
+        self.worker: Worker | None = None
+        self._feeds: dict[str, _Feed] = {}
+        self._closed = False
+        self._disposer = rt.hooks.on(hooks.SESSION_EVENT, self._on_event)
+
+    async def start(self) -> None:
+        pool = await self.store.pool()
+        self.commands = Commands(pool, self.store.tables, max_unconsumed=self._max_unconsumed)
+        if self.role in ("worker", "all"):
+            self.worker = Worker(
+                self.rt,
+                self.store,
+                self.profiles,
+                worker_id=self.worker_id,
+                capacity=self._capacity,
+                idle_unload=self._idle_unload,
+            )
+            await self.worker.start()
+
+    async def close(self) -> None:
+        self._closed = True
+        self._disposer()
+        for feed in self._feeds.values():
+            feed.notify()
+        if self.worker is not None:
+            await self.worker.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _sql(self) -> Commands:
+        if self.commands is None:
+            raise ApiError(503, "not_ready", "the service is not running")
+        return self.commands
+
+    # --- sessions -------------------------------------------------------------------------
+
+    def profile(self, name: str | None) -> Profile:
+        name = "default" if name is None else name
+        profile = self.profiles.get(name)
+        if profile is None:
+            known = ", ".join(sorted(self.profiles)) or "none"
+            raise ApiError(422, "unknown_profile", f"no profile {name!r} (served: {known})")
+        return profile
+
+    async def exists(self, session_id: str) -> bool:
+        return await self._sql().spec(session_id) is not None
+
+    async def require(self, session_id: str) -> None:
+        if not await self.exists(session_id):
+            raise ApiError(404, "session_not_found", f"no session {session_id!r}")
+
+    async def create(
+        self, session_id: str, profile: Profile, meta: dict[str, Any] | None, first: str | None
+    ) -> dict[str, Any]:
+        return await self._sql().create(session_id, profile.name, profile.version, meta, first)
+
+    async def send(
+        self,
+        session_id: str,
+        kind: CommandKind,
+        content: str,
+        message_id: str | None,
+        key: str | None,
+        *,
+        keep_inbox: bool = False,
+        trace: Mapping[str, str] | None = None,
+        extra: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {}
+        if kind in ("followup", "steer", "inject"):
+            body["content"] = content
+        if kind == "cancel":
+            body["keep_inbox"] = keep_inbox
+        if trace:
+            body["trace"] = dict(trace)
+        if extra:
+            body.update(extra)
+        return await self._sql().submit(session_id, kind, body, message_id, key)
+
+    async def status_of(self, session_id: str) -> str:
+        """``idle``/``running`` while a worker holds the session, else ``unloaded``."""
+        sql = self._sql()
+        spec = await sql.spec(session_id)
+        if spec is None or await sql.owner(session_id) is None:
+            return "unloaded"
+        status = spec["status"]
+        return status if status in ("idle", "running") else "unloaded"
+
+    async def describe(self, session_id: str) -> dict[str, Any]:
+        sql = self._sql()
+        spec = await sql.spec(session_id)
+        if spec is None:
+            raise ApiError(404, "session_not_found", f"no session {session_id!r}")
+        owner = await sql.owner(session_id)
+        status = spec["status"] if owner is not None else "unloaded"
+        return {
+            "session_id": session_id,
+            "profile": spec["profile"],
+            "status": status if status in ("idle", "running") else "unloaded",
+            "last_seq": await sql.last_seq(session_id),
+            "owner": owner,
+            "pending_approvals": [
+                approval_json(r) for r in await self.pending_approvals(session_id)
+            ],
+        }
+
+    async def _stored_events(self, session_id: str) -> tuple[Any, ...]:
+        if not await self.store.exists(session_id):
+            return ()
+        return await self.store.load(session_id)
+
+    async def pending_approvals(self, session_id: str) -> tuple[Any, ...]:
+        """The ``tool/approval-requested`` records still waiting, folded from the stored
+        log (the owner may be another process: the log is what every node shares)."""
+        fold = optional("steerloop.session._approvals", "pending_approvals")
+        if fold is None:
+            return ()
+        return tuple(fold(await self._stored_events(session_id)))
+
+    async def submit_approval(
+        self, session_id: str, call_id: str, decision: str, reason: str | None
+    ) -> dict[str, Any]:
+        """A decision for a pending call, as the session's next command (``approval``).
+
+        Raises:
+            ApiError: 404 when the call waits for no decision, 409 when it was decided or a
+                decision for it is already queued.
+        """
+        sql = self._sql()
+        events = await self._stored_events(session_id)
+        fold = optional("steerloop.session._approvals", "pending_approvals")
+        state = optional("steerloop.session._approvals", "approval_state")
+        pending = () if fold is None else fold(events)
+        if not any(r.call_id == call_id for r in pending):
+            if state is not None and state(events, call_id) == "decided":
+                raise ApiError(409, "approval_decided", f"call {call_id!r} was already decided")
+            raise ApiError(
+                404, "approval_not_found", f"session {session_id!r} has no pending call {call_id!r}"
+            )
+        queued = await sql.pool.fetchval(
+            f"SELECT 1 FROM {sql.t.commands} WHERE session_id = $1 AND kind = 'approval' "
+            "AND consumed_at IS NULL AND body->>'call_id' = $2",
+            session_id,
+            call_id,
+        )
+        if queued is not None:
+            raise ApiError(
+                409, "approval_decided", f"a decision for call {call_id!r} is already queued"
+            )
+        body = {"call_id": call_id, "decision": decision, "reason": reason}
+        return await sql.submit(session_id, "approval", body, None, None)
+
+    async def listing(self) -> list[dict[str, Any]]:
+        return await self._sql().listing()
+
+    async def last_seq(self, session_id: str) -> int:
+        return await self._sql().last_seq(session_id)
+
+    async def events_after(self, session_id: str, after: int, limit: int) -> list[dict[str, Any]]:
+        """Committed events with seq > ``after`` in their stored JSON form."""
+        sql = self._sql()
+        rows = await sql.pool.fetch(
+            f"SELECT payload FROM {sql.t.events} WHERE session_id = $1 AND seq > $2 "
+            "ORDER BY seq LIMIT $3",
+            session_id,
+            after,
+            limit,
+        )
+        return [loads(row["payload"]) for row in rows]
+
+    # --- the feed (polled; a resident session's appends wake its readers at once) ----------
+
+    def feed(self, session_id: str, reader: bool = False) -> _Feed:
+        feed = self._feeds.get(session_id)
+        if feed is None:
+            feed = self._feeds[session_id] = _PollFeed()
+        if reader:
+            feed.readers += 1
+        return feed
+
+    def release_feed(self, session_id: str) -> None:
+        feed = self._feeds.get(session_id)
+        if feed is None:
+            return
+        feed.readers -= 1
+        if feed.readers <= 0:
+            del self._feeds[session_id]
+
+    def _on_event(self, payload: SessionEventPayload) -> None:
+        feed = self._feeds.get(payload.session.id)
+        if feed is not None:
+            feed.notify()
+
+
+def approval_json(request: Any) -> dict[str, Any]:
+    """A pending approval as ``GET /v1/sessions/{id}`` lists it."""
+    return {
+        "call_id": request.call_id,
+        "name": request.name,
+        "arguments": request.arguments,
+        "reason": request.reason,
+    }

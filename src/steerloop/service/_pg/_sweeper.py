@@ -1,0 +1,444 @@
+"""The sweeper: revokes dead workers' leases, queues takeovers, repairs lost NOTIFYs.
+
+Every worker runs one (design/SERVICE.md §3.3, §3.4); only the **leader** sweeps. Leadership
+is ``pg_try_advisory_lock(ns, 0)`` taken on the worker's control connection, so it lives
+exactly as long as that connection: when the leader dies, the next sweeper to try takes it.
+
+A sweep by the leader, each rule idempotent (two leaders for an instant do no harm):
+
+1. **Dead workers.** A worker key is *absent* when no granted advisory lock ``(ns, key)``
+   exists. Keys come from the worker rows, the owners of live-or-expired leases and the
+   claimers of wakeups. The leader records when *it* first saw each key absent; a key absent
+   for ``grace`` seconds is dead. A new leader therefore waits one grace before revoking
+   anything (a brief reconnect or a primary restart must not revoke everyone).
+2. **Revocation** (one transaction): the dead keys' leases get ``lease_id = NULL, token =
+   token + 1, expires_at = now()``; each revoked session that was running or has unconsumed
+   commands gets a wakeup (reason ``takeover``; an existing one is released from its claimer,
+   who could not have taken the lease yet) and a NOTIFY on ``steerloop_wake``; wakeup
+   claims held by dead keys are cleared (and re-announced); dead worker rows are deleted.
+3. **TTL** (``ttl_takeover``): a paused or partitioned owner keeps its socket and its lock, so
+   only its lease's expiry shows it. An expired lease of a running session without a wakeup
+   gets one (reason ``takeover``); the fence already refuses the old owner.
+4. **Orphans**: a session whose status says a turn is running but whose lease was revoked or
+   released at least ``reconcile_after`` ago, with no wakeup (a takeover wakeup lost to a
+   race), gets one (reason ``takeover``).
+5. **Reconciliation** (lost NOTIFYs): unconsumed commands older than ``reconcile_after``
+   with no live lease and no wakeup → a wakeup (reason ``reconcile``) + NOTIFY
+   ``steerloop_wake``; a live lease with unconsumed commands older than ``renotify_after`` →
+   NOTIFY its owner's ``steerloop_w_<key>`` again (at most once per ``renotify_after`` per
+   session).
+
+A leader that is paused (SIGSTOP, a stalled VM) keeps its socket and so its lock, and would
+stop every sweep, the TTL path included. So the other sweepers watch it: when the worker row
+of the backend holding the leadership lock has a heartbeat (its control connection's check)
+older than ``leader_stale_after``, they end that backend (``pg_terminate_backend``). Its lock
+goes, another sweeper leads, and the deposed worker self-fences when it runs again.
+
+Database times (``now()``) judge leases, commands and heartbeats, so hosts need no
+synchronised clocks; only the grace is measured on the leader's own clock (``clock``,
+monotonic by default).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ...session.store.postgres._schema import Tables
+from ._control import LEADER_KEY, WAKE_CHANNEL, ControlConnection
+
+__all__ = ["SweepReport", "Sweeper"]
+
+log = logging.getLogger("steerloop.service")
+
+TAKEOVER = "takeover"
+RECONCILE = "reconcile"
+
+
+@dataclass(slots=True)
+class SweepReport:
+    """What one ``sweep_once`` did (for tests and logs)."""
+
+    leader: bool = False
+    absent: list[int] = field(default_factory=list)
+    dead: list[int] = field(default_factory=list)
+    revoked: list[str] = field(default_factory=list)
+    woken: list[str] = field(default_factory=list)
+    """Sessions given a wakeup by this sweep (takeover, TTL or reconciliation)."""
+    unclaimed: list[str] = field(default_factory=list)
+    """Wakeups whose claim by a dead key was cleared."""
+    renotified: list[str] = field(default_factory=list)
+    deposed: int | None = None
+    """The key of a stale leader whose control connection this (non-leading) sweep ended."""
+
+
+class Sweeper:
+    """The sweeper task of one worker (leader by advisory lock on its control connection).
+
+    Args:
+        pool: an asyncpg pool on the database (the sweep's statements run there).
+        tables: the schema's tables.
+        control: this worker's started control connection (leadership lives on it). When it
+            is lost, this sweeper stops leading; the worker starts a new ``Sweeper`` with its
+            new control connection.
+        grace: seconds a worker's lock must be absent, as seen by the leader, before its
+            leases are revoked.
+        period: seconds between sweeps (and between leadership attempts).
+        ttl_takeover: turn expired leases of running sessions into wakeups.
+        reconcile_after: age in seconds of an unconsumed command that reconciliation repairs.
+        renotify_after: age in seconds of an unconsumed command whose live owner is notified
+            again (and the least time between two such notifications of one session).
+        leader_stale_after: seconds without a heartbeat after which a leader counts as
+            hung and is deposed (well above the control connection's check interval).
+        query_timeout: seconds any one statement of a sweep may take.
+        clock: the leader's clock for the grace (seconds, monotonic).
+    """
+
+    def __init__(
+        self,
+        pool: Any,
+        tables: Tables,
+        control: ControlConnection,
+        *,
+        grace: float = 1.0,
+        period: float = 0.5,
+        ttl_takeover: bool = True,
+        reconcile_after: float = 1.0,
+        renotify_after: float = 2.0,
+        leader_stale_after: float = 10.0,
+        query_timeout: float = 10.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if grace < 0 or not period > 0 or reconcile_after < 0 or renotify_after < 0:
+            raise ValueError("grace, reconcile_after and renotify_after ≥ 0, period > 0")
+        if not leader_stale_after > 0 or not query_timeout > 0:
+            raise ValueError("leader_stale_after and query_timeout must be positive")
+        self._pool = pool
+        self._t = tables
+        self.control = control
+        self.grace = grace
+        self.period = period
+        self.ttl_takeover = ttl_takeover
+        self.reconcile_after = reconcile_after
+        self.renotify_after = renotify_after
+        self.leader_stale_after = leader_stale_after
+        self._timeout = query_timeout
+        self._clock = clock
+        self.leader = False
+        self._absent_since: dict[int, float] = {}
+        self._renotified: dict[str, float] = {}
+        self._stop = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self.sweeps = 0
+        """Sweeps run as leader (for tests and metrics)."""
+
+    def start(self) -> None:
+        """Start the sweep task (call from the running loop)."""
+        if self._task is not None:
+            raise RuntimeError("the sweeper was already started")
+        self._task = asyncio.get_running_loop().create_task(
+            self._run(), name=f"steerloop-sweeper {self.control.worker_id}"
+        )
+
+    async def close(self) -> None:
+        """Stop cooperatively (the current sweep finishes), then give up leadership."""
+        self._stop.set()
+        if self._task is not None:
+            with contextlib.suppress(Exception):
+                await self._task
+        if self.leader:
+            self.leader = False
+            with contextlib.suppress(Exception):
+                await self.control.fetchval("SELECT pg_advisory_unlock($1, $2)", *self._lock)
+
+    @property
+    def _lock(self) -> tuple[int, int]:
+        return (self.control.ns, LEADER_KEY)
+
+    async def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                await self.sweep_once()
+            except Exception:
+                log.exception("sweeper of %s: sweep failed", self.control.worker_id)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.period):
+                    await self._stop.wait()
+
+    async def _elect(self) -> bool:
+        """Hold or try to take the leadership lock; forget leader state on a change."""
+        if self.control.lost:
+            self._demote()
+            return False
+        if self.leader:
+            return True
+        try:
+            won = await self.control.fetchval("SELECT pg_try_advisory_lock($1, $2)", *self._lock)
+        except ConnectionError:
+            return False
+        if won:
+            self.leader = True
+            self._absent_since.clear()  # a new leader observes absences itself: one grace
+            self._renotified.clear()
+            log.info("sweeper of %s leads", self.control.worker_id)
+        return bool(won)
+
+    def _demote(self) -> None:
+        if self.leader:
+            log.info("sweeper of %s no longer leads", self.control.worker_id)
+        self.leader = False
+
+    async def sweep_once(self) -> SweepReport:
+        """One round: take leadership if free, and sweep if this sweeper leads."""
+        report = SweepReport()
+        if not await self._elect():
+            if not self.control.lost:
+                async with self._pool.acquire() as conn:
+                    report.deposed = await self._depose_stale_leader(conn)
+            return report
+        report.leader = True
+        async with self._pool.acquire() as conn:
+            await self._find_dead(conn, report)
+            if report.dead:
+                await self._revoke(conn, report)
+            if self.ttl_takeover:
+                await self._ttl(conn, report)
+            await self._orphans(conn, report)
+            await self._reconcile(conn, report)
+        self.sweeps += 1
+        if report.revoked or report.woken or report.unclaimed:
+            log.info(
+                "sweep: dead workers %s, revoked %s, woken %s, unclaimed %s",
+                report.dead,
+                report.revoked,
+                report.woken,
+                report.unclaimed,
+            )
+        return report
+
+    async def _depose_stale_leader(self, conn: Any) -> int | None:
+        """End the control connection of a leader whose heartbeat is stale (it is paused or
+        hung: its socket and lock live on, but it sweeps nothing)."""
+        row = await conn.fetchrow(
+            f"""
+            SELECT lead.pid, w.key FROM pg_locks lead
+              JOIN pg_locks mine ON mine.pid = lead.pid AND mine.locktype = 'advisory'
+                   AND mine.granted AND mine.objsubid = 2 AND mine.classid = lead.classid
+                   AND mine.objid <> lead.objid
+              JOIN {self._t.workers} w ON w.key = mine.objid::bigint
+             WHERE lead.locktype = 'advisory' AND lead.granted AND lead.objsubid = 2
+               AND lead.classid = $1::bigint::oid AND lead.objid = $2::bigint::oid
+               AND w.heartbeat_at < now() - make_interval(secs => $3)
+            """,
+            self.control.ns,
+            LEADER_KEY,
+            self.leader_stale_after,
+            timeout=self._timeout,
+        )
+        if row is None:
+            return None
+        log.warning(
+            "sweeper of %s: the leader (worker key %s, backend %s) has no heartbeat for "
+            "%.1f s: ending its control connection",
+            self.control.worker_id,
+            row["key"],
+            row["pid"],
+            self.leader_stale_after,
+        )
+        await conn.fetchval("SELECT pg_terminate_backend($1)", row["pid"], timeout=self._timeout)
+        return int(row["key"])
+
+    async def _find_dead(self, conn: Any, report: SweepReport) -> None:
+        t = self._t
+        rows = await conn.fetch(
+            f"""
+            WITH keys AS (
+                SELECT key FROM {t.workers}
+                UNION SELECT owner_key FROM {t.leases}
+                       WHERE lease_id IS NOT NULL AND owner_key IS NOT NULL
+                UNION SELECT claimed_by FROM {t.wakeups} WHERE claimed_by IS NOT NULL
+            )
+            SELECT key FROM keys  -- compared as bigint: a hostile key never breaks a cast
+             WHERE key <> $2 AND NOT EXISTS (
+                SELECT 1 FROM pg_locks
+                 WHERE locktype = 'advisory' AND granted AND objsubid = 2
+                   AND classid = $1::bigint::oid AND objid::bigint = keys.key)
+            """,
+            self.control.ns,
+            LEADER_KEY,
+            timeout=self._timeout,
+        )
+        now = self._clock()
+        absent = {row["key"] for row in rows}
+        for key in list(self._absent_since):
+            if key not in absent:
+                del self._absent_since[key]  # back (or gone from every table)
+        for key in absent:
+            self._absent_since.setdefault(key, now)
+        report.absent = sorted(absent)
+        report.dead = sorted(k for k in absent if now - self._absent_since[k] >= self.grace)
+        if absent:
+            await conn.execute(
+                f"UPDATE {t.workers} SET lock_missing_since = now() "
+                "WHERE key = ANY($1::bigint[]) AND lock_missing_since IS NULL",
+                sorted(absent),
+                timeout=self._timeout,
+            )
+
+    async def _revoke(self, conn: Any, report: SweepReport) -> None:
+        t = self._t
+        dead = report.dead
+        async with conn.transaction():
+            revoked = await conn.fetch(
+                f"UPDATE {t.leases} SET lease_id = NULL, token = token + 1, expires_at = now() "
+                "WHERE lease_id IS NOT NULL AND owner_key = ANY($1::bigint[]) "
+                "RETURNING session_id",
+                dead,
+                timeout=self._timeout,
+            )
+            report.revoked = sorted(row["session_id"] for row in revoked)
+            woken = await conn.fetch(
+                f"""
+                INSERT INTO {t.wakeups} (session_id, reason)
+                SELECT s.session_id, $2 FROM {t.specs} s
+                 WHERE s.session_id = ANY($1::text[])
+                   AND (s.status = 'running' OR EXISTS (
+                        SELECT 1 FROM {t.commands} c
+                         WHERE c.session_id = s.session_id AND c.consumed_at IS NULL))
+                ON CONFLICT (session_id) DO UPDATE
+                   SET reason = EXCLUDED.reason, claimed_by = NULL, claimed_at = NULL,
+                       due_at = now()
+                RETURNING session_id
+                """,
+                report.revoked,
+                TAKEOVER,
+                timeout=self._timeout,
+            )
+            unclaimed = await conn.fetch(
+                f"UPDATE {t.wakeups} SET claimed_by = NULL, claimed_at = NULL, due_at = now() "
+                "WHERE claimed_by = ANY($1::bigint[]) RETURNING session_id",
+                dead,
+                timeout=self._timeout,
+            )
+            report.unclaimed = sorted(row["session_id"] for row in unclaimed)
+            await conn.execute(
+                f"DELETE FROM {t.workers} WHERE key = ANY($1::bigint[])",
+                dead,
+                timeout=self._timeout,
+            )
+            fresh = sorted({row["session_id"] for row in woken} | set(report.unclaimed))
+            await self._wake(conn, fresh)
+        report.woken.extend(row["session_id"] for row in woken)
+        for key in dead:
+            self._absent_since.pop(key, None)
+
+    async def _ttl(self, conn: Any, report: SweepReport) -> None:
+        t = self._t
+        async with conn.transaction():
+            rows = await conn.fetch(
+                f"""
+                INSERT INTO {t.wakeups} (session_id, reason)
+                SELECT l.session_id, $1 FROM {t.leases} l
+                  JOIN {t.specs} s ON s.session_id = l.session_id
+                 WHERE l.lease_id IS NOT NULL AND l.expires_at <= now()
+                   AND s.status = 'running'
+                ON CONFLICT (session_id) DO NOTHING
+                RETURNING session_id
+                """,
+                TAKEOVER,
+                timeout=self._timeout,
+            )
+            woken = sorted(row["session_id"] for row in rows)
+            await self._wake(conn, woken)
+        report.woken.extend(woken)
+
+    async def _orphans(self, conn: Any, report: SweepReport) -> None:
+        t = self._t
+        async with conn.transaction():
+            rows = await conn.fetch(
+                f"""
+                INSERT INTO {t.wakeups} (session_id, reason)
+                SELECT s.session_id, $1 FROM {t.specs} s
+                 WHERE s.status = 'running'
+                   AND NOT EXISTS (
+                        SELECT 1 FROM {t.leases} l WHERE l.session_id = s.session_id
+                           AND (l.lease_id IS NOT NULL
+                                OR l.expires_at > now() - make_interval(secs => $2)))
+                ON CONFLICT (session_id) DO NOTHING
+                RETURNING session_id
+                """,
+                TAKEOVER,
+                self.reconcile_after,
+                timeout=self._timeout,
+            )
+            woken = sorted(row["session_id"] for row in rows)
+            await self._wake(conn, woken)
+        report.woken.extend(woken)
+
+    async def _reconcile(self, conn: Any, report: SweepReport) -> None:
+        t = self._t
+        async with conn.transaction():
+            rows = await conn.fetch(
+                f"""
+                INSERT INTO {t.wakeups} (session_id, reason)
+                SELECT DISTINCT c.session_id, $2 FROM {t.commands} c
+                 WHERE c.consumed_at IS NULL
+                   AND c.created_at <= now() - make_interval(secs => $1)
+                   AND NOT EXISTS (
+                        SELECT 1 FROM {t.leases} l WHERE l.session_id = c.session_id
+                           AND l.lease_id IS NOT NULL AND l.expires_at > now())
+                ON CONFLICT (session_id) DO NOTHING
+                RETURNING session_id
+                """,
+                self.reconcile_after,
+                RECONCILE,
+                timeout=self._timeout,
+            )
+            woken = sorted(row["session_id"] for row in rows)
+            await self._wake(conn, woken)
+        report.woken.extend(woken)
+        stale = await conn.fetch(
+            f"""
+            SELECT c.session_id, l.owner_key, max(c.cmd_seq) AS cmd_seq
+              FROM {t.commands} c
+              JOIN {t.leases} l ON l.session_id = c.session_id
+             WHERE c.consumed_at IS NULL
+               AND c.created_at <= now() - make_interval(secs => $1)
+               AND l.lease_id IS NOT NULL AND l.expires_at > now()
+               AND l.owner_key IS NOT NULL
+             GROUP BY c.session_id, l.owner_key
+            """,
+            self.renotify_after,
+            timeout=self._timeout,
+        )
+        now = self._clock()
+        for sid in list(self._renotified):
+            if now - self._renotified[sid] >= self.renotify_after:
+                del self._renotified[sid]
+        due = [row for row in stale if row["session_id"] not in self._renotified]
+        if due:
+            await conn.execute(
+                "SELECT pg_notify('steerloop_w_' || k, s || ':' || q) "
+                "FROM unnest($1::text[], $2::bigint[], $3::bigint[]) AS u (s, k, q)",
+                [row["session_id"] for row in due],
+                [row["owner_key"] for row in due],
+                [row["cmd_seq"] for row in due],
+                timeout=self._timeout,
+            )
+            for row in due:
+                self._renotified[row["session_id"]] = now
+            report.renotified = sorted(row["session_id"] for row in due)
+
+    async def _wake(self, conn: Any, session_ids: list[str]) -> None:
+        if session_ids:
+            await conn.execute(
+                "SELECT pg_notify($1, s) FROM unnest($2::text[]) AS s",
+                WAKE_CHANNEL,
+                session_ids,
+                timeout=self._timeout,
+            )

@@ -1,0 +1,662 @@
+"""The worker host (design/SERVICE.md §3.3–3.4): claims sessions, drives their agents and
+applies their commands, meeting other processes only through the v2 tables.
+
+* **Liveness.** A ``ControlConnection`` holds the worker's advisory lock and LISTENs; its
+  key is stamped on every lease this worker's store takes (``owner_key``). Its NOTIFY
+  callback only sets flags. A lost connection self-fences: every resident agent is disposed
+  (its turn aborted, cause ``disposed``) and the worker registers again under a new key.
+* **Claims.** ``UPDATE wakeups … FOR UPDATE SKIP LOCKED LIMIT free`` over the sessions whose
+  profile and version this worker serves; a claimed session is created (no stored log yet)
+  or resumed (repair runs), a resumed one whose last turn was interrupted gets the
+  profile's takeover followup, then its commands are drained and the wakeup deleted.
+* **Exactly once with respect to the log.** A followup/steer/inject writes its
+  ``agent/inbox/spliced`` synchronously; the command's consumption is *attached* to that
+  event (``writer.attach``), so both commit in one fenced batch or neither does. A message id
+  already in the log is only marked consumed. A cancel is consumed by a fenced update first,
+  then applied (at most once).
+* **Idle unload.** An idle session with an empty inbox is disposed after ``idle_unload``
+  seconds (its lease released); then unconsumed commands, if any, become a wakeup again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ... import hooks
+from ..._cancel import CancelCause
+from ..._runtime import Runtime
+from ...agent._decisions import StatusPayload
+from ...agent._factory import AgentHandle
+from ...errors import SessionConflictError, SessionPersistenceError
+from ...messages import user_message
+from ...session._session import SessionEventPayload
+from ...session.store.postgres._store import PostgresStore
+from .._profile import Profile
+from ._control import WAKE_CHANNEL, ControlConnection
+
+__all__ = ["Worker", "optional", "origin_setup"]
+
+log = logging.getLogger("steerloop.service")
+
+_ORIGIN_KIND = "service"
+_DRAIN_PAGE = 100
+
+
+@dataclass(slots=True)
+class _Resident:
+    handle: AgentHandle
+    profile: Profile
+    idle_since: float
+    applied_upto: int = 0  # cmd_seq applied here (its consumption may still be riding)
+    dirty: bool = True
+    drain: asyncio.Task[None] | None = None
+    seen_ids: set[str] = field(default_factory=set)
+    scanned: int = 0  # events folded into ``seen_ids``
+
+
+class Worker:
+    """Drives the sessions this process claims (roles ``worker`` and ``all``)."""
+
+    def __init__(
+        self,
+        rt: Runtime,
+        store: PostgresStore,
+        profiles: dict[str, Profile],
+        *,
+        worker_id: str,
+        capacity: int = 100,
+        idle_unload: float | None = 300.0,
+        poll: float = 1.0,
+        dispose_timeout: float = 10.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if capacity < 1:
+            raise ValueError("capacity must be >= 1")
+        self.rt = rt
+        self.store = store
+        self.profiles = profiles
+        self.worker_id = worker_id
+        self.capacity = capacity
+        self.idle_unload = idle_unload
+        self.poll = poll
+        self.dispose_timeout = dispose_timeout
+        self._clock = clock
+        self.t = store.tables
+        self.control: ControlConnection | None = None
+        self._pool: Any = None
+        self._sweeper: Any = None
+        self._publisher: Any = None
+        self._residents: dict[str, _Resident] = {}
+        self._loading: set[str] = set()
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._dirty: set[str] = set()
+        self._statuses: dict[str, str] = {}
+        self._wake = True  # claim at start
+        self._lost = False
+        self._closing = False
+        self._kick = asyncio.Event()
+        self._loop_task: asyncio.Task[None] | None = None
+        self._disposers = [
+            rt.hooks.on(hooks.STATUS, self._on_status),
+            rt.hooks.on(hooks.SESSION_EVENT, self._on_event),
+        ]
+
+    # --- lifecycle ------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        self._pool = await self.store.pool()
+        await self._register()
+        self._loop_task = asyncio.get_running_loop().create_task(
+            self._run(), name=f"steerloop-worker {self.worker_id}"
+        )
+        publisher = optional(f"{__package__}._feed", "LivePublisher")
+        if publisher is None:
+            return
+        self._publisher = publisher(self._pool, self.t, self.rt)
+        started = self._publisher.start()
+        if asyncio.iscoroutine(started):
+            await started
+
+    async def _register(self) -> None:
+        control = ControlConnection(
+            self.store.dsn,
+            self.t.schema,
+            worker_id=self.worker_id,
+            profiles={name: p.version for name, p in self.profiles.items()},
+            capacity=self.capacity,
+            on_lost=self._on_lost,
+            on_notify=self._on_notify,
+        )
+        await control.start()
+        self.control = control
+        self.store.owner_key = control.key
+        sweeper = optional(f"{__package__}._sweeper", "Sweeper")
+        self._sweeper = None if sweeper is None else sweeper(self._pool, self.t, control)
+        if self._sweeper is not None:
+            self._sweeper.start()
+        self._wake = True
+        self._kick.set()
+
+    async def close(self) -> None:
+        """Stop claiming, let drains finish their current command, dispose every resident
+        agent (releasing its lease), then leave (the worker row and lock go)."""
+        self._closing = True
+        self._kick.set()
+        for dispose in self._disposers:
+            dispose()
+        if self._loop_task is not None:
+            await asyncio.gather(self._loop_task, return_exceptions=True)
+        await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        for session_id in list(self._residents):
+            await self._unload(session_id)  # commands left: wake another
+        await self._stop_helpers()
+        if self.control is not None:
+            await self.control.close()
+
+    async def _stop_helpers(self) -> None:
+        for helper in (self._publisher, self._sweeper):
+            if helper is None:
+                continue
+            try:
+                await helper.close()
+            except Exception:
+                log.exception("worker %s: closing %r failed", self.worker_id, helper)
+        self._publisher = None
+        self._sweeper = None
+
+    def resident(self) -> tuple[str, ...]:
+        return tuple(self._residents)
+
+    # --- callbacks (never block) ----------------------------------------------------------
+
+    def _on_notify(self, channel: str, payload: str) -> None:
+        if channel == WAKE_CHANNEL:
+            self._wake = True
+            self._kick.set()
+            return
+        session_id = payload.rpartition(":")[0] or payload
+        if session_id in self._residents and not self._lost and not self._closing:
+            # The flag, and a drain task if none runs: nothing here awaits.
+            self._schedule_drain(session_id)
+        else:
+            self._dirty.add(session_id)
+            self._kick.set()
+
+    def _on_lost(self) -> None:
+        self._lost = True
+        self._kick.set()
+
+    def _on_status(self, payload: StatusPayload) -> None:
+        session_id = payload.agent.id
+        if session_id in self._residents:
+            self._residents[session_id].idle_since = self._clock()
+            self._statuses[session_id] = payload.status
+            self._kick.set()
+
+    def _on_event(self, payload: SessionEventPayload) -> None:
+        resident = self._residents.get(payload.session.id)
+        if resident is not None:
+            resident.idle_since = self._clock()
+
+    # --- the loop -------------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        next_poll = 0.0
+        period = self.poll
+        if self.idle_unload is not None:
+            period = max(0.05, min(period, self.idle_unload / 2))
+        while not self._closing:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(period):
+                    await self._kick.wait()
+            self._kick.clear()
+            if self._closing:
+                return
+            try:
+                if self._lost:
+                    await self._self_fence()
+                    continue
+                await self._drop_fenced()
+                await self._write_statuses()
+                dirty, self._dirty = self._dirty, set()
+                for session_id in dirty:
+                    self._schedule_drain(session_id)
+                now = self._clock()
+                if self._wake or now >= next_poll:
+                    self._wake = False
+                    next_poll = now + self.poll
+                    await self._recheck()
+                    await self._claim()
+                if self.idle_unload is not None:
+                    await self._unload_idle(now)
+            except Exception:
+                # A database hiccup must not end the worker: the next round retries.
+                log.exception("worker %s: round failed", self.worker_id)
+
+    def _spawn(self, coro: Any, name: str) -> None:
+        task = asyncio.get_running_loop().create_task(coro, name=name)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _drop_fenced(self) -> None:
+        """Unload the sessions whose writer failed (a refused fence: someone else owns the
+        session now; or a storage failure): their unconsumed commands become a wakeup."""
+        for session_id in list(self._residents):
+            writer = self.store.writer(session_id)
+            if writer is None or writer.error is not None:
+                await self._unload(session_id)
+
+    async def _self_fence(self) -> None:
+        """The control connection is gone: this worker may already be declared dead, so
+        every resident agent is disposed; then register again under a new key."""
+        self._lost = False
+        log.warning("worker %s: self-fencing %d sessions", self.worker_id, len(self._residents))
+        for session_id in list(self._residents):
+            # Fenced before the abort: nothing more of ours commits and the lease is not
+            # released, so the log stays as a crash leaves it and the sweeper hands the
+            # session on (revocation after the grace, takeover, repair, continue).
+            writer = self.store.writer(session_id)
+            if writer is not None:
+                writer.lose()
+            await self._unload(session_id, check=False)
+        await self._stop_helpers()
+        old, self.control = self.control, None
+        if old is not None:
+            await old.close()
+        while not self._closing:
+            try:
+                await self._register()
+                return
+            except Exception:
+                log.exception("worker %s: registering again failed", self.worker_id)
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(1.0):
+                        await self._kick.wait()
+                self._kick.clear()
+
+    async def _recheck(self) -> None:
+        """A lost NOTIFY must not leave a command of a resident session waiting: one query
+        finds the residents with unconsumed commands beyond what this worker applied."""
+        if not self._residents:
+            return
+        ids = list(self._residents)
+        rows = await self._pool.fetch(
+            f"SELECT DISTINCT c.session_id FROM {self.t.commands} c "
+            "JOIN unnest($1::text[], $2::bigint[]) AS r (sid, upto) ON c.session_id = r.sid "
+            "WHERE c.consumed_at IS NULL AND c.cmd_seq > r.upto",
+            ids,
+            [self._residents[sid].applied_upto for sid in ids],
+        )
+        for row in rows:
+            self._schedule_drain(row["session_id"])
+
+    # --- claims ---------------------------------------------------------------------------
+
+    async def _claim(self) -> None:
+        control = self.control
+        free = self.capacity - len(self._residents) - len(self._loading)
+        if control is None or control.lost or free <= 0 or not self.profiles:
+            return
+        t = self.t
+        names = list(self.profiles)
+        versions = [self.profiles[name].version for name in names]
+        rows = await self._pool.fetch(
+            f"UPDATE {t.wakeups} w SET claimed_by = $1, claimed_at = now(), "
+            "attempts = w.attempts + 1 WHERE w.session_id IN ("
+            f"SELECT k.session_id FROM {t.wakeups} k JOIN {t.specs} s USING (session_id) "
+            "JOIN unnest($2::text[], $3::int[]) AS p (name, version) "
+            "ON s.profile = p.name AND s.profile_version = p.version "
+            "WHERE k.claimed_by IS NULL AND k.due_at <= now() "
+            "ORDER BY k.due_at LIMIT $4 FOR UPDATE OF k SKIP LOCKED) "
+            "RETURNING w.session_id, w.reason",
+            control.key,
+            names,
+            versions,
+            free,
+        )
+        for row in rows:
+            session_id = row["session_id"]
+            if session_id in self._residents or session_id in self._loading:
+                await self._done_wakeup(session_id, control.key)
+                self._schedule_drain(session_id)
+                continue
+            self._loading.add(session_id)
+            self._spawn(self._load(session_id, control.key), f"steerloop-load {session_id}")
+
+    async def _done_wakeup(self, session_id: str, key: int) -> None:
+        await self._pool.execute(
+            f"DELETE FROM {self.t.wakeups} WHERE session_id = $1 AND claimed_by = $2",
+            session_id,
+            key,
+        )
+
+    async def _load(self, session_id: str, key: int) -> None:
+        try:
+            await self._load_in(session_id, key)
+        except SessionConflictError as exc:
+            # Someone holds a live lease: that owner drains. If it is dead the sweeper
+            # revokes it and queues the session again.
+            log.info("worker %s: %s is held elsewhere: %s", self.worker_id, session_id, exc)
+            with contextlib.suppress(Exception):
+                await self._done_wakeup(session_id, key)
+        except Exception:
+            log.exception("worker %s: loading %s failed; retried later", self.worker_id, session_id)
+            with contextlib.suppress(Exception):
+                await self._pool.execute(
+                    f"UPDATE {self.t.wakeups} SET claimed_by = NULL, claimed_at = NULL, "
+                    "due_at = now() + make_interval(secs => least(attempts, 30)) "
+                    "WHERE session_id = $1 AND claimed_by = $2",
+                    session_id,
+                    key,
+                )
+        finally:
+            self._loading.discard(session_id)
+
+    async def _load_in(self, session_id: str, key: int) -> None:
+        spec = await self._pool.fetchrow(
+            f"SELECT profile, profile_version, meta FROM {self.t.specs} WHERE session_id = $1",
+            session_id,
+        )
+        if spec is None:  # deleted meanwhile
+            await self._done_wakeup(session_id, key)
+            return
+        profile = self.profiles[spec["profile"]]
+        meta = None if spec["meta"] is None else json.loads(spec["meta"])
+        setup = origin_setup(profile, meta)
+        resumed = await self.store.exists(session_id)
+        if resumed:
+            handle = await self.rt.agents.resume(
+                resume_session_id=session_id, agent_options=profile.options, setup=setup
+            )
+        else:
+            handle = await self.rt.agents.create(
+                session_id=session_id, agent_options=profile.options, setup=setup, meta=meta
+            )
+        if self._closing or self._lost:
+            with contextlib.suppress(Exception):
+                await handle.dispose()
+            return
+        resident = _Resident(handle, profile, self._clock())
+        self._residents[session_id] = resident
+        agent = handle.agent
+        self._statuses[session_id] = agent.status
+        await self._write_statuses()
+        if resumed and profile.on_takeover == "continue":
+            writer = self.store.writer(session_id)
+            from_seq = (writer.stored_length if writer is not None else 0) + 1
+            message = _takeover_message(agent.session.events, from_seq)
+            if message is not None:
+                agent.followup(message)
+        await self._done_wakeup(session_id, key)
+        self._schedule_drain(session_id)
+
+    # --- draining -------------------------------------------------------------------------
+
+    def _schedule_drain(self, session_id: str) -> None:
+        resident = self._residents.get(session_id)
+        if resident is None:
+            return
+        resident.dirty = True
+        if resident.drain is None or resident.drain.done():
+            resident.drain = asyncio.get_running_loop().create_task(
+                self._drain(session_id, resident), name=f"steerloop-drain {session_id}"
+            )
+
+    async def _drain(self, session_id: str, resident: _Resident) -> None:
+        while resident.dirty and not self._closing and not self._lost:
+            resident.dirty = False
+            if self._residents.get(session_id) is not resident:
+                return
+            try:
+                rows = await self._pool.fetch(
+                    f"SELECT cmd_seq, kind, message_id, body FROM {self.t.commands} "
+                    "WHERE session_id = $1 AND consumed_at IS NULL AND cmd_seq > $2 "
+                    "ORDER BY cmd_seq LIMIT $3",
+                    session_id,
+                    resident.applied_upto,
+                    _DRAIN_PAGE,
+                )
+                for row in rows:
+                    if self._residents.get(session_id) is not resident or self._lost:
+                        return
+                    await self._apply(session_id, resident, row)
+                    resident.applied_upto = row["cmd_seq"]
+                    resident.idle_since = self._clock()
+                if len(rows) == _DRAIN_PAGE:
+                    resident.dirty = True
+            except SessionPersistenceError as exc:
+                # The lease is gone (fenced) or the store failed: this worker must not
+                # drive the session any more; whoever owns it now drains.
+                log.warning("worker %s: dropping %s: %s", self.worker_id, session_id, exc)
+                await self._unload(session_id)
+                return
+            except Exception:
+                log.exception("worker %s: draining %s failed", self.worker_id, session_id)
+                return
+
+    async def _apply(self, session_id: str, resident: _Resident, row: Any) -> None:
+        agent = resident.handle.agent
+        writer = self.store.writer(session_id)
+        if writer is None or writer.error is not None:
+            raise SessionConflictError(f"session {session_id!r}: no usable writer")
+        kind = row["kind"]
+        cmd_seq = row["cmd_seq"]
+        body = json.loads(row["body"])
+        if not isinstance(body, dict):
+            body = {}
+        if kind in ("followup", "steer", "inject"):
+            message_id = row["message_id"]
+            content = body.get("content")
+            if message_id in self._seen_ids(resident) or not isinstance(content, str):
+                if not isinstance(content, str):  # a stored row the API never writes
+                    log.warning("session %s: command %d has no text; skipped", session_id, cmd_seq)
+                await self._consume_fenced(session_id, cmd_seq, writer)
+                return
+            try:
+                message = user_message(content, id=message_id)
+                message_id = message.id
+                before = agent.session.next_seq
+                if kind == "followup":
+                    agent.followup(message)
+                elif kind == "steer":
+                    agent.steer(message)
+                else:
+                    agent.inject(message)
+            except ValueError:
+                log.exception("session %s: command %d refused", session_id, cmd_seq)
+                await self._consume_fenced(session_id, cmd_seq, writer)
+                return
+            seq = _splice_seq(agent.session.events, before, message_id)
+            if seq is None:  # no event carries it (should not happen): consume on its own
+                await self._consume_fenced(session_id, cmd_seq, writer)
+                return
+            writer.attach(seq, self._consume_sql, session_id, cmd_seq, seq)
+            resident.seen_ids.add(message_id)
+        elif kind == "cancel":
+            # At most once: consumed (fenced) before it is applied.
+            if await self._consume_fenced(session_id, cmd_seq, writer):
+                agent.cancel(CancelCause.user(), keep_inbox=bool(body.get("keep_inbox")))
+        elif kind == "approval":
+            await self._apply_approval(session_id, agent, writer, cmd_seq, body)
+        else:  # 'dispose' and anything unknown: nothing to apply here
+            await self._consume_fenced(session_id, cmd_seq, writer)
+
+    async def _apply_approval(
+        self, session_id: str, agent: Any, writer: Any, cmd_seq: int, body: dict[str, Any]
+    ) -> None:
+        decide = getattr(agent, "decide_approval", None)
+        if decide is None:
+            log.warning("session %s: approvals are not available in this build", session_id)
+            await self._consume_fenced(session_id, cmd_seq, writer)
+            return
+        try:
+            seq = decide(
+                body.get("call_id"),
+                body.get("decision"),
+                reason=body.get("reason"),
+                by=body.get("by", "http"),
+            )
+        except SessionPersistenceError:
+            raise
+        except Exception:  # ApprovalError (not pending any more), a bad stored body
+            log.info("session %s: approval %d not applicable", session_id, cmd_seq, exc_info=True)
+            await self._consume_fenced(session_id, cmd_seq, writer)
+            return
+        if isinstance(seq, int):
+            try:
+                writer.attach(seq, self._consume_sql, session_id, cmd_seq, seq)
+                return
+            except ValueError:
+                pass
+        await self._consume_fenced(session_id, cmd_seq, writer)
+
+    @property
+    def _consume_sql(self) -> str:
+        return (
+            f"UPDATE {self.t.commands} SET consumed_at = now(), consumed_seq = $3 "
+            "WHERE session_id = $1 AND cmd_seq = $2 AND consumed_at IS NULL"
+        )
+
+    async def _consume_fenced(self, session_id: str, cmd_seq: int, writer: Any) -> bool:
+        """Mark one command consumed only while this writer's lease is current."""
+        done = await self._pool.fetchval(
+            f"UPDATE {self.t.commands} c SET consumed_at = now() FROM {self.t.leases} l "
+            "WHERE c.session_id = $1 AND c.cmd_seq = $2 AND c.consumed_at IS NULL "
+            "AND l.session_id = $1 AND l.lease_id = $3 AND l.token = $4 "
+            "AND l.expires_at > now() RETURNING 1",
+            session_id,
+            cmd_seq,
+            writer.lease_id,
+            writer.token,
+        )
+        return done is not None
+
+    def _seen_ids(self, resident: _Resident) -> set[str]:
+        """Message ids any splice of the log inserted (folded incrementally)."""
+        events = resident.handle.agent.session.events
+        for event in events[resident.scanned :]:
+            if event.type == "agent/inbox/spliced":
+                resident.seen_ids.update(m.id for m in event.data.inserted)
+        resident.scanned = len(events)
+        return resident.seen_ids
+
+    # --- status and unload ----------------------------------------------------------------
+
+    async def _write_statuses(self) -> None:
+        statuses, self._statuses = self._statuses, {}
+        for session_id, status in statuses.items():
+            writer = self.store.writer(session_id)
+            if writer is None:
+                continue
+            await self._pool.execute(
+                f"UPDATE {self.t.specs} SET status = $2, updated_at = now() "
+                f"WHERE session_id = $1 AND EXISTS (SELECT 1 FROM {self.t.leases} "
+                "WHERE session_id = $1 AND lease_id = $3)",
+                session_id,
+                status,
+                writer.lease_id,
+            )
+
+    async def _unload_idle(self, now: float) -> None:
+        assert self.idle_unload is not None
+        for session_id, resident in list(self._residents.items()):
+            agent = resident.handle.agent
+            if (
+                agent.status == "idle"
+                and not agent.inbox.has_pending
+                and (resident.drain is None or resident.drain.done())
+                and now - resident.idle_since >= self.idle_unload
+            ):
+                await self._unload(session_id)
+
+    async def _unload(self, session_id: str, *, check: bool = True) -> None:
+        """Dispose a resident session (its lease is released), mark it unloaded, and wake
+        it again if commands arrived meanwhile."""
+        resident = self._residents.pop(session_id, None)
+        if resident is None:
+            return
+        self._statuses.pop(session_id, None)
+        writer = self.store.writer(session_id)
+        # A fenced-out agent cannot write its teardown: bounded, the stray activity is left
+        # behind (its calls recorded unknown in memory only; the new owner repairs the log).
+        fenced = writer is None or writer.error is not None
+        try:
+            await resident.handle.dispose(timeout=1.0 if fenced else self.dispose_timeout)
+        except Exception as exc:
+            log.info("worker %s: disposing %s: %s", self.worker_id, session_id, exc)
+        t = self.t
+        try:
+            await self._pool.execute(
+                f"UPDATE {t.specs} SET status = 'unloaded', updated_at = now() "
+                f"WHERE session_id = $1 AND NOT EXISTS (SELECT 1 FROM {t.leases} "
+                "WHERE session_id = $1 AND lease_id IS NOT NULL AND expires_at > now())",
+                session_id,
+            )
+            if not check:
+                return
+            # A command accepted while this worker was releasing found a live lease and
+            # only notified it: make sure somebody loads the session again.
+            woken = await self._pool.fetchval(
+                f"INSERT INTO {t.wakeups} (session_id, reason) SELECT $1, 'unload' "
+                f"WHERE EXISTS (SELECT 1 FROM {t.commands} WHERE session_id = $1 "
+                "AND consumed_at IS NULL) ON CONFLICT (session_id) DO NOTHING RETURNING 1",
+                session_id,
+            )
+            if woken is not None:
+                await self._pool.execute("SELECT pg_notify($1, $2)", WAKE_CHANNEL, session_id)
+        except Exception:
+            log.exception("worker %s: after unloading %s", self.worker_id, session_id)
+
+
+def origin_setup(profile: Profile, meta: dict[str, Any] | None) -> Callable[[Any], Any]:
+    """The profile's setup, after recording the profile in a new session's header."""
+
+    def setup(scope: Any) -> Any:
+        header = scope.agent.session.header
+        if "origin" not in header:  # a resumed session keeps the profile it was made with
+            origin: dict[str, Any] = {
+                "kind": _ORIGIN_KIND,
+                "profile": profile.name,
+                "profile_version": profile.version,
+            }
+            if meta:
+                origin["meta"] = meta
+            header["origin"] = origin
+        return profile.setup(scope) if profile.setup is not None else None
+
+    return setup
+
+
+def _splice_seq(events: Any, before: int, message_id: str) -> int | None:
+    """The seq of the splice (at or after ``before``) that inserted ``message_id``."""
+    for event in events[before - 1 :]:
+        if event.type == "agent/inbox/spliced" and any(
+            m.id == message_id for m in event.data.inserted
+        ):
+            return int(event.seq)
+    return None
+
+
+def _takeover_message(events: Any, from_seq: int) -> Any:
+    takeover_message = optional("steerloop.service._takeover", "takeover_message")
+    return None if takeover_message is None else takeover_message(events, from_seq)
+
+
+def optional(module: str, name: str) -> Any:
+    """``module.name`` when that module is part of this build, else ``None`` (the feed
+    publisher, the sweeper and the takeover message are separate modules)."""
+    try:
+        found = importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name != module:
+            raise
+        return None
+    return getattr(found, name, None)
