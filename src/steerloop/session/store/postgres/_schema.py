@@ -230,6 +230,10 @@ class Url:
             )
         except ValueError:
             raise ValueError("lease_ttl in the store URL must be a number of seconds") from None
+        notify = query.pop("notify", "0")
+        if notify not in ("0", "1", "true", "false"):
+            raise ValueError(f"notify in the store URL must be 0 or 1, not {notify!r}")
+        self.notify = notify in ("1", "true")
         self.password = unquote(parts.password) if parts.password else ""
         self.dsn = urlunsplit(parts._replace(query=urlencode(query)))
         netloc = parts.netloc
