@@ -637,10 +637,9 @@ class ServiceHost:
         if store is None:
             return []
         try:
-            stored = await store.load(session_id)
+            return list(await store.load_after(session_id, after, limit))
         except SessionPersistenceNotFoundError:
             return []
-        return [event.to_json() for event in stored[after : after + limit]]
 
     async def last_seq(self, session_id: str) -> int:
         handle = self._handles.get(session_id)

@@ -177,6 +177,9 @@ class Tables:
         self.release = f"""
             UPDATE {self.leases} SET lease_id = NULL, expires_at = now()
              WHERE session_id = $1 AND lease_id = $2 AND token = $3"""
+        self.page = f"""
+            SELECT seq, payload FROM {self.events}
+             WHERE session_id = $1 AND seq > $2 ORDER BY seq LIMIT $3"""
         self.insert_events = f"""
             INSERT INTO {self.events} (session_id, seq, payload)
             SELECT * FROM unnest($1::text[], $2::bigint[], $3::json[])"""

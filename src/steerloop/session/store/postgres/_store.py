@@ -77,8 +77,10 @@ from .._interface import (
     BufferedWriter,
     SessionInfo,
     SessionStore,
+    check_page,
     decode_rows,
     last_time,
+    page_rows,
     stored_header,
 )
 from ._schema import (
@@ -320,6 +322,20 @@ class PostgresStore(SessionStore):
                         f"no session {session_id!r} in {self.url}"
                     )
         return decode_rows(rows, f"session {session_id!r}")
+
+    async def load_after(
+        self, session_id: str, after: int, limit: int
+    ) -> tuple[dict[str, Any], ...]:
+        check_page(after, limit)
+        pool = await self._acquire_pool()
+        t = self._tables
+        with self._errors(f"reading session {session_id!r}"):
+            rows = await pool.fetch(self._tables.page, session_id, after, limit)
+            if not rows and not await pool.fetchval(
+                f"SELECT EXISTS (SELECT 1 FROM {t.sessions} WHERE session_id = $1)", session_id
+            ):
+                raise SessionPersistenceNotFoundError(f"no session {session_id!r} in {self.url}")
+        return page_rows(rows, after, f"session {session_id!r}")
 
     async def exists(self, session_id: str) -> bool:
         pool = await self._acquire_pool()
