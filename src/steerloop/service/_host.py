@@ -34,7 +34,7 @@ from ..session._approvals import approval_state, pending_approvals
 from ..session._events import ApprovalRequested
 from ._profile import Profile
 
-__all__ = ["ApiError", "ServiceHost"]
+__all__ = ["ApiError", "ServiceHost", "frame_json"]
 
 log = logging.getLogger("steerloop.service")
 
@@ -601,19 +601,9 @@ class ServiceHost:
             feed.frames.clear()
             feed.after_seq = after
             feed.first_n = 1
-        frame = payload.frame
-        body: dict[str, Any] = {
-            "kind": frame.kind,
-            "attempt_id": frame.attempt_id,
-            "revision": frame.revision,
-            "turn": frame.turn,
-            "step": frame.step,
-        }
-        if frame.chunk is not None:
-            body["chunk"] = chunk_to_json(frame.chunk)
         if len(feed.frames) == feed.frames.maxlen:
             feed.first_n += 1
-        feed.frames.append(body)
+        feed.frames.append(frame_json(payload.frame))
         feed.notify()
 
     async def events_after(self, session_id: str, after: int, limit: int) -> list[dict[str, Any]]:
@@ -641,6 +631,10 @@ class ServiceHost:
         except SessionPersistenceNotFoundError:
             return []
 
+    def subscribe(self, session_id: str) -> _LocalReader:
+        """A feed reader of ``session_id`` (``FeedSource``), registered now."""
+        return _LocalReader(self, session_id, self.feed(session_id, reader=True))
+
     async def last_seq(self, session_id: str) -> int:
         handle = self._handles.get(session_id)
         if handle is not None:
@@ -649,6 +643,48 @@ class ServiceHost:
         if store is None:
             return 0
         return (await store.info(session_id)).events
+
+
+class _LocalReader:
+    """An SSE reader of the in-process feed (``FeedReader``)."""
+
+    def __init__(self, host: ServiceHost, session_id: str, feed: _Feed) -> None:
+        self._host = host
+        self._session_id = session_id
+        self._feed = feed
+        self._open = True
+
+    @property
+    def version(self) -> int:
+        return self._feed.version
+
+    async def wait(self, seen: int, timeout: float) -> None:
+        await self._feed.wait(seen, timeout)
+
+    async def events_after(self, after: int, limit: int) -> list[dict[str, Any]]:
+        return await self._host.events_after(self._session_id, after, limit)
+
+    async def frames_after(self, seq: int, n: int) -> list[tuple[int, dict[str, Any]]]:
+        return self._feed.frames_after(seq, n)
+
+    def close(self) -> None:
+        if self._open:
+            self._open = False
+            self._host.release_feed(self._session_id)
+
+
+def frame_json(frame: Any) -> dict[str, Any]:
+    """The JSON body of one live frame (``event: stream`` on the SSE feed)."""
+    body: dict[str, Any] = {
+        "kind": frame.kind,
+        "attempt_id": frame.attempt_id,
+        "revision": frame.revision,
+        "turn": frame.turn,
+        "step": frame.step,
+    }
+    if frame.chunk is not None:
+        body["chunk"] = chunk_to_json(frame.chunk)
+    return body
 
 
 def _link_trace(agent: Agent, headers: Mapping[str, str]) -> None:

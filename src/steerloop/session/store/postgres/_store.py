@@ -107,7 +107,7 @@ __all__ = [
 FEED_CHANNEL = "steerloop_feed"
 """The channel a ``notify=True`` store announces its committed batches on."""
 
-_PAYLOAD_BYTES = 7900  # the server refuses a payload of 8000 bytes or more
+PAYLOAD_BYTES = 7900  # the server refuses a payload of 8000 bytes or more
 
 
 def escape_id(session_id: str) -> str:
@@ -129,7 +129,7 @@ def feed_payloads(tops: Mapping[str, int]) -> builtins.list[str]:
     for sid, seq in tops.items():
         item = f"{escape_id(sid)}:{seq}"
         length = len(item.encode()) + 1
-        if items and size + length > _PAYLOAD_BYTES:
+        if items and size + length > PAYLOAD_BYTES:
             payloads.append(",".join(items))
             items, size = [], 0
         items.append(item)
