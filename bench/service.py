@@ -189,10 +189,19 @@ async def watch_after(
                     seen.setdefault(message["id"], time.perf_counter())
 
 
-async def turns(client: httpx.AsyncClient, total: int, inflight: int) -> None:
-    sids = [f"t{i}" for i in range(inflight)]
+async def follow(client: httpx.AsyncClient, sid: str) -> None:
+    async with aconnect_sse(client, "GET", f"/v1/sessions/{sid}/events") as source:
+        async for _event in source.aiter_sse():
+            pass
+
+
+async def turns(
+    client: httpx.AsyncClient, total: int, inflight: int, readers: int = 0, tag: str = "t"
+) -> float:
+    sids = [f"{tag}{i}" for i in range(inflight)]
     for sid in sids:
         await client.post("/v1/sessions", json={"session_id": sid})
+    followers = [asyncio.create_task(follow(client, sid)) for sid in sids for _ in range(readers)]
     per = total // inflight
 
     async def drive(sid: str) -> None:
@@ -211,10 +220,15 @@ async def turns(client: httpx.AsyncClient, total: int, inflight: int) -> None:
     t0 = time.perf_counter()
     await asyncio.gather(*[drive(s) for s in sids])
     elapsed = time.perf_counter() - t0
+    for f in followers:
+        f.cancel()  # the bench's own readers
+    await asyncio.gather(*followers, return_exceptions=True)
+    rate = per * inflight / elapsed
     print(
-        f"scripted turns: {per * inflight} in {elapsed:.2f} s = "
-        f"{per * inflight / elapsed:.0f} turns/s ({inflight} sessions in flight, 1 process)"
+        f"scripted turns: {per * inflight} in {elapsed:.2f} s = {rate:.0f} turns/s "
+        f"({inflight} sessions in flight, {readers} SSE readers each, 1 process)"
     )
+    return rate
 
 
 async def main() -> None:

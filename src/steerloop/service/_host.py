@@ -129,6 +129,57 @@ class _Feed:
         return [(i, frame) for i, frame in enumerate(self.frames, start=self.first_n) if i > n]
 
 
+class _Durability:
+    """Makes the events readers ask for durable, for every reader of the process at once.
+
+    Readers (SSE feeds, log pages) serve a live session's events only once they are durable.
+    Each flushing on its own turned every group commit into a synced one, once per reader
+    wake (measured: a third of the turn throughput with two readers per session). Here a
+    reader registers what it needs and joins the next *round*: one ``flush`` per session in
+    demand, all issued together (group commit syncs them in one commit); one round runs at
+    a time, so the sync rate no longer grows with the number of readers.
+    """
+
+    def __init__(self) -> None:
+        self.marks: dict[str, int] = {}  # durable through this seq (per session)
+        self._want: dict[str, Any] = {}  # session id -> Session, for the next round
+        self._next: asyncio.Future[dict[str, BaseException]] | None = None
+        self._runner: asyncio.Task[None] | None = None
+
+    async def through(self, session_id: str, session: Any, seq: int) -> None:
+        """Return once ``session`` is durable through ``seq``; raise its flush's error."""
+        while self.marks.get(session_id, 0) < seq:
+            self._want[session_id] = session
+            if self._next is None:
+                self._next = asyncio.get_running_loop().create_future()
+            round_ = self._next
+            if self._runner is None or self._runner.done():
+                self._runner = asyncio.get_running_loop().create_task(self._run())
+            errors = await asyncio.shield(round_)
+            if session_id in errors:
+                raise errors[session_id]
+
+    def forget(self, session_id: str) -> None:
+        self.marks.pop(session_id, None)
+
+    async def _run(self) -> None:
+        while self._want:
+            want, self._want = self._want, {}
+            round_, self._next = self._next, None
+            marks = {sid: session.next_seq - 1 for sid, session in want.items()}
+            results = await asyncio.gather(
+                *(session.flush() for session in want.values()), return_exceptions=True
+            )
+            errors: dict[str, BaseException] = {}
+            for (sid, mark), result in zip(marks.items(), results, strict=True):
+                if isinstance(result, BaseException):
+                    errors[sid] = result
+                else:
+                    self.marks[sid] = max(mark, self.marks.get(sid, 0))
+            if round_ is not None and not round_.done():
+                round_.set_result(errors)
+
+
 class ServiceHost:
     """Drives the agents of one process for the HTTP app (role ``all``)."""
 
@@ -154,6 +205,7 @@ class ServiceHost:
         self._queues: dict[str, _Queue] = {}
         self._feeds: dict[str, _Feed] = {}
         self._idle_since: dict[str, float] = {}
+        self._durable = _Durability()
         self._closed = False
         self._stop = asyncio.Event()
         self._unloader: asyncio.Task[None] | None = None
@@ -556,6 +608,7 @@ class ServiceHost:
             if handle is None or handle.agent.status != "idle" or self.unconsumed(session_id):
                 return
             del self._handles[session_id]
+            self._durable.forget(session_id)
             feed = self._feeds.get(session_id)
             if feed is not None and feed.readers <= 0:
                 del self._feeds[session_id]
@@ -614,14 +667,15 @@ class ServiceHost:
         handle = self._handles.get(session_id)
         if handle is not None:
             session = handle.agent.session
-            if session.next_seq - 1 <= after:
+            mark = session.next_seq - 1
+            if mark <= after:
                 return []
             try:
-                await session.flush()
+                await self._durable.through(session_id, session, mark)
             except Exception:
                 log.debug("session %s: flush for a reader failed", session_id, exc_info=True)
             else:
-                events = session.events[after : after + limit]
+                events = session.events[after : min(mark, after + limit)]
                 return [event.to_json() for event in events]
         store = self.rt.sessions.persistence
         if store is None:
