@@ -52,10 +52,11 @@ _FRAME_PAGE = 500
 class _Flag:
     """A coalescing per-session flag: ``version`` moves, waiters wake; nothing is queued."""
 
-    __slots__ = ("readers", "version", "waiters")
+    __slots__ = ("live", "readers", "version", "waiters")
 
     def __init__(self) -> None:
         self.version = 0
+        self.live = 0  # moves with each live-frame announcement (and each reconnect)
         self.readers = 0
         self.waiters: set[asyncio.Future[None]] = set()
 
@@ -166,6 +167,7 @@ class FeedHub:
 
     def _wake_all(self) -> None:
         for flag in builtins.list(self._flags.values()):
+            flag.live += 1  # nothing is known to be unannounced: readers look again
             flag.bump()
 
     def _on_notify(self, conn: Any, pid: int, channel: str, payload: str) -> None:
@@ -176,9 +178,11 @@ class FeedHub:
         if not items:
             self._wake_all()
             return
-        for session_id, _seq, _n in items:
+        for session_id, _seq, n in items:
             flag = self._flags.get(session_id)
             if flag is not None:
+                if n is not None:
+                    flag.live += 1
                 flag.bump()
 
     def _on_terminated(self, conn: Any) -> None:
@@ -306,6 +310,7 @@ class _PgReader:
         self._session_id = session_id
         self._flag = flag
         self._open = True
+        self._looked: tuple[int, int] | None = None  # (cursor seq, flag.live) last looked at
 
     @property
     def version(self) -> int:
@@ -318,7 +323,15 @@ class _PgReader:
         return await self._source.events_after(self._session_id, after, limit)
 
     async def frames_after(self, seq: int, n: int) -> builtins.list[tuple[int, dict[str, Any]]]:
-        return await self._source.frames_after(self._session_id, seq, n)
+        # Live rows are inserted in the transaction that announces them: with no
+        # announcement since this reader last looked at this cursor, there is nothing new
+        # (one query per wake instead of two when only durable events move).
+        looked = (seq, self._flag.live)
+        if looked == self._looked:
+            return []
+        frames = await self._source.frames_after(self._session_id, seq, n)
+        self._looked = looked
+        return frames
 
     def close(self) -> None:
         if self._open:
