@@ -45,18 +45,18 @@ async def owner(url: str, schema: str, key: int, seconds: float) -> None:
     await conn.close()
 
 
-def _runtime_parts(url: str) -> tuple[Any, Any]:
+def _runtime_parts(url: str, notify: bool = True) -> tuple[Any, Any]:
     from steerloop import AgentOptions
     from steerloop.session.store.postgres import PostgresStore
 
-    return PostgresStore(url, notify=True), AgentOptions(provider="text", model="m")
+    return PostgresStore(url, notify=notify), AgentOptions(provider="text", model="m")
 
 
-async def turns(url: str, seconds: float, sessions: int, tag: str) -> None:
+async def turns(url: str, seconds: float, sessions: int, tag: str, notify: bool) -> None:
     from steerloop import Runtime, user_message
     from steerloop.testing import ScriptedAdapter, text_response
 
-    store, options = _runtime_parts(url)
+    store, options = _runtime_parts(url, notify)
     rt = await Runtime.open(store=store)
     rt.llm.register_adapter(["text"], ScriptedAdapter([text_response("ok")] * 1_000_000))
     handles = [
@@ -121,7 +121,8 @@ def main() -> None:
     if kind == "owner":
         asyncio.run(owner(args[0], args[1], int(args[2]), float(args[3])))
     elif kind == "turns":
-        asyncio.run(turns(args[0], float(args[1]), int(args[2]), args[3]))
+        notify = len(args) < 5 or args[4] == "1"
+        asyncio.run(turns(args[0], float(args[1]), int(args[2]), args[3], notify))
     elif kind == "writer":
         asyncio.run(writer(args[0], float(args[1]), int(args[2]), args[3], float(args[4])))
     else:

@@ -437,12 +437,19 @@ async def cross_process_sse(
         kill_all(writers + ([server] if server is not None else []))
 
 
-async def turn_scaling(url: str, counts: list[int], seconds: float, sessions: int) -> None:
+async def turn_scaling(
+    url: str, counts: list[int], seconds: float, sessions: int, notify: bool = True
+) -> None:
     """Scripted turns (a followup answered by one text reply) with 1, 2, 4 … processes on
-    one database, each a Runtime on a notifying PostgresStore with ``sessions`` sessions."""
+    one database, each a Runtime on a PostgresStore (``notify`` as given) with ``sessions``
+    sessions."""
     rates: dict[int, float] = {}
     for n in counts:
-        procs = [child("turns", url, str(seconds), str(sessions), f"s{n}p{p}") for p in range(n)]
+        run = uuid.uuid4().hex[:6]
+        procs = [
+            child("turns", url, str(seconds), str(sessions), f"s{run}p{p}", f"{notify:d}")
+            for p in range(n)
+        ]
         try:
             for proc in procs:
                 assert await answer(proc) == "ready"
@@ -453,7 +460,8 @@ async def turn_scaling(url: str, counts: list[int], seconds: float, sessions: in
         rates[n] = done / seconds
     base = rates[counts[0]]
     print(
-        f"scripted turns on one PostgreSQL ({sessions} sessions per process, {seconds:.0f} s): "
+        f"scripted turns on one PostgreSQL ({sessions} sessions per process, {seconds:.0f} s, "
+        f"feed notify {'on' if notify else 'off'}): "
         + ", ".join(
             f"{n} proc {rate:.0f} turns/s ({rate / base:.2f}x)" for n, rate in rates.items()
         )
@@ -524,6 +532,7 @@ async def main() -> None:
             await send_to_owner(pg, schema, args.workers, args.rate, args.seconds, 2)
             await cross_process_sse(pg, args.workers, 5, args.rate, args.seconds)
             await turn_scaling(pg, [1, 2, 4], 5.0, 8)
+            await turn_scaling(pg, [1, 2, 4], 5.0, 8, notify=False)
         finally:
             await drop_schema(args.postgres, schema)
 
