@@ -30,6 +30,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from ...agent._handles import ASSISTANT_STREAM, SESSION_EVENT
 from ...errors import SessionStorageError
 from ...session._json import dumps, loads
 from ...session.store._interface import page_rows
@@ -413,8 +414,8 @@ class LivePublisher:
         if self._task is not None:
             return
         self._disposers = [
-            self._rt.hooks.on("agent/assistant-stream", self._on_frame),
-            self._rt.hooks.on("session/event", self._on_event),
+            self._rt.hooks.on(ASSISTANT_STREAM, self._on_frame),
+            self._rt.hooks.on(SESSION_EVENT, self._on_event),
         ]
         self._task = asyncio.get_running_loop().create_task(
             self._run(), name="steerloop-live-publisher"
