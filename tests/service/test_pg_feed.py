@@ -375,3 +375,42 @@ async def test_the_hub_wakes_only_named_sessions_and_everyone_on_garbage(
         await conn.close()
         await feed.close()
         await store.close()
+
+
+async def test_live_frames_of_an_old_lease_token_are_never_served(pg: tuple[str, str]) -> None:
+    """Live rows carry the lease token of the worker that streamed them: after a takeover
+    (token + 1) a reader gets only the new owner's frames; a malformed frame row is
+    skipped; the publisher's sweep deletes rows whose token holds no lease."""
+    url, schema = pg
+    store = PostgresStore(url)
+    feed = await open_pg_feed(store, None, name="tokens")
+    conn = await asyncpg.connect(POSTGRES_URL, timeout=5)
+    q = f'"{schema}"'
+    try:
+        writer_ = await store.open_writer("s")
+        writer_.publish()
+        await writer_.flush()
+        token = await conn.fetchval(f"SELECT token FROM {q}.steerloop_leases")
+        rows = [
+            ("s", 0, 1, token - 1, '{"kind": "old"}'),
+            ("s", 0, 2, token, '{"kind": "start"}'),
+            ("s", 0, 3, token, '"not an object"'),
+            ("s", 0, 4, token, '{"kind": "chunk"}'),
+            ("t", 0, 1, 7, '{"kind": "orphan"}'),
+        ]
+        await conn.executemany(f"INSERT INTO {q}.steerloop_live VALUES ($1, $2, $3, $4, $5)", rows)
+        reader = feed.source.subscribe("s")
+        assert await reader.frames_after(0, 0) == [(2, {"kind": "start"}), (4, {"kind": "chunk"})]
+        assert await reader.frames_after(0, 0) == []  # nothing announced since: no query
+        reader.close()
+        assert await feed.source.frames_after("s", 0, 2) == [(4, {"kind": "chunk"})]
+        await writer_.close()  # the lease is released: every row of "s" is now stale
+        from steerloop.service._pg._feed import LivePublisher
+
+        sweeper = LivePublisher(feed.pool, store._tables, None, stale_every=0.0)
+        await sweeper._flush(sweep=True)
+        assert await conn.fetchval(f"SELECT count(*) FROM {q}.steerloop_live") == 0
+    finally:
+        await conn.close()
+        await feed.close()
+        await store.close()
