@@ -152,6 +152,7 @@ async def test_a_reader_sees_another_processes_commits_in_order(pg: tuple[str, s
         finally:
             await reader.stop()
         assert ids(seen) == [str(seq) for seq in range(1, last + 1)]
+        assert [e.retry for e in seen[:2]] == [2000, None]  # reconnect after 2 s
         log = await stored(url, "w")
         assert [e.event for e in seen] == [e["type"] for e in log]
         assert [httpx.Response(200, content=e.data).json() for e in seen] == log
