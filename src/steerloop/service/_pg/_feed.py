@@ -219,6 +219,7 @@ class FeedHub:
                 conn.terminate()
 
     async def _run(self) -> None:
+        delay = self._retry
         while not self._stop.is_set():
             if self._conn is None:
                 try:
@@ -226,8 +227,10 @@ class FeedHub:
                 except Exception as exc:
                     log.warning("feed listener: reconnecting failed (%s)", type(exc).__name__)
                     with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self._stop.wait(), self._retry)
+                        await asyncio.wait_for(self._stop.wait(), delay)
+                    delay = min(delay * 2, 2.0)  # a server that is down is not hammered
                     continue
+                delay = self._retry
                 log.info("feed listener: reconnected")
             try:
                 await asyncio.wait_for(self._lost.wait(), self._check_every)
