@@ -97,6 +97,13 @@ async def writer(url: str, seconds: float, sessions: int, tag: str, rate: float)
     ]
     for h in handles:
         await h.agent.session.flush()
+    pool = await store._acquire_pool()
+    for h in handles:  # the spec row an API node finds a session by
+        await pool.execute(
+            f"INSERT INTO {store._tables.specs} (session_id, profile, profile_version, status)"
+            " VALUES ($1, 'default', 1, 'idle') ON CONFLICT DO NOTHING",
+            h.agent.id,
+        )
     print("ready", flush=True)
     await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
     loop = asyncio.get_running_loop()

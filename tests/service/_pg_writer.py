@@ -54,6 +54,13 @@ async def main(url: str, session_id: str) -> None:
                     session_id=session_id, agent_options=AgentOptions(provider="w", model="m")
                 )
                 await handle.agent.session.flush()
+                # What a worker's session has on a served database: its spec row (the API
+                # side finds sessions there).
+                await (await store._acquire_pool()).execute(
+                    f"INSERT INTO {store._tables.specs} (session_id, profile, profile_version, "
+                    "status) VALUES ($1, 'default', 1, 'idle')",
+                    session_id,
+                )
                 answer = f"ok {handle.agent.session.next_seq - 1}"
             elif command == "turn":
                 model.add(text_response(f"re: {arg}"))
