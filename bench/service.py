@@ -68,7 +68,9 @@ def profiles(rt: Any) -> list[Any]:
     ]
 
 
-def start_server(store: str, idle_unload: float) -> tuple[subprocess.Popen[str], str]:
+def start_server(
+    store: str, idle_unload: float, role: str = "all"
+) -> tuple[subprocess.Popen[str], str]:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT / "bench")]))
     proc = subprocess.Popen(
         [
@@ -84,6 +86,7 @@ def start_server(store: str, idle_unload: float) -> tuple[subprocess.Popen[str],
             "service:profiles",
             "--idle-unload",
             str(idle_unload),
+            *(["--role", role] if role != "all" else []),
         ],
         cwd=ROOT / "bench",
         env=env,
@@ -97,7 +100,9 @@ def start_server(store: str, idle_unload: float) -> tuple[subprocess.Popen[str],
             proc.kill()
             raise SystemExit("the server did not start within 60 s")
     found = re.search(r"(http://\S+)", proc.stdout.readline())
-    assert found
+    if found is None:
+        proc.kill()
+        raise SystemExit(f"steerloop serve --role {role} did not start")
     return proc, found.group(1)
 
 
@@ -468,6 +473,30 @@ async def turn_scaling(
     )
 
 
+async def split_roles(url: str, workers: int, args: argparse.Namespace) -> None:
+    """send→visible on SSE through the service's own split: one ``--role api`` process
+    (this script's client talks to it) and ``workers`` ``--role worker`` processes; the
+    command travels API → commands table + NOTIFY → owning worker → its splice → feed."""
+    procs: list[subprocess.Popen[str]] = []
+    try:
+        for _ in range(workers):
+            procs.append(start_server(url, 300, role="worker")[0])
+        api, base = start_server(url, 300, role="api")
+        procs.append(api)
+    except SystemExit as exc:
+        kill_all(procs)
+        print(f"split roles: not measured ({exc})")
+        return
+    try:
+        print(f"--role api (1 process) + --role worker ({workers} processes) on one PostgreSQL")
+        async with httpx.AsyncClient(
+            base_url=base, timeout=60, limits=httpx.Limits(max_connections=200)
+        ) as client:
+            await send_to_sse(client, args.rate, args.seconds, args.sessions)
+    finally:
+        kill_all(procs)
+
+
 async def drop_schema(url: str, schema: str) -> None:
     import asyncpg
 
@@ -533,6 +562,7 @@ async def main() -> None:
             await cross_process_sse(pg, args.workers, 5, args.rate, args.seconds)
             await turn_scaling(pg, [1, 2, 4], 5.0, 8)
             await turn_scaling(pg, [1, 2, 4], 5.0, 8, notify=False)
+            await split_roles(pg, args.workers, args)
         finally:
             await drop_schema(args.postgres, schema)
 
