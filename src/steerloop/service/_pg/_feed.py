@@ -48,16 +48,18 @@ __all__ = ["FeedHub", "LivePublisher", "PgFeed", "PgFeedSource", "open_pg_feed"]
 log = logging.getLogger("steerloop.service.feed")
 
 _FRAME_PAGE = 500
+_UNKNOWN = 1 << 62  # ``live_after`` before anything is known: every cursor may have frames
 
 
 class _Flag:
     """A coalescing per-session flag: ``version`` moves, waiters wake; nothing is queued."""
 
-    __slots__ = ("live", "readers", "version", "waiters")
+    __slots__ = ("live", "live_after", "readers", "version", "waiters")
 
     def __init__(self) -> None:
         self.version = 0
         self.live = 0  # moves with each live-frame announcement (and each reconnect)
+        self.live_after = _UNKNOWN  # the highest after_seq announced (unknown at first)
         self.readers = 0
         self.waiters: set[asyncio.Future[None]] = set()
 
@@ -169,6 +171,7 @@ class FeedHub:
     def _wake_all(self) -> None:
         for flag in builtins.list(self._flags.values()):
             flag.live += 1  # nothing is known to be unannounced: readers look again
+            flag.live_after = _UNKNOWN
             flag.bump()
 
     def _on_notify(self, conn: Any, pid: int, channel: str, payload: str) -> None:
@@ -179,11 +182,13 @@ class FeedHub:
         if not items:
             self._wake_all()
             return
-        for session_id, _seq, n in items:
+        for session_id, seq, n in items:
             flag = self._flags.get(session_id)
             if flag is not None:
                 if n is not None:
                     flag.live += 1
+                    if flag.live_after != _UNKNOWN:
+                        flag.live_after = max(flag.live_after, seq)
                 flag.bump()
 
     def _on_terminated(self, conn: Any) -> None:
@@ -330,11 +335,20 @@ class _PgReader:
         # Live rows are inserted in the transaction that announces them: with no
         # announcement since this reader last looked at this cursor, there is nothing new
         # (one query per wake instead of two when only durable events move).
-        looked = (seq, self._flag.live)
+        flag = self._flag
+        looked = (seq, flag.live)
         if looked == self._looked:
+            return []
+        if self._looked is not None and flag.live_after < seq:
+            # Frames after ``seq`` would have been announced as ``sid:seq:n``: none was
+            # since the hub knows (one query per wake when only durable events move).
+            self._looked = looked
             return []
         frames = await self._source.frames_after(self._session_id, seq, n)
         self._looked = looked
+        if flag.live_after == _UNKNOWN and flag.live == looked[1]:
+            # Nothing was announced while the query ran: what it found is what there is.
+            flag.live_after = seq if frames else seq - 1
         return frames
 
     def close(self) -> None:
