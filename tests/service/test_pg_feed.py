@@ -415,3 +415,50 @@ async def test_live_frames_of_an_old_lease_token_are_never_served(pg: tuple[str,
         await conn.close()
         await feed.close()
         await store.close()
+
+
+async def test_a_reader_queries_live_frames_only_where_they_were_announced(
+    pg: tuple[str, str],
+) -> None:
+    """A reader's first look at a cursor queries ``steerloop_live``; afterwards a cursor
+    past every announced ``after_seq`` is answered without a query (frames are always
+    announced in the transaction that inserts them); an announcement ``sid:after:n`` makes
+    the reader look again."""
+    url, schema = pg
+    store = PostgresStore(url)
+    feed = await open_pg_feed(store, None, name="announced")
+    conn = await asyncpg.connect(POSTGRES_URL, timeout=5)
+    q = f'"{schema}"'
+    try:
+        w = await store.open_writer("s")
+        w.publish()
+        await w.flush()
+        token = await conn.fetchval(f"SELECT token FROM {q}.steerloop_leases")
+        insert = f"INSERT INTO {q}.steerloop_live VALUES ('s', $1, $2, $3, $4)"
+        await conn.execute(insert, 3, 1, token, '{"k": 1}')
+        queries: list[int] = []
+        original = feed.source.frames_after
+
+        async def counting(session_id: str, seq: int, n: int) -> list[tuple[int, Any]]:
+            queries.append(seq)
+            return await original(session_id, seq, n)
+
+        feed.source.frames_after = counting  # type: ignore[method-assign]
+        reader = feed.source.subscribe("s")
+        assert await reader.frames_after(3, 0) == [(1, {"k": 1})]
+        await conn.execute(insert, 4, 1, token, '{"k": 2}')  # not announced (yet)
+        assert await reader.frames_after(4, 0) == []
+        assert queries == [3]
+        before = feed.hub.notifications
+        await conn.execute("SELECT pg_notify('steerloop_feed', 's:4:1')")
+        async with asyncio.timeout(WAIT):
+            while feed.hub.notifications == before:
+                await asyncio.sleep(0.01)
+        assert await reader.frames_after(4, 0) == [(1, {"k": 2})]
+        assert queries == [3, 4]
+        reader.close()
+        await w.close()
+    finally:
+        await conn.close()
+        await feed.close()
+        await store.close()
