@@ -1,5 +1,5 @@
 """The SSE feed served from the PostgreSQL log across processes (design/SERVICE.md "SSE
-subscribe, reconnect and resume", "Back-pressure"): a reader app (uvicorn on 127.0.0.1:0)
+subscribe, reconnect and resume", "Back-pressure"): an ``--role api`` app (uvicorn on 127.0.0.1:0)
 sees what a writer in another process commits, resumes by ``Last-Event-ID`` including live
 frames of an open step, survives the loss of its LISTEN connection, and never buffers for a
 slow reader. The writer is ``tests/service/_pg_writer.py`` (a Runtime on a notifying
@@ -139,7 +139,8 @@ async def test_a_reader_sees_another_processes_commits_in_order(pg: tuple[str, s
     another process commits (one notify per batch): in seq order, contiguous from 1, no
     duplicate, each exactly as stored."""
     url, _ = pg
-    async with writer(url, "w") as w, served(create_app(url, profiles, worker_id="r1")) as client:
+    app = create_app(url, profiles, role="api", worker_id="r1")
+    async with writer(url, "w") as w, served(app) as client:
         await w.do("create")
         (first,) = await w.do("turn zero")
         reader = Collector(client, "/v1/sessions/w/events")
@@ -166,7 +167,8 @@ async def test_last_event_id_resumes_durable_and_mid_step_live_frames(
     ``Last-Event-ID: A:2`` resumes with frame A:3, ``2`` with seq 3; once the step ends
     the committed events follow the frames and the step's live rows are deleted."""
     url, schema = pg
-    async with writer(url, "w") as w, served(create_app(url, profiles, worker_id="r2")) as client:
+    app = create_app(url, profiles, role="api", worker_id="r2")
+    async with writer(url, "w") as w, served(app) as client:
         await w.do("create")
         await w.do("turn one")
         after, n = await w.do("stream")
@@ -233,7 +235,7 @@ async def test_readers_miss_nothing_when_the_listen_connection_dies(pg: tuple[st
     try:
         async with (
             writer(url, "w") as w,
-            served(create_app(url, profiles, worker_id="r3")) as client,
+            served(create_app(url, profiles, role="api", worker_id="r3")) as client,
         ):
             await w.do("create")
             (first,) = await w.do("turn zero")
@@ -315,7 +317,7 @@ async def test_a_stalled_client_is_dropped_after_send_timeout(pg: tuple[str, str
     it; the client would resume by ``Last-Event-ID``."""
     url, _ = pg
     await plant(url, "big", 3000, 4000)  # ~12 MB: more than every socket buffer holds
-    app = create_app(url, profiles, worker_id="r5", send_timeout=0.5)
+    app = create_app(url, profiles, role="api", worker_id="r5", send_timeout=0.5)
     async with served(app) as client:
         port = client.base_url.port
         assert port is not None
@@ -462,3 +464,52 @@ async def test_a_reader_queries_live_frames_only_where_they_were_announced(
         await conn.close()
         await feed.close()
         await store.close()
+
+
+async def test_end_to_end_through_an_api_process_and_a_worker_process(tmp_path: Path) -> None:
+    """``--role api`` in this process and ``steerloop serve --role worker`` in another: a
+    session created and sent to through the API node runs on the worker; an SSE reader of
+    the API node sees every committed event in order, contiguous, no duplicate, exactly as
+    stored; live frames (if the reader caught any) sit after the durable event they follow;
+    a reader resuming with ``Last-Event-ID`` gets exactly the rest."""
+    from . import pgprofiles
+    from .pgworkers import pg_schema, workers
+
+    async with (
+        pg_schema() as pg,
+        workers(tmp_path, pg.url, 1),
+        served(create_app(pg.url, pgprofiles.profiles, role="api", worker_id="e2e")) as client,
+    ):
+        created = await client.post("/v1/sessions", json={"session_id": "e", "input": "hello"})
+        assert created.status_code == 201, created.text
+        reader = Collector(client, "/v1/sessions/e/events")
+        try:
+
+            def turn_ends(count: int) -> Callable[[list[Any]], bool]:
+                return lambda events: [e.event for e in events].count("turn/end") == count
+
+            await reader.until(turn_ends(1), timeout=30)
+            sent = await client.post(
+                "/v1/sessions/e/messages", json={"mode": "followup", "content": "again"}
+            )
+            assert sent.status_code == 202, sent.text
+            seen = await reader.until(turn_ends(2), timeout=30)
+        finally:
+            await reader.stop()
+        durable = [e for e in seen if e.event != "stream"]
+        assert ids(durable) == [str(s) for s in range(1, len(durable) + 1)]
+        log = await stored(pg.url, "e")
+        assert [httpx.Response(200, content=e.data).json() for e in durable] == log[: len(durable)]
+        last = "0"
+        for event in seen:
+            if event.event == "stream":
+                assert event.id.split(":")[0] == last  # a frame of the step after `last`
+            else:
+                last = event.id
+        middle = len(durable) // 2
+        rest = Collector(client, "/v1/sessions/e/events", last_id=str(middle))
+        try:
+            resumed = await rest.until(has_id(durable[-1].id), timeout=30)
+        finally:
+            await rest.stop()
+        assert ids([e for e in resumed if e.event != "stream"]) == ids(durable[middle:])
