@@ -566,9 +566,13 @@ async def main() -> None:
             await cross_process_sse(pg, args.workers, 5, args.rate, args.seconds)
             await turn_scaling(pg, [1, 2, 4], 5.0, 8)
             await turn_scaling(pg, [1, 2, 4], 5.0, 8, notify=False)
-            await split_roles(pg, args.workers, args)
         finally:
             await drop_schema(args.postgres, schema)
+        split = f"bench_split_{uuid.uuid4().hex[:8]}"  # no rows of the raw path for its workers
+        try:
+            await split_roles(f"{args.postgres}{sep}schema={split}", args.workers, args)
+        finally:
+            await drop_schema(args.postgres, split)
 
 
 if __name__ == "__main__":
