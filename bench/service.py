@@ -1,7 +1,10 @@
-"""Service figures (issue 13) for one ``steerloop serve --role all`` process on SQLite or
-PostgreSQL: the server runs as its own process; this script is the client.
+"""Service figures (issue 13). One run; each figure is printed with its configuration.
 
-    python bench/service.py [--store URL] [--rate 200] [--seconds 10] [--sessions 20]
+    python bench/service.py [--store URL] [--postgres URL] [--rate 200] [--seconds 10]
+        [--sessions 20] [--events 5000] [--repeats 20] [--workers 4]
+
+Part 1, one ``steerloop serve --role all`` process (its own process; this script is the
+client) on SQLite (or ``--store``), then, with ``--postgres``, on PostgreSQL (own schema):
 
 * send→SSE: from just before ``POST /messages`` (mode ``inject`` into sessions held
   open by a hanging model step) to the ``agent/inbox/spliced`` event carrying that message
@@ -9,13 +12,29 @@ PostgreSQL: the server runs as its own process; this script is the client.
 * POST latency: the 202 answer of those sends.
 * idle reload: a session with a ~5k-event log is unloaded (``--idle-unload 0.3``); from
   ``POST /messages`` to its splice on the feed, which includes resuming the log.
-* turn throughput: followups each answered by one scripted text reply, 8 in flight.
+* turn throughput: followups each answered by one scripted text reply, 8 in flight, polled
+  through ``/log``; again with 2 SSE readers per session (the ratio is printed).
+
+Part 2, with ``--postgres URL``: several processes on one PostgreSQL (a throwaway schema;
+children in ``bench/_service_procs.py``):
+
+* send→owner: the API-side transaction (bump ``cmd_seq``, INSERT the command, NOTIFY the
+  owner's ``steerloop_w_<key>``) at ``--rate``/s from 8 connections; ``--workers`` owner
+  processes LISTEN and read the command row; idle, then with 2 processes writing the log.
+  The raw SQL path of SERVICE.md §3.4, not the worker role.
+* append→visible on SSE across processes: writer processes (Runtime + notifying
+  PostgresStore) inject stamped messages; one ``steerloop serve`` process serves the feeds
+  (one LISTEN connection); from the stamp to the splice arriving on SSE here.
+* scripted-turn throughput with 1, 2 and 4 processes (Runtime + PostgresStore) on one
+  database, with the ratio to one process.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import json
 import os
 import re
 import selectors
@@ -24,6 +43,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +68,9 @@ def profiles(rt: Any) -> list[Any]:
     ]
 
 
-def start_server(store: str, idle_unload: float) -> tuple[subprocess.Popen[str], str]:
+def start_server(
+    store: str, idle_unload: float, role: str = "all"
+) -> tuple[subprocess.Popen[str], str]:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT / "bench")]))
     proc = subprocess.Popen(
         [
@@ -64,6 +86,7 @@ def start_server(store: str, idle_unload: float) -> tuple[subprocess.Popen[str],
             "service:profiles",
             "--idle-unload",
             str(idle_unload),
+            *(["--role", role] if role != "all" else []),
         ],
         cwd=ROOT / "bench",
         env=env,
@@ -77,7 +100,9 @@ def start_server(store: str, idle_unload: float) -> tuple[subprocess.Popen[str],
             proc.kill()
             raise SystemExit("the server did not start within 60 s")
     found = re.search(r"(http://\S+)", proc.stdout.readline())
-    assert found
+    if found is None:
+        proc.kill()
+        raise SystemExit(f"steerloop serve --role {role} did not start")
     return proc, found.group(1)
 
 
@@ -158,9 +183,13 @@ async def idle_reload(client: httpx.AsyncClient, events: int, repeats: int) -> N
         )
     times: list[float] = []
     for r in range(repeats):
-        async with asyncio.timeout(30):
-            while (await client.get(f"/v1/sessions/{sid}")).json()["status"] != "unloaded":
-                await asyncio.sleep(0.05)
+        try:
+            async with asyncio.timeout(60):
+                while (await client.get(f"/v1/sessions/{sid}")).json()["status"] != "unloaded":
+                    await asyncio.sleep(0.05)
+        except TimeoutError:
+            print("idle reload: not measured (the session was not reported unloaded in 60 s)")
+            return
         last = (await client.get(f"/v1/sessions/{sid}")).json()["last_seq"]
         seen: dict[str, float] = {}
         async with asyncio.timeout(30):
@@ -189,10 +218,19 @@ async def watch_after(
                     seen.setdefault(message["id"], time.perf_counter())
 
 
-async def turns(client: httpx.AsyncClient, total: int, inflight: int) -> None:
-    sids = [f"t{i}" for i in range(inflight)]
+async def follow(client: httpx.AsyncClient, sid: str) -> None:
+    async with aconnect_sse(client, "GET", f"/v1/sessions/{sid}/events") as source:
+        async for _event in source.aiter_sse():
+            pass
+
+
+async def turns(
+    client: httpx.AsyncClient, total: int, inflight: int, readers: int = 0, tag: str = "t"
+) -> float:
+    sids = [f"{tag}{i}" for i in range(inflight)]
     for sid in sids:
         await client.post("/v1/sessions", json={"session_id": sid})
+    followers = [asyncio.create_task(follow(client, sid)) for sid in sids for _ in range(readers)]
     per = total // inflight
 
     async def drive(sid: str) -> None:
@@ -211,38 +249,330 @@ async def turns(client: httpx.AsyncClient, total: int, inflight: int) -> None:
     t0 = time.perf_counter()
     await asyncio.gather(*[drive(s) for s in sids])
     elapsed = time.perf_counter() - t0
+    for f in followers:
+        f.cancel()  # the bench's own readers
+    await asyncio.gather(*followers, return_exceptions=True)
+    rate = per * inflight / elapsed
     print(
-        f"scripted turns: {per * inflight} in {elapsed:.2f} s = "
-        f"{per * inflight / elapsed:.0f} turns/s ({inflight} sessions in flight, 1 process)"
+        f"scripted turns: {per * inflight} in {elapsed:.2f} s = {rate:.0f} turns/s "
+        f"({inflight} sessions in flight, {readers} SSE readers each, 1 process)"
     )
+    return rate
+
+
+# --- several processes on one PostgreSQL ------------------------------------------------
+
+
+def child(*args: str, stdin: bool = True) -> subprocess.Popen[str]:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT / "bench")]))
+    return subprocess.Popen(
+        [sys.executable, str(ROOT / "bench" / "_service_procs.py"), *args],
+        env=env,
+        stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+
+
+def read_line(proc: subprocess.Popen[str], timeout: float = 120) -> str:
+    assert proc.stdout is not None
+    with selectors.DefaultSelector() as sel:
+        sel.register(proc.stdout, selectors.EVENT_READ)
+        if not sel.select(timeout=timeout):
+            raise SystemExit("a child process did not answer in time")
+    return proc.stdout.readline().strip()
+
+
+async def answer(proc: subprocess.Popen[str], timeout: float = 120) -> str:
+    """``read_line`` off the event loop (the bench's own SSE readers keep reading)."""
+    return await asyncio.get_running_loop().run_in_executor(None, read_line, proc, timeout)
+
+
+def go(procs: list[subprocess.Popen[str]]) -> None:
+    for proc in procs:
+        assert proc.stdin is not None
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+
+
+def kill_all(procs: list[subprocess.Popen[str]]) -> None:
+    for proc in procs:
+        with contextlib.suppress(ProcessLookupError):
+            proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+
+
+async def prepared(url: str) -> Any:
+    """The schema of ``url`` created (through the store's own migration)."""
+    from steerloop.session.store.postgres import PostgresStore
+
+    store = PostgresStore(url)
+    await store._acquire_pool()
+    return store
+
+
+async def send_to_owner(
+    url: str, schema: str, workers: int, rate: int, seconds: float, background: int
+) -> None:
+    """The raw API-side path: bump ``cmd_seq``, INSERT the command, NOTIFY its owner's
+    channel, in one transaction (one statement); W owner processes LISTEN on their own
+    channel and read the command row. ``background`` turn processes write the log (with
+    their per-batch feed notify) meanwhile."""
+    import asyncpg
+
+    store = await prepared(url)
+    q = f'"{schema}"'
+    sessions = [f"own-{i}" for i in range(8 * workers)]
+    conn = await asyncpg.connect(url.split("?")[0])
+    try:
+        await conn.execute(f"DELETE FROM {q}.steerloop_commands")
+        for i, sid in enumerate(sessions):
+            await conn.execute(
+                f"INSERT INTO {q}.steerloop_specs (session_id, profile, profile_version) "
+                "VALUES ($1, 'default', 1) ON CONFLICT DO NOTHING",
+                sid,
+            )
+            await conn.execute(
+                f"INSERT INTO {q}.steerloop_leases (session_id, owner, lease_id, token, "
+                "expires_at, owner_key) VALUES ($1, 'bench', gen_random_uuid(), 1, "
+                "now() + interval '1 hour', $2) ON CONFLICT (session_id) DO UPDATE SET "
+                "owner_key = EXCLUDED.owner_key",
+                sid,
+                1 + i % workers,
+            )
+    finally:
+        await conn.close()
+    owners = [
+        child("owner", url, schema, str(k), str(seconds + 3), stdin=False)
+        for k in range(1, workers + 1)
+    ]
+    loads = [child("turns", url, str(seconds + 2), "8", f"bg{b}") for b in range(background)]
+    try:
+        for proc in owners + loads:
+            assert await answer(proc) == "ready"
+        go(loads)
+        pool = await asyncpg.create_pool(url.split("?")[0], min_size=8, max_size=8)
+        send = f"""
+            WITH s AS (UPDATE {q}.steerloop_specs SET cmd_seq = cmd_seq + 1
+                        WHERE session_id = $1 RETURNING cmd_seq),
+                 c AS (INSERT INTO {q}.steerloop_commands (session_id, cmd_seq, kind, body)
+                       SELECT $1, cmd_seq, 'steer', $2::json FROM s RETURNING cmd_seq)
+            SELECT pg_notify('steerloop_w_' || l.owner_key, $1 || ':' || c.cmd_seq)
+              FROM c, {q}.steerloop_leases l
+             WHERE l.session_id = $1 AND l.lease_id IS NOT NULL AND l.expires_at > now()"""
+        total = int(rate * seconds)
+        start = time.perf_counter()
+        tasks = []
+
+        async def one(i: int) -> None:
+            body = json.dumps({"sent_at": time.time(), "i": i})
+            await pool.execute(send, sessions[i % len(sessions)], body)
+
+        for i in range(total):
+            delay = start + i / rate - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.create_task(one(i)))
+        await asyncio.gather(*tasks)
+        await pool.close()
+        lat: list[float] = []
+        for proc in owners:
+            lat.extend(json.loads(await answer(proc, seconds + 30)))
+        turned = sum([int(await answer(proc, 60)) for proc in loads])
+    finally:
+        kill_all(owners + loads)
+        await store.close()
+    load = (
+        f"+ {background} processes running scripted turns ({turned / (seconds + 2):.0f} turns/s)"
+        if background
+        else "idle"
+    )
+    print(
+        f"send→owner (INSERT+NOTIFY, {workers} owner processes, {rate}/s, {load}): "
+        + line("", [x / 1000 for x in lat]).strip()
+        + f"  ({len(lat)}/{total} received)"
+    )
+
+
+async def cross_process_sse(
+    url: str, workers: int, sessions: int, rate: int, seconds: float
+) -> None:
+    """append→visible on SSE across processes: W writer processes (Runtime + notifying
+    PostgresStore) inject messages stamped with their wall-clock time; one API process
+    (``steerloop serve`` on the same database) serves the SSE feeds; this process reads
+    them and takes ``now - stamp`` for each ``agent/inbox/spliced``."""
+    writers = [
+        child("writer", url, str(seconds), str(sessions), f"x{w}", str(rate / workers))
+        for w in range(workers)
+    ]
+    server, base = None, ""
+    try:
+        for proc in writers:
+            assert await answer(proc) == "ready"
+        server, base = start_server(url, 300)
+        seen: list[float] = []
+
+        async def watch_stamps(client: httpx.AsyncClient, sid: str) -> None:
+            async with aconnect_sse(client, "GET", f"/v1/sessions/{sid}/events") as source:
+                async for event in source.aiter_sse():
+                    if event.event != "agent/inbox/spliced":
+                        continue
+                    now = time.time()
+                    for message in json.loads(event.data)["data"]["inserted"]:
+                        text = message["content"][0]["text"]
+                        seen.append(now - json.loads(text)["sent_at"])
+
+        async with httpx.AsyncClient(
+            base_url=base, timeout=60, limits=httpx.Limits(max_connections=400)
+        ) as client:
+            sids = [f"x{w}-{i}" for w in range(workers) for i in range(sessions)]
+            watchers = [asyncio.create_task(watch_stamps(client, sid)) for sid in sids]
+            await asyncio.sleep(1.0)
+            go(writers)
+            total = sum([int(await answer(proc, seconds + 60)) for proc in writers])
+            async with asyncio.timeout(30):
+                while len(seen) < total:
+                    await asyncio.sleep(0.05)
+            for w in watchers:
+                w.cancel()  # the bench's own readers
+            await asyncio.gather(*watchers, return_exceptions=True)
+        print(
+            f"append→visible on SSE across processes ({workers} writer processes, "
+            f"{len(sids)} sessions, {rate}/s, 1 API process, one reader per session): "
+            + line("", seen).strip()
+        )
+    finally:
+        go(writers)
+        kill_all(writers + ([server] if server is not None else []))
+
+
+async def turn_scaling(
+    url: str, counts: list[int], seconds: float, sessions: int, notify: bool = True
+) -> None:
+    """Scripted turns (a followup answered by one text reply) with 1, 2, 4 … processes on
+    one database, each a Runtime on a PostgresStore (``notify`` as given) with ``sessions``
+    sessions."""
+    rates: dict[int, float] = {}
+    for n in counts:
+        run = uuid.uuid4().hex[:6]
+        procs = [
+            child("turns", url, str(seconds), str(sessions), f"s{run}p{p}", f"{notify:d}")
+            for p in range(n)
+        ]
+        try:
+            for proc in procs:
+                assert await answer(proc) == "ready"
+            go(procs)
+            done = sum([int(await answer(proc, seconds + 60)) for proc in procs])
+        finally:
+            kill_all(procs)
+        rates[n] = done / seconds
+    base = rates[counts[0]]
+    print(
+        f"scripted turns on one PostgreSQL ({sessions} sessions per process, {seconds:.0f} s, "
+        f"feed notify {'on' if notify else 'off'}): "
+        + ", ".join(
+            f"{n} proc {rate:.0f} turns/s ({rate / base:.2f}x)" for n, rate in rates.items()
+        )
+    )
+
+
+async def split_roles(url: str, workers: int, args: argparse.Namespace) -> None:
+    """send→visible on SSE through the service's own split: one ``--role api`` process
+    (this script's client talks to it) and ``workers`` ``--role worker`` processes; the
+    command travels API → commands table + NOTIFY → owning worker → its splice → feed."""
+    procs: list[subprocess.Popen[str]] = []
+    try:
+        for _ in range(workers):
+            procs.append(start_server(url, 300, role="worker")[0])
+        api, base = start_server(url, 300, role="api")
+        procs.append(api)
+    except SystemExit as exc:
+        kill_all(procs)
+        print(f"split roles: not measured ({exc})")
+        return
+    try:
+        print(f"--role api (1 process) + --role worker ({workers} processes) on one PostgreSQL")
+        async with httpx.AsyncClient(
+            base_url=base, timeout=60, limits=httpx.Limits(max_connections=200)
+        ) as client:
+            await send_to_sse(client, args.rate, args.seconds, args.sessions)
+    finally:
+        kill_all(procs)
+
+
+async def drop_schema(url: str, schema: str) -> None:
+    import asyncpg
+
+    conn = await asyncpg.connect(url)
+    try:
+        await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    finally:
+        await conn.close()
+
+
+async def role_all(store: str, args: argparse.Namespace) -> None:
+    """The figures of one ``steerloop serve`` (``--role all``) process on ``store``."""
+    proc, url = start_server(store, 0.3)
+    try:
+        print(f"--role all on {store.split('?')[0].split('@')[-1]} (one server process)")
+        async with httpx.AsyncClient(
+            base_url=url, timeout=60, limits=httpx.Limits(max_connections=200)
+        ) as client:
+            await send_to_sse(client, args.rate, args.seconds, args.sessions)
+            await idle_reload(client, args.events, args.repeats)
+            alone = await turns(client, 400, 8, tag="t")
+            read = await turns(client, 400, 8, readers=2, tag="r")
+            print(f"turns/s with 2 SSE readers per session / without: {read / alone:.2f}x")
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
 
 
 async def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--store")
+    parser.add_argument("--store", help="the --role all server's store (default: SQLite)")
+    parser.add_argument(
+        "--postgres", help="a PostgreSQL URL: adds the multi-process figures (own schema)"
+    )
     parser.add_argument("--rate", type=int, default=200)
     parser.add_argument("--seconds", type=float, default=10)
     parser.add_argument("--sessions", type=int, default=20)
     parser.add_argument("--events", type=int, default=5000)
     parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--workers", type=int, default=4)
     args = parser.parse_args()
+    print(
+        f"{os.cpu_count()} cores  ·  Python {sys.version.split()[0]}  ·  "
+        f"load average {os.getloadavg()[0]:.1f} at start"
+    )
     with tempfile.TemporaryDirectory() as tmp:
-        store = args.store or f"sqlite:///{tmp}/bench.db"
-        proc, url = start_server(store, 0.3)
+        await role_all(args.store or f"sqlite:///{tmp}/bench.db", args)
+    if args.postgres and not args.store:
+        schema = f"bench_all_{uuid.uuid4().hex[:8]}"
+        sep = "&" if "?" in args.postgres else "?"
         try:
-            print(
-                f"store {store.split('?')[0].split('@')[-1]}  ·  {os.cpu_count()} cores  ·  "
-                f"Python {sys.version.split()[0]}"
-            )
-            async with httpx.AsyncClient(
-                base_url=url, timeout=60, limits=httpx.Limits(max_connections=200)
-            ) as client:
-                await send_to_sse(client, args.rate, args.seconds, args.sessions)
-                await idle_reload(client, args.events, args.repeats)
-                await turns(client, 400, 8)
+            await role_all(f"{args.postgres}{sep}schema={schema}", args)
         finally:
-            proc.send_signal(signal.SIGKILL)
-            proc.wait(timeout=30)
+            await drop_schema(args.postgres, schema)
+    if args.postgres:
+        schema = f"bench_service_{uuid.uuid4().hex[:8]}"
+        sep = "&" if "?" in args.postgres else "?"
+        pg = f"{args.postgres}{sep}schema={schema}"
+        print(f"several processes on one PostgreSQL ({args.postgres.split('@')[-1]})")
+        try:
+            await send_to_owner(pg, schema, args.workers, args.rate, args.seconds, 0)
+            await send_to_owner(pg, schema, args.workers, args.rate, args.seconds, 2)
+            await cross_process_sse(pg, args.workers, 5, args.rate, args.seconds)
+            await turn_scaling(pg, [1, 2, 4], 5.0, 8)
+            await turn_scaling(pg, [1, 2, 4], 5.0, 8, notify=False)
+        finally:
+            await drop_schema(args.postgres, schema)
+        split = f"bench_split_{uuid.uuid4().hex[:8]}"  # no rows of the raw path for its workers
+        try:
+            await split_roles(f"{args.postgres}{sep}schema={split}", args.workers, args)
+        finally:
+            await drop_schema(args.postgres, split)
 
 
 if __name__ == "__main__":

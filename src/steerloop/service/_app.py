@@ -5,10 +5,11 @@ from __future__ import annotations
 import contextlib
 import hmac
 import inspect
+import logging
 import os
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from sse_starlette import EventSourceResponse
 from starlette.applications import Starlette
@@ -17,12 +18,13 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from .._runtime import Runtime
-from ..errors import SessionPersistenceError
+from ..errors import SessionPersistenceError, SessionStorageError
 from ..llm.retry import install_retry
 from ..session._json import dumps, loads
 from ._host import ApiError, ServiceHost
 from ._page import page_routes
 from ._profile import Profile, check_profiles
+from ._source import FeedReader, FeedSource
 
 __all__ = ["create_app"]
 
@@ -35,7 +37,12 @@ if TYPE_CHECKING:
     Host = ServiceHost | PgHost
     """The in-process host or the PostgreSQL one: the same async surface."""
 
+log = logging.getLogger("steerloop.service")
+
 PING_SECONDS = 15.0
+RETRY_MS = 2000
+"""The SSE ``retry:`` a client waits before reconnecting (with ``Last-Event-ID``)."""
+_RETRY_SECONDS = 1.0
 SERVER_LEASE_TTL = 15.0
 _PAGE = 500
 _MAX_LOG_PAGE = 5000
@@ -53,12 +60,16 @@ def create_app(
     retry: bool = True,
     worker_id: str | None = None,
     ping_seconds: float = PING_SECONDS,
+    send_timeout: float = 30.0,
 ) -> Starlette:
     """The service as a Starlette app (mountable in any ASGI host).
 
     The runtime opens with the app's lifespan. ``profiles`` is a sequence of ``Profile`` or a
     callable ``(rt) -> sequence`` called once with this process's runtime. ``token``, when
     set, is required as ``Authorization: Bearer`` on every request but ``GET /healthz``.
+    An SSE client that takes no data for ``send_timeout`` seconds is dropped (it resumes by
+    ``Last-Event-ID``). On a PostgreSQL store the SSE feed reads the shared log (any
+    process's commits) through one LISTEN connection per process.
 
     Roles: ``all`` serves the API and drives agents; with a ``postgresql://`` store ``api``
     serves only the API (it drives nothing) and ``worker`` only drives agents (its HTTP
@@ -117,17 +128,36 @@ def create_app(
                         worker_id=ident,
                     )
                     host.start()
+                # On PostgreSQL the SSE feed reads the shared log (any process's commits);
+                # a process that runs agents publishes their live frames.
+                pg_feed = None
+                if pg_store is not None:
+                    from ._pg._feed import open_pg_feed
+
+                    pg_feed = await open_pg_feed(
+                        pg_store, rt if role != "api" else None, name=ident
+                    )
                 state["host"] = host
+                state["source"] = host if pg_feed is None else pg_feed.source
                 try:
                     yield
                 finally:
                     state.pop("host", None)
+                    state.pop("source", None)
+                    if pg_feed is not None:
+                        await pg_feed.close()  # wakes every reader: their feeds end
                     await host.close()
             finally:
                 await rt.close()
         finally:
             if pg_store is not None:
                 await pg_store.close()
+
+    def source_of() -> FeedSource:
+        source = state.get("source")
+        if source is None:
+            raise ApiError(503, "not_ready", "the service is not running")
+        return cast(FeedSource, source)
 
     def host_of() -> Host:
         host: Host | None = state.get("host")
@@ -240,9 +270,9 @@ def create_app(
         seq, n = _cursor(request)
         await host.require(session_id)
         return EventSourceResponse(
-            _feed(host, session_id, seq, n),
+            _feed(source_of(), session_id, seq, n),
             ping=ping_seconds,
-            send_timeout=30,
+            send_timeout=send_timeout,
             headers={"Cache-Control": "no-store"},
         )
 
@@ -275,9 +305,9 @@ def create_app(
         )
         answer = await host.send(session_id, mode, text, None, None)
         return EventSourceResponse(
-            _agui_feed(host, session_id, run_input.run_id, cursor, answer["message_id"]),
+            _agui_feed(source_of(), session_id, run_input.run_id, cursor, answer["message_id"]),
             ping=ping_seconds,
-            send_timeout=30,
+            send_timeout=send_timeout,
             headers={"Cache-Control": "no-store"},
         )
 
@@ -314,31 +344,64 @@ def create_app(
     )
 
 
-async def _feed(host: Host, session_id: str, seq: int, n: int) -> AsyncIterator[dict[str, Any]]:
-    """The SSE feed: durable events after ``seq`` (then live frames of the open step after
-    ``n``), pulled by this reader's own cursor: nothing is buffered for a slow reader."""
-    feed = host.feed(session_id, reader=True)  # before the first read: no wake-up is missed
+async def _pages(
+    source: FeedSource, reader: FeedReader, seq: int, n: int
+) -> AsyncIterator[tuple[str, int, int, dict[str, Any]]]:
+    """The one feed loop (in-process or PostgreSQL): ``("event", seq, 0, event)`` for each
+    durable event after ``seq``, then ``("frame", seq, n, body)`` for each live frame of the
+    open step after ``n``, then wait for the flag, and again. Pulled by this reader's own
+    cursor: a slow reader only delays its own next page, nothing is buffered for it."""
+    while not source.closed:
+        seen = reader.version  # before reading: a wake during the read is not missed
+        try:
+            page = await reader.events_after(seq, _PAGE)
+        except SessionStorageError as exc:
+            await _retry_later(reader, exc)
+            continue
+        for event in page:
+            seq, n = event["seq"], 0
+            yield "event", seq, 0, event
+        if len(page) == _PAGE:
+            continue  # more to catch up; a short page means caught up as of that read
+        try:
+            frames = await reader.frames_after(seq, n)
+        except SessionStorageError as exc:
+            await _retry_later(reader, exc)
+            continue
+        for n, frame in frames:
+            yield "frame", seq, n, frame
+        if frames:
+            continue
+        await reader.wait(seen, PING_SECONDS)
+
+
+async def _retry_later(reader: FeedReader, exc: Exception) -> None:
+    """A transient read failure (the server restarts, a pool connection died): the reader
+    retries by its cursor after the next wake or a second."""
+    log.warning("feed read failed, retrying: %s", exc)
+    await reader.wait(reader.version, _RETRY_SECONDS)
+
+
+async def _feed(
+    source: FeedSource, session_id: str, seq: int, n: int
+) -> AsyncIterator[dict[str, Any]]:
+    """The SSE feed: durable events after ``seq`` (``id`` = seq), then live frames of the
+    open step after ``n`` (``event: stream``, ``id`` = ``seq:n``)."""
+    reader = source.subscribe(session_id)  # before the first read: no wake-up is missed
+    retry: dict[str, Any] = {"retry": RETRY_MS}  # on the first event: reconnect after 2 s
     try:
-        while not host.closed:
-            seen = feed.version
-            page = await host.events_after(session_id, seq, _PAGE)
-            for event in page:
-                seq, n = event["seq"], 0
-                yield {"event": event["type"], "id": str(seq), "data": dumps(event)}
-            if page:
-                continue
-            frames = feed.frames_after(seq, n)
-            for n, frame in frames:
-                yield {"event": "stream", "id": f"{seq}:{n}", "data": dumps(frame)}
-            if frames:
-                continue
-            await feed.wait(seen, PING_SECONDS)
+        async for kind, at, number, body in _pages(source, reader, seq, n):
+            if kind == "event":
+                yield {"event": body["type"], "id": str(at), "data": dumps(body)} | retry
+            else:
+                yield {"event": "stream", "id": f"{at}:{number}", "data": dumps(body)} | retry
+            retry = {}
     finally:
-        host.release_feed(session_id)
+        reader.close()
 
 
 async def _agui_feed(
-    host: Host, session_id: str, run_id: str, seq: int, message_id: str
+    source: FeedSource, session_id: str, run_id: str, seq: int, message_id: str
 ) -> AsyncIterator[dict[str, Any]]:
     """AG-UI events of the run that takes ``message_id``: from ``RUN_STARTED`` to the
     ``RUN_FINISHED`` (or ``RUN_ERROR``) of the turn whose step first shows the message.
@@ -347,36 +410,26 @@ async def _agui_feed(
 
     run = AguiRun(session_id, run_id)
     yield {"data": encode(run.started())}
-    feed = host.feed(session_id, reader=True)
-    n = 0
+    reader = source.subscribe(session_id)
     ours = False
     try:
-        while not host.closed:
-            seen = feed.version
-            page = await host.events_after(session_id, seq, _PAGE)
-            for event in page:
-                seq, n = event["seq"], 0
-                data = event.get("data")
-                if event["type"] == "user/message" and isinstance(data, dict):
-                    ours = ours or data.get("id") == message_id
-                if event["type"] == "turn/end" and not ours:
-                    continue  # the end of a turn before ours
-                out, over = run.event(event)
-                for item in out:
-                    yield {"id": str(seq), "data": encode(item)}
-                if over:
-                    return
-            if page:
+        async for kind, at, number, body in _pages(source, reader, seq, 0):
+            if kind == "frame":
+                for item in run.frame(body):
+                    yield {"id": f"{at}:{number}", "data": encode(item)}
                 continue
-            frames = feed.frames_after(seq, n)
-            for n, frame in frames:
-                for item in run.frame(frame):
-                    yield {"id": f"{seq}:{n}", "data": encode(item)}
-            if frames:
-                continue
-            await feed.wait(seen, PING_SECONDS)
+            data = body.get("data")
+            if body["type"] == "user/message" and isinstance(data, dict):
+                ours = ours or data.get("id") == message_id
+            if body["type"] == "turn/end" and not ours:
+                continue  # the end of a turn before ours
+            out, over = run.event(body)
+            for item in out:
+                yield {"id": str(at), "data": encode(item)}
+            if over:
+                return
     finally:
-        host.release_feed(session_id)
+        reader.close()
 
 
 def _server_store(url: str) -> Any:
@@ -384,7 +437,7 @@ def _server_store(url: str) -> Any:
     (design/SERVICE.md §3.3: a paused owner is caught within TTL + one sweep)."""
     from ..session.store.postgres._store import PostgresStore
 
-    store = PostgresStore(url)
+    store = PostgresStore(url, notify=True)  # its commits wake the SSE readers of any node
     if "lease_ttl=" not in url.partition("?")[2]:
         store.lease_ttl = SERVER_LEASE_TTL
     return store

@@ -42,10 +42,12 @@ __all__ = [
     "BufferedWriter",
     "SessionInfo",
     "SessionStore",
+    "check_page",
     "decode_header",
     "decode_rows",
     "encode_header",
     "last_time",
+    "page_rows",
     "stored_header",
 ]
 
@@ -81,6 +83,14 @@ class _BadRow(Exception):
     """Internal: a stored row that is not a decodable event (the message says why)."""
 
 
+def check_page(after: int, limit: int) -> None:
+    """Refuse a page request no store can answer (``load_after``)."""
+    if type(after) is not int or after < 0:
+        raise ValueError(f"after must be an integer >= 0, not {after!r}")
+    if type(limit) is not int or limit < 1:
+        raise ValueError(f"limit must be an integer >= 1, not {limit!r}")
+
+
 def decode_rows(rows: Iterable[Any], where: str) -> tuple[SessionEvent, ...]:
     """A database store's stored log, from its ``(seq, JSON text)`` rows in seq order.
 
@@ -109,6 +119,31 @@ def _parsed(rows: Iterable[Any]) -> Iterator[Any]:
         if isinstance(item, dict) and item.get("seq") != seq:
             raise _BadRow(f"the event stored at seq {seq} says seq {item.get('seq')!r}")
         yield item
+
+
+def page_rows(rows: Iterable[Any], after: int, where: str) -> tuple[dict[str, Any], ...]:
+    """A page of stored ``(seq, JSON text)`` rows as event JSON objects, checked: seqs run
+    ``after + 1, after + 2 …`` and each object carries its row's seq. A page is not a whole
+    log, so its events are not decoded into records nor validated as a log.
+
+    Raises:
+        SessionCorruptError: ``where: <what is wrong, naming the seq>``.
+    """
+    page: list[dict[str, Any]] = []
+    for expected, (seq, body) in enumerate(rows, start=after + 1):
+        if seq != expected:
+            raise SessionCorruptError(
+                f"{where}: seq {expected} is missing (the next stored event is seq {seq})"
+            )
+        try:
+            item = loads(body)
+        except (ValueError, TypeError) as exc:
+            raise SessionCorruptError(f"{where}: seq {seq} is not JSON: {exc}") from None
+        if not isinstance(item, dict) or item.get("seq") != seq:
+            said = item.get("seq") if isinstance(item, dict) else item
+            raise SessionCorruptError(f"{where}: the event stored at seq {seq} says seq {said!r}")
+        page.append(item)
+    return tuple(page)
 
 
 def stored_header(session_id: str, header: Mapping[str, Any]) -> dict[str, Any]:
@@ -192,6 +227,23 @@ class SessionStore(abc.ABC):
             SessionCorruptError: the stored log is malformed (names the seq).
             SessionStorageError: the backend failed.
         """
+
+    async def load_after(
+        self, session_id: str, after: int, limit: int
+    ) -> tuple[dict[str, Any], ...]:
+        """One page of the stored log: the JSON objects of the events with seq > ``after``
+        (at most ``limit``, in seq order; ``()`` past the end). What a reader that follows
+        a log by its cursor needs without loading the whole log each time. This default
+        loads the log; the built-in stores read only the page.
+
+        Raises:
+            SessionPersistenceNotFoundError: nothing is stored under the id.
+            SessionCorruptError: a stored row of the page is malformed (names the seq).
+            ValueError: a negative ``after`` or a ``limit`` below 1.
+        """
+        check_page(after, limit)
+        events = await self.load(session_id)
+        return tuple(event.to_json() for event in events[after : after + limit])
 
     async def check_absent(self, session_id: str) -> None:
         """Raise ``SessionConflictError`` if ``session_id`` is already stored."""

@@ -13,8 +13,10 @@ from ._interface import (
     BufferedWriter,
     SessionInfo,
     SessionStore,
+    check_page,
     decode_rows,
     last_time,
+    page_rows,
     stored_header,
 )
 
@@ -40,6 +42,16 @@ class MemoryStore(SessionStore):
         if lines is None:
             raise SessionPersistenceNotFoundError(f"no session {session_id!r} in {self.url}")
         return decode_rows(enumerate(lines, start=1), f"session {session_id!r}")
+
+    async def load_after(
+        self, session_id: str, after: int, limit: int
+    ) -> tuple[dict[str, Any], ...]:
+        check_page(after, limit)
+        lines = self._logs.get(session_id)
+        if lines is None:
+            raise SessionPersistenceNotFoundError(f"no session {session_id!r} in {self.url}")
+        rows = enumerate(lines[after : after + limit], start=after + 1)
+        return page_rows(rows, after, f"session {session_id!r}")
 
     async def open_writer(self, session_id: str) -> EventSink:
         if session_id in self._writers:

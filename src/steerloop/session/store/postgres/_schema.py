@@ -177,6 +177,9 @@ class Tables:
         self.release = f"""
             UPDATE {self.leases} SET lease_id = NULL, expires_at = now()
              WHERE session_id = $1 AND lease_id = $2 AND token = $3"""
+        self.page = f"""
+            SELECT seq, payload FROM {self.events}
+             WHERE session_id = $1 AND seq > $2 ORDER BY seq LIMIT $3"""
         self.insert_events = f"""
             INSERT INTO {self.events} (session_id, seq, payload)
             SELECT * FROM unnest($1::text[], $2::bigint[], $3::json[])"""
@@ -230,6 +233,10 @@ class Url:
             )
         except ValueError:
             raise ValueError("lease_ttl in the store URL must be a number of seconds") from None
+        notify = query.pop("notify", "0")
+        if notify not in ("0", "1", "true", "false"):
+            raise ValueError(f"notify in the store URL must be 0 or 1, not {notify!r}")
+        self.notify = notify in ("1", "true")
         self.password = unquote(parts.password) if parts.password else ""
         self.dsn = urlunsplit(parts._replace(query=urlencode(query)))
         netloc = parts.netloc

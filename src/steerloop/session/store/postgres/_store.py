@@ -77,8 +77,10 @@ from .._interface import (
     BufferedWriter,
     SessionInfo,
     SessionStore,
+    check_page,
     decode_rows,
     last_time,
+    page_rows,
     stored_header,
 )
 from ._schema import (
@@ -91,16 +93,78 @@ from ._schema import (
     migrate,
 )
 
-__all__ = ["LOG_VERSION", "SCHEMA_VERSION", "LeaseInfo", "PostgresStore"]
+__all__ = [
+    "FEED_CHANNEL",
+    "LOG_VERSION",
+    "SCHEMA_VERSION",
+    "LeaseInfo",
+    "PostgresStore",
+    "escape_id",
+    "feed_payloads",
+    "parse_feed_payload",
+]
+
+FEED_CHANNEL = "steerloop_feed"
+"""The channel a ``notify=True`` store announces its committed batches on."""
+
+PAYLOAD_BYTES = 7900  # the server refuses a payload of 8000 bytes or more
+
+
+def escape_id(session_id: str) -> str:
+    """A session id as it appears in a ``steerloop_feed`` payload (no bare ``,`` or ``:``)."""
+    return session_id.replace("%", "%25").replace(",", "%2C").replace(":", "%3A")
+
+
+def _unescape(text: str) -> str:
+    return text.replace("%3A", ":").replace("%2C", ",").replace("%25", "%")
+
+
+def feed_payloads(tops: Mapping[str, int]) -> builtins.list[str]:
+    """The ``steerloop_feed`` payloads announcing ``{session_id: max_seq}``:
+    ``<sid>:<max_seq>[,<sid>:<max_seq>…]`` with ids escaped (``escape_id``). One payload
+    unless it would pass the server's 8000-byte limit."""
+    payloads: builtins.list[str] = []
+    items: builtins.list[str] = []
+    size = 0
+    for sid, seq in tops.items():
+        item = f"{escape_id(sid)}:{seq}"
+        length = len(item.encode()) + 1
+        if items and size + length > PAYLOAD_BYTES:
+            payloads.append(",".join(items))
+            items, size = [], 0
+        items.append(item)
+        size += length
+    if items:
+        payloads.append(",".join(items))
+    return payloads
+
+
+def parse_feed_payload(payload: str) -> builtins.list[tuple[str, int, int | None]]:
+    """The items of a ``steerloop_feed`` payload as ``(session_id, seq, n)``: a committed
+    batch is ``<sid>:<max_seq>`` (``n`` None), live frames are ``<sid>:<after_seq>:<n>``.
+    Malformed items are skipped."""
+    out: builtins.list[tuple[str, int, int | None]] = []
+    for item in payload.split(","):
+        parts = item.split(":")
+        if len(parts) not in (2, 3) or not parts[0] or not all(p.isdigit() for p in parts[1:]):
+            continue
+        n = int(parts[2]) if len(parts) == 3 else None
+        out.append((_unescape(parts[0]), int(parts[1]), n))
+    return out
 
 
 class PostgresStore(SessionStore):
     """Sessions in PostgreSQL, shared by every runtime that opens the same database.
 
     Args:
-        url: ``postgresql://user[:password]@host[:port]/db[?schema=NAME&lease_ttl=SECONDS]``.
+        url: ``postgresql://user[:password]@host[:port]/db[?schema=NAME&lease_ttl=SECONDS
+            &notify=1]``.
         schema: the schema holding steerloop's tables (overrides ``?schema=``).
         lease_ttl: seconds a write lease lives without a heartbeat (default 30).
+        notify: announce every committed batch on the channel ``steerloop_feed`` (one
+            ``pg_notify`` inside the batch's transaction, payload ``<sid>:<max_seq>`` per
+            session, comma-separated; see ``feed_payloads``). Off by default (overrides
+            ``?notify=``): the service's SSE readers need it, library users pay nothing.
         connect_timeout: seconds to wait for the server.
         lock_timeout: seconds ``open_writer`` waits for a lease row locked by a committing
             owner before it reports a conflict.
@@ -123,9 +187,11 @@ class PostgresStore(SessionStore):
         lock_timeout: float = 0.25,
         pool_size: int = 4,
         owner_key: int | None = None,
+        notify: bool | None = None,
     ) -> None:
         self._pg = asyncpg_module()
         self._url = Url(url)
+        self.notify = self._url.notify if notify is None else bool(notify)
         self.url = self._url.display
         ttl = lease_ttl if lease_ttl is not None else self._url.lease_ttl
         self.lease_ttl = 30.0 if ttl is None else float(ttl)
@@ -256,6 +322,20 @@ class PostgresStore(SessionStore):
                         f"no session {session_id!r} in {self.url}"
                     )
         return decode_rows(rows, f"session {session_id!r}")
+
+    async def load_after(
+        self, session_id: str, after: int, limit: int
+    ) -> tuple[dict[str, Any], ...]:
+        check_page(after, limit)
+        pool = await self._acquire_pool()
+        t = self._tables
+        with self._errors(f"reading session {session_id!r}"):
+            rows = await pool.fetch(self._tables.page, session_id, after, limit)
+            if not rows and not await pool.fetchval(
+                f"SELECT EXISTS (SELECT 1 FROM {t.sessions} WHERE session_id = $1)", session_id
+            ):
+                raise SessionPersistenceNotFoundError(f"no session {session_id!r} in {self.url}")
+        return page_rows(rows, after, f"session {session_id!r}")
 
     async def exists(self, session_id: str) -> bool:
         pool = await self._acquire_pool()
@@ -658,6 +738,14 @@ class PostgresStore(SessionStore):
                 texts.append(text)
         if sids:
             await conn.execute(t.insert_events, sids, seqs, texts)
+            if self.notify:
+                # Delivered at commit, and only if the batch commits: a refused fence or a
+                # failed transaction announces nothing.
+                tops: dict[str, int] = {}
+                for sid, seq in zip(sids, seqs, strict=True):
+                    tops[sid] = max(seq, tops.get(sid, 0))
+                for payload in feed_payloads(tops):
+                    await conn.execute("SELECT pg_notify($1, $2)", FEED_CHANNEL, payload)
         return lost
 
     async def _run_riders(self, conn: Any, writer: _PostgresWriter) -> bool:

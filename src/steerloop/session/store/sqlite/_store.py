@@ -91,10 +91,12 @@ from .._interface import (
     BufferedWriter,
     SessionInfo,
     SessionStore,
+    check_page,
     decode_header,
     decode_rows,
     encode_header,
     last_time,
+    page_rows,
     stored_header,
 )
 from ._schema import (
@@ -507,6 +509,37 @@ class SqliteStore(SessionStore):
             lambda conn: self._load(conn, session_id), session_id
         )
         return events
+
+    async def load_after(
+        self, session_id: str, after: int, limit: int
+    ) -> tuple[dict[str, Any], ...]:
+        check_page(after, limit)
+        await self._sync()
+        where = f"session {session_id!r} in {self.path}"
+
+        def read(conn: sqlite3.Connection) -> tuple[dict[str, Any], ...] | None:
+            conn.execute("BEGIN")  # one snapshot for the page and the existence check
+            try:
+                rows = conn.execute(
+                    "SELECT seq, body FROM events WHERE session_id = ? AND seq > ? "
+                    "ORDER BY seq LIMIT ?",
+                    (session_id, after, limit),
+                ).fetchall()
+                if (
+                    not rows
+                    and not conn.execute(
+                        "SELECT 1 FROM sessions WHERE id = ?", (session_id,)
+                    ).fetchone()
+                ):
+                    return None
+            finally:
+                conn.execute("COMMIT")
+            return page_rows(rows, after, where)
+
+        page = await self._read(read, session_id)
+        if page is None:
+            raise SessionPersistenceNotFoundError(f"no session {session_id!r} in {self.url}")
+        return page  # type: ignore[no-any-return]
 
     async def load_header(self, session_id: str) -> dict[str, Any]:
         """The stored session header (EVENTS.md §2.7); optional fields absent when unset.

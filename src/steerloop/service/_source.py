@@ -1,0 +1,46 @@
+"""Where an SSE reader's events come from: one protocol for the in-process feed of a
+``--role all`` host (``ServiceHost``) and the PostgreSQL feed of an API node
+(``_pg._feed.PgFeedSource``), so one generator serves both (``_app``).
+
+A reader registers *first* (``subscribe``), then pulls by its own cursor: durable events
+after ``seq`` (``events_after``), then live frames of the open step after ``seq:n``
+(``frames_after``), then ``wait``s for the flag to move past the version it saw before
+reading. Nothing is pushed to a reader, so a slow one only delays its own next page.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+__all__ = ["FeedReader", "FeedSource"]
+
+
+class FeedReader(Protocol):
+    """One SSE reader's view of one session's feed."""
+
+    @property
+    def version(self) -> int:
+        """Moves whenever something may have happened; read before reading pages."""
+
+    async def wait(self, seen: int, timeout: float) -> None:
+        """Return once ``version`` moved past ``seen`` (at once if it already has), or at
+        ``timeout``."""
+
+    async def events_after(self, after: int, limit: int) -> list[dict[str, Any]]:
+        """Durable events with seq > ``after`` (at most ``limit``) in their JSON form."""
+
+    async def frames_after(self, seq: int, n: int) -> list[tuple[int, dict[str, Any]]]:
+        """Live frames ``(n, body)`` of the step open after event ``seq`` numbered > ``n``."""
+
+    def close(self) -> None:
+        """The reader leaves (idempotent)."""
+
+
+class FeedSource(Protocol):
+    """Hands out readers; ``closed`` ends every feed (the service is stopping)."""
+
+    @property
+    def closed(self) -> bool: ...
+
+    def subscribe(self, session_id: str) -> FeedReader:
+        """Register a reader of ``session_id`` (before its first read: no wake is missed)."""
