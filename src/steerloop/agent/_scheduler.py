@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .._cancel import escapes
@@ -81,9 +82,10 @@ class ToolScheduler:
         self.signal = signal
         self.concluded = False
         # Ends the approval waits: the turn's abort, or the scheduler giving up (a failure
-        # of its own steps must not wait for a decision that may never come).
-        self.holds = AbortController()
-        self._relay = signal.add_listener(self.holds.abort)
+        # of its own steps must not wait for a decision that may never come). Made by the
+        # first ``ask`` only (``_holds``): a step without approvals pays nothing for it.
+        self._hold_controller: AbortController | None = None
+        self._relay: Callable[[], None] | None = None
 
     async def run(self, calls: tuple[ToolCallBlock, ...]) -> bool:
         """Run ``calls``; returns whether a committed result concluded the turn."""
@@ -117,12 +119,14 @@ class ToolScheduler:
                 started += 1
             await self._wait_all()
         except BaseException as exc:
-            self.holds.abort(exc)
+            if self._hold_controller is not None:
+                self._hold_controller.abort(exc)
             if not escapes(exc):  # the host's exceptions do not wait for stray bodies
                 await self._abandon()
             raise
         finally:
-            self._relay()
+            if self._relay is not None:
+                self._relay()
         for index in range(started, len(calls)):
             self._synthesise_aborted(index)
         if self.signal.aborted:
@@ -200,6 +204,14 @@ class ToolScheduler:
 
     # --- approvals ---------------------------------------------------------------------
 
+    @property
+    def _holds(self) -> AbortController:
+        """The controller that ends every approval wait of this scheduler (made once)."""
+        if self._hold_controller is None:
+            self._hold_controller = AbortController()
+            self._relay = self.signal.add_listener(self._hold_controller.abort)
+        return self._hold_controller
+
     def _ask(self, exec: ToolExec, reason: str | None) -> asyncio.Future[ApprovalDecided]:
         """Record the approval request of ``exec`` and announce it to answerers."""
         request = ApprovalRequested(
@@ -210,7 +222,7 @@ class ToolScheduler:
             arguments=exec.raw_arguments,
             reason=reason,
         )
-        seq, decided = self.agent.approvals.request(request, self.holds.signal)
+        seq, decided = self.agent.approvals.request(request, self._holds.signal)
         hooks = self.rt.hooks
         if hooks.has("tools/approval-requested"):
             hooks.emit("tools/approval-requested", ApprovalHookPayload(exec, request, seq))
@@ -221,7 +233,7 @@ class ToolScheduler:
     ) -> ToolResult:
         """Wait for the decision on ``exec``, then deny it or run it."""
         try:
-            decision = await self.holds.signal.race(decided)
+            decision = await self._holds.signal.race(decided)
         except AbortedError:
             return aborted_before_dispatch()
         finally:
