@@ -33,12 +33,13 @@ from typing import Any
 from ... import hooks
 from ..._cancel import CancelCause
 from ..._runtime import Runtime
+from ...agent._agent import Agent
 from ...agent._decisions import StatusPayload
 from ...agent._factory import AgentHandle
 from ...errors import SessionConflictError, SessionPersistenceError
 from ...messages import user_message
 from ...session._session import SessionEventPayload
-from ...session.store.postgres._store import PostgresStore
+from ...session.store.postgres._store import PostgresStore, _PostgresWriter
 from .._profile import Profile
 from ._control import WAKE_CHANNEL, ControlConnection
 
@@ -490,33 +491,36 @@ class Worker:
             await self._consume_fenced(session_id, cmd_seq, writer)
 
     async def _apply_approval(
-        self, session_id: str, agent: Any, writer: Any, cmd_seq: int, body: dict[str, Any]
+        self,
+        session_id: str,
+        agent: Agent,
+        writer: _PostgresWriter,
+        cmd_seq: int,
+        body: dict[str, Any],
     ) -> None:
-        decide = getattr(agent, "decide_approval", None)
-        if decide is None:
-            log.warning("session %s: approvals are not available in this build", session_id)
+        call_id, decision, reason = body.get("call_id"), body.get("decision"), body.get("reason")
+        by = body.get("by", "http")
+        if (
+            not isinstance(call_id, str)
+            or decision not in ("allow", "deny")
+            or not isinstance(reason, str | None)
+            or not isinstance(by, str)
+        ):  # a stored row the API never writes
+            log.warning("session %s: approval %d has a bad body; skipped", session_id, cmd_seq)
             await self._consume_fenced(session_id, cmd_seq, writer)
             return
         try:
-            seq = decide(
-                body.get("call_id"),
-                body.get("decision"),
-                reason=body.get("reason"),
-                by=body.get("by", "http"),
-            )
+            seq = agent.decide_approval(call_id, decision, reason=reason, by=by)
         except SessionPersistenceError:
             raise
-        except Exception:  # ApprovalError (not pending any more), a bad stored body
+        except Exception:  # ApprovalError: not pending any more
             log.info("session %s: approval %d not applicable", session_id, cmd_seq, exc_info=True)
             await self._consume_fenced(session_id, cmd_seq, writer)
             return
-        if isinstance(seq, int):
-            try:
-                writer.attach(seq, self._consume_sql, session_id, cmd_seq, seq)
-                return
-            except ValueError:
-                pass
-        await self._consume_fenced(session_id, cmd_seq, writer)
+        try:
+            writer.attach(seq, self._consume_sql, session_id, cmd_seq, seq)
+        except ValueError:  # its batch already took the event: consume on its own
+            await self._consume_fenced(session_id, cmd_seq, writer)
 
     @property
     def _consume_sql(self) -> str:
@@ -525,7 +529,7 @@ class Worker:
             "WHERE session_id = $1 AND cmd_seq = $2 AND consumed_at IS NULL"
         )
 
-    async def _consume_fenced(self, session_id: str, cmd_seq: int, writer: Any) -> bool:
+    async def _consume_fenced(self, session_id: str, cmd_seq: int, writer: _PostgresWriter) -> bool:
         """Mark one command consumed only while this writer's lease is current."""
         done = await self._pool.fetchval(
             f"UPDATE {self.t.commands} c SET consumed_at = now() FROM {self.t.leases} l "
