@@ -125,6 +125,25 @@ async def test_bad_input_is_refused_and_writes_nothing(pg: Pg) -> None:
         assert await counts(pg) == before
 
 
+async def test_a_session_id_the_routes_cannot_address_is_refused(pg: Pg) -> None:
+    """The PostgreSQL host refuses the same hostile ids through the same check (422
+    ``invalid_session_id``): no spec, command, wakeup or event row is written."""
+    from .test_service import HOSTILE_IDS
+
+    async with served(api(pg)) as client:
+        for session_id in HOSTILE_IDS:
+            answer = await client.post(
+                "/v1/sessions", json={"session_id": session_id, "input": "hi"}
+            )
+            assert answer.status_code == 422, session_id
+            assert answer.json()["error"]["code"] == "invalid_session_id"
+        assert await counts(pg) == (0, 0, 0)
+        assert await pg.val("SELECT count(*) FROM steerloop_events") == 0
+        created = await client.post("/v1/sessions", json={"session_id": "x" * 128})
+        assert created.status_code == 201
+        assert await counts(pg) == (1, 0, 1)
+
+
 async def test_a_cancel_with_nothing_to_cancel_is_applied_by_the_api_node(pg: Pg) -> None:
     """A cancel for a session no worker holds, with nothing queued and no turn, is consumed
     at once as a no-op (no wakeup, nothing loaded); with a message queued before it, it is

@@ -13,7 +13,7 @@ from typing import Any, Literal
 from ..._runtime import Runtime
 from ...session._json import loads
 from ...session.store.postgres._store import PostgresStore
-from .._host import ApiError
+from .._host import ApiError, check_session_id
 from .._profile import Profile
 from ._commands import CommandKind, Commands
 from ._worker import Worker, optional
@@ -98,6 +98,7 @@ class PgHost:
     async def create(
         self, session_id: str, profile: Profile, meta: dict[str, Any] | None, first: str | None
     ) -> dict[str, Any]:
+        check_session_id(session_id)
         return await self._sql().create(session_id, profile.name, profile.version, meta, first)
 
     async def send(
