@@ -146,3 +146,25 @@ def test_a_public_bind_without_a_token_is_refused(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert "STEERLOOP_API_TOKEN" in done.stdout + done.stderr
     assert "refusing" in done.stdout + done.stderr
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        (["--drain-timeout", "-1"], "--drain-timeout must be >= 0"),
+    ],
+)
+def test_a_bad_drain_timeout_is_refused(tmp_path: Path, flags: list[str], said: str) -> None:
+    """A negative ``--drain-timeout`` exits 2 saying so."""
+    home = tmp_path / "home"
+    home.mkdir()
+    done = subprocess.run(
+        [sys.executable, "-c", "from steerloop.cli import main; main()", "serve", *flags],
+        cwd=home,
+        env=_env(home),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert said in done.stdout + done.stderr

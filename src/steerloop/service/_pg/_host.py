@@ -37,6 +37,7 @@ class PgHost:
         idle_unload: float | None = 300.0,
         max_unconsumed: int = 100,
         capacity: int = 100,
+        drain_timeout: float = 10.0,
     ) -> None:
         self.rt = rt
         self.store = store
@@ -46,6 +47,7 @@ class PgHost:
         self._idle_unload = idle_unload
         self._max_unconsumed = max_unconsumed
         self._capacity = capacity
+        self._drain_timeout = drain_timeout
         self.commands: Commands | None = None
         self.worker: Worker | None = None
         self._closed = False
@@ -61,6 +63,7 @@ class PgHost:
                 worker_id=self.worker_id,
                 capacity=self._capacity,
                 idle_unload=self._idle_unload,
+                drain_timeout=self._drain_timeout,
             )
             await self.worker.start()
 
