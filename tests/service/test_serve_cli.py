@@ -151,11 +151,14 @@ def test_a_public_bind_without_a_token_is_refused(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("flags", "said"),
     [
+        (["--capacity", "0"], "--capacity must be >= 1"),
         (["--drain-timeout", "-1"], "--drain-timeout must be >= 0"),
     ],
 )
-def test_a_bad_drain_timeout_is_refused(tmp_path: Path, flags: list[str], said: str) -> None:
-    """A negative ``--drain-timeout`` exits 2 saying so."""
+def test_a_bad_capacity_or_drain_timeout_is_refused(
+    tmp_path: Path, flags: list[str], said: str
+) -> None:
+    """``--capacity`` below 1 and a negative ``--drain-timeout`` exit 2 saying which."""
     home = tmp_path / "home"
     home.mkdir()
     done = subprocess.run(

@@ -462,6 +462,12 @@ def serve(
     idle_unload: Annotated[
         float, typer.Option("--idle-unload", help="Unload a session idle this many seconds.")
     ] = 300.0,
+    capacity: Annotated[
+        int,
+        typer.Option(
+            "--capacity", help="Sessions this process hosts at most (PostgreSQL workers)."
+        ),
+    ] = 100,
     drain_timeout: Annotated[
         float,
         typer.Option(
@@ -486,6 +492,7 @@ def serve(
             profiles=profiles,
             token_env=token_env,
             idle_unload=idle_unload,
+            capacity=capacity,
             drain_timeout=drain_timeout,
             retry=not no_retry,
         )

@@ -70,6 +70,7 @@ def serve_main(
     idle_unload: float,
     retry: bool,
     drain_timeout: float = 10.0,
+    capacity: int = 100,
 ) -> None:
     """Run the service until interrupted; raises ``ValueError`` for a refused configuration."""
     import uvicorn
@@ -86,6 +87,8 @@ def serve_main(
         raise ValueError(f"--role must be all, api or worker, not {role!r}")
     if idle_unload <= 0:
         raise ValueError("--idle-unload must be > 0")
+    if capacity < 1:
+        raise ValueError("--capacity must be >= 1")
     if drain_timeout < 0:
         raise ValueError("--drain-timeout must be >= 0")
     found: Any = default_profiles(settings)
@@ -104,6 +107,7 @@ def serve_main(
         idle_unload=idle_unload,
         retry=retry,
         drain_timeout=drain_timeout,
+        capacity=capacity,
     )
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
     server = uvicorn.Server(config)
