@@ -24,7 +24,9 @@ from .test_pg_failover import (
     WorkerProc,
     _now,
     check_log,
+    check_one_writer,
     cluster,
+    committed_batches,
     replies,
     result_codes,
     takeover_requests,
@@ -100,6 +102,10 @@ async def test_sigterm_mid_tool_hands_the_turn_over_after_the_drain_timeout(
         text = asked[0]["messages"][-1]["content"][0]["text"]
         assert 'tool "gate" (call call-g1): its outcome is unknown' in text
         check_log("s1", events)
+        batches = await committed_batches(c)
+        assert check_one_writer("s1", events, batches) == 2
+        assert {b["pid"] for b in batches if b["token"] == token} == {owner.pid}
+        assert {b["pid"] for b in batches if b["token"] > token} == {other.pid}
 
 
 async def test_a_turn_that_ends_within_the_drain_completes_on_its_owner(
