@@ -10,8 +10,9 @@ client) on SQLite (or ``--store``), then, with ``--postgres``, on PostgreSQL (ow
   open by a hanging model step) to the ``agent/inbox/spliced`` event carrying that message
   id arriving on the session's SSE feed; sends paced at ``--rate`` per second.
 * POST latency: the 202 answer of those sends.
-* idle reload: a session with a ~5k-event log is unloaded (``--idle-unload 0.3``); from
-  ``POST /messages`` to its splice on the feed, which includes resuming the log.
+* idle reload: a session with a ~5k-event log (injects, then one turn that takes them in)
+  is unloaded (``--idle-unload 0.3``); from a followup's ``POST /messages`` to its splice
+  on the feed, which includes resuming the log. ``--only idle-reload`` runs just this.
 * turn throughput: followups each answered by one scripted text reply, 8 in flight, polled
   through ``/log``; again with 2 SSE readers per session (the ratio is printed).
 
@@ -169,18 +170,36 @@ async def send_to_sse(client: httpx.AsyncClient, rate: int, seconds: float, n: i
     print(line("send → visible on SSE", [seen[m] - sent[m] for m in sent]))
 
 
+async def post_accepted(client: httpx.AsyncClient, path: str, body: dict[str, Any]) -> None:
+    """POST until accepted: a 429 (the session's unconsumed-command limit) is waited out,
+    any other refusal ends the bench, so a figure never rests on a log that is short."""
+    while True:
+        answer = await client.post(path, json=body)
+        if answer.status_code != 429:
+            break
+        await asyncio.sleep(min(float(answer.headers.get("retry-after", "1")), 0.2))
+    if answer.status_code >= 300:
+        raise SystemExit(f"POST {path}: {answer.status_code} {answer.text}")
+
+
 async def idle_reload(client: httpx.AsyncClient, events: int, repeats: int) -> None:
+    """The log is built with ``events // 2`` injects (an inject starts no turn), then a
+    followup whose turn takes them in (the log then holds ~2 events per inject), so the
+    session ends idle with an empty inbox (a worker unloads only such a session). Each
+    repeat: wait for ``unloaded``, then a followup; from its POST to its splice on the
+    feed, which includes resuming the log."""
     sid = "big"
-    await client.post("/v1/sessions", json={"session_id": sid, "profile": "hang"})
-    for start in range(0, events, 200):
+    await post_accepted(client, "/v1/sessions", {"session_id": sid, "profile": "default"})
+    path = f"/v1/sessions/{sid}/messages"
+    injects = events // 2
+    for start in range(0, injects, 50):  # 50 in flight: under the 100-unconsumed limit
         await asyncio.gather(
             *[
-                client.post(
-                    f"/v1/sessions/{sid}/messages", json={"mode": "inject", "content": f"n{i}"}
-                )
-                for i in range(start, min(events, start + 200))
+                post_accepted(client, path, {"mode": "inject", "content": f"n{i}"})
+                for i in range(start, min(injects, start + 50))
             ]
         )
+    await post_accepted(client, path, {"mode": "followup", "content": "take them in"})
     times: list[float] = []
     for r in range(repeats):
         try:
@@ -196,9 +215,8 @@ async def idle_reload(client: httpx.AsyncClient, events: int, repeats: int) -> N
             watcher = asyncio.create_task(watch_after(client, sid, last, seen))
             await asyncio.sleep(0.2)
             t0 = time.perf_counter()
-            await client.post(
-                f"/v1/sessions/{sid}/messages",
-                json={"mode": "inject", "content": "wake", "message_id": f"w{r}"},
+            await post_accepted(
+                client, path, {"mode": "followup", "content": "wake", "message_id": f"w{r}"}
             )
             while f"w{r}" not in seen:
                 await asyncio.sleep(0.001)
@@ -519,6 +537,9 @@ async def role_all(store: str, args: argparse.Namespace) -> None:
         async with httpx.AsyncClient(
             base_url=url, timeout=60, limits=httpx.Limits(max_connections=200)
         ) as client:
+            if args.only == "idle-reload":
+                await idle_reload(client, args.events, args.repeats)
+                return
             await send_to_sse(client, args.rate, args.seconds, args.sessions)
             await idle_reload(client, args.events, args.repeats)
             alone = await turns(client, 400, 8, tag="t")
@@ -541,6 +562,7 @@ async def main() -> None:
     parser.add_argument("--events", type=int, default=5000)
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--only", choices=["idle-reload"], help="run one figure of part 1")
     args = parser.parse_args()
     print(
         f"{os.cpu_count()} cores  ·  Python {sys.version.split()[0]}  ·  "
@@ -555,7 +577,7 @@ async def main() -> None:
             await role_all(f"{args.postgres}{sep}schema={schema}", args)
         finally:
             await drop_schema(args.postgres, schema)
-    if args.postgres:
+    if args.postgres and args.only is None:
         schema = f"bench_service_{uuid.uuid4().hex[:8]}"
         sep = "&" if "?" in args.postgres else "?"
         pg = f"{args.postgres}{sep}schema={schema}"

@@ -17,6 +17,10 @@ Every request is appended as one JSON line to ``$STEERLOOP_FAILOVER_DIR/requests
 The tool ``gate`` holds a call "mid-tool": it creates ``gate-NAME.<pid>`` in that directory
 and waits (cooperatively: the call's abort signal ends the wait) until ``open-NAME`` exists;
 then it creates ``passed-NAME.<pid>`` and returns.
+
+With ``$STEERLOOP_TEST_COMMITS`` set, the process's PostgreSQL store records every batch it
+commits (``record_commits``): per session, the lease token the batch was fenced with and
+the seqs it stored, read from the database inside the batch's transaction.
 """
 
 from __future__ import annotations
@@ -107,7 +111,52 @@ async def _sleep(args: Any, exec: Any) -> str:
     return "slept"
 
 
+def record_commits(store: Any, path: str) -> None:
+    """Append one JSON line per session per batch transaction of ``store`` to ``path``:
+    ``{pid, key, xact, session, token, first, last, n}``, where the events are the rows this
+    transaction inserted (``xmin``) and ``token`` the lease token its fence held. The line
+    is written inside the transaction, before its COMMIT is sent, so no committed batch
+    goes unrecorded even if the process is killed; whether ``xact`` committed is asked of
+    the server afterwards (``pg_xact_status``)."""
+    inner = store._commit_in
+    t = store.tables
+
+    async def commit_in(conn: Any, units: Any) -> Any:
+        lost = await inner(conn, units)
+        rows = await conn.fetch(
+            f"SELECT e.session_id, min(e.seq) AS first, max(e.seq) AS last, count(*) AS n, "
+            f"l.token, pg_current_xact_id()::text AS xact FROM {t.events} e "
+            f"JOIN {t.leases} l USING (session_id) WHERE e.xmin = pg_current_xact_id()::xid "
+            "GROUP BY e.session_id, l.token"
+        )
+        if rows:
+            lines = [
+                json.dumps(
+                    {
+                        "pid": os.getpid(),
+                        "key": store.owner_key,
+                        "xact": row["xact"],
+                        "session": row["session_id"],
+                        "token": row["token"],
+                        "first": row["first"],
+                        "last": row["last"],
+                        "n": row["n"],
+                    }
+                )
+                + "\n"
+                for row in rows
+            ]
+            with open(path, "a", encoding="utf-8") as out:
+                out.write("".join(lines))
+        return lost
+
+    store._commit_in = commit_in
+
+
 def profiles(rt: Any) -> list[Profile]:
+    commits = os.environ.get("STEERLOOP_TEST_COMMITS")
+    if commits:
+        record_commits(rt.store, commits)
     rt.llm.register_adapter(["mock"], RuleModel())
     rt.tools.register(
         define_tool(

@@ -99,6 +99,7 @@ class Cluster:
         env.update(
             PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT)]),
             STEERLOOP_FAILOVER_DIR=str(self.dir),
+            STEERLOOP_TEST_COMMITS=str(self.dir / "commits.jsonl"),
             HOME=str(self.dir),
             XDG_CONFIG_HOME=str(self.dir / ".config"),
         )
@@ -315,6 +316,40 @@ def check_log(sid: str, events: list[SessionEvent]) -> None:
     assert log_problems(session) == []
 
 
+async def committed_batches(c: Cluster) -> list[dict[str, Any]]:
+    """The batches the workers recorded (``failover_profiles.record_commits``) whose
+    transaction the server says committed (a worker killed before its COMMIT left a line
+    for an aborted one)."""
+    path = c.dir / "commits.jsonl"
+    lines = path.read_text().splitlines() if path.exists() else []
+    batches = [json.loads(line) for line in lines if line.strip()]
+    rows = await sql(
+        "SELECT x, pg_xact_status(x::xid8) FROM unnest($1::text[]) AS x",
+        sorted({b["xact"] for b in batches}),
+    )
+    status = {row[0]: row[1] for row in rows}
+    assert set(status.values()) <= {"committed", "aborted"}, status
+    return [b for b in batches if status[b["xact"]] == "committed"]
+
+
+def check_one_writer(sid: str, events: list[SessionEvent], batches: list[dict[str, Any]]) -> int:
+    """SERVICE.md §5: at no instant do two workers append to one session. From what the
+    workers committed: every stored seq of ``sid`` was committed by exactly one batch, a
+    lease token belongs to one worker, and in seq order the tokens never go back (the
+    ranges of two writers never interleave). Returns how many tokens wrote."""
+    mine = sorted((b for b in batches if b["session"] == sid), key=lambda b: b["first"])
+    assert all(b["n"] == b["last"] - b["first"] + 1 for b in mine), mine
+    seqs = [seq for b in mine for seq in range(b["first"], b["last"] + 1)]
+    assert seqs == [e.seq for e in events], (sid, mine)
+    tokens = [b["token"] for b in mine]
+    assert tokens == sorted(tokens), (sid, mine)
+    writers: dict[int, set[tuple[int, int]]] = {}
+    for b in mine:
+        writers.setdefault(b["token"], set()).add((b["pid"], b["key"]))
+    assert all(len(w) == 1 for w in writers.values()), (sid, writers)
+    return len(writers)
+
+
 def turn_ends(events: list[SessionEvent]) -> list[str]:
     return [e.data.reason.kind for e in events if e.type == "turn/end"]
 
@@ -518,7 +553,9 @@ async def test_seeded_chaos_across_three_workers(tmp_path: Path, schema: str) ->
     default 1313). At quiescence (SERVICE.md §5): every log passes ``validate_log`` and the
     well-formedness checks with contiguous seqs; each ``turn/start`` has one ``turn/end``;
     every message id is inserted exactly once; no command is left unconsumed, and each
-    consumed message's ``consumed_seq`` is the splice that inserted it."""
+    consumed message's ``consumed_seq`` is the splice that inserted it; and at no instant
+    did two workers append to one session (``check_one_writer`` over the batches each worker
+    process recorded as it committed them)."""
     seed = int(os.environ.get("STEERLOOP_CHAOS_SEED", "1313"))
     rng = random.Random(seed)
     print(f"\nchaos seed {seed}")
@@ -607,9 +644,12 @@ async def test_seeded_chaos_across_three_workers(tmp_path: Path, schema: str) ->
         )
         inserted: Counter[str] = Counter()
         interrupted = 0
+        writers = 0
+        batches = await committed_batches(c)
         for sid in sessions:
             events = await c.events(sid)
             check_log(sid, events)
+            writers += check_one_writer(sid, events, batches)
             interrupted += turn_ends(events).count("interrupted")
             for event in events:
                 if event.type == "agent/inbox/spliced":
@@ -625,7 +665,8 @@ async def test_seeded_chaos_across_three_workers(tmp_path: Path, schema: str) ->
         assert set(sent) <= set(inserted)
         print(
             f"chaos: {len(sent)} messages, {kills} kills, {interrupted} interrupted turns "
-            f"taken over, {sum(inserted.values())} messages inserted"
+            f"taken over, {sum(inserted.values())} messages inserted, {len(batches)} batches "
+            f"by {writers} (session, token) writers"
         )
 
 

@@ -125,6 +125,25 @@ async def test_bad_input_is_refused_and_writes_nothing(pg: Pg) -> None:
         assert await counts(pg) == before
 
 
+async def test_a_session_id_the_routes_cannot_address_is_refused(pg: Pg) -> None:
+    """The PostgreSQL host refuses the same hostile ids through the same check (422
+    ``invalid_session_id``): no spec, command, wakeup or event row is written."""
+    from .test_service import HOSTILE_IDS
+
+    async with served(api(pg)) as client:
+        for session_id in HOSTILE_IDS:
+            answer = await client.post(
+                "/v1/sessions", json={"session_id": session_id, "input": "hi"}
+            )
+            assert answer.status_code == 422, session_id
+            assert answer.json()["error"]["code"] == "invalid_session_id"
+        assert await counts(pg) == (0, 0, 0)
+        assert await pg.val("SELECT count(*) FROM steerloop_events") == 0
+        created = await client.post("/v1/sessions", json={"session_id": "x" * 128})
+        assert created.status_code == 201
+        assert await counts(pg) == (1, 0, 1)
+
+
 async def test_a_cancel_with_nothing_to_cancel_is_applied_by_the_api_node(pg: Pg) -> None:
     """A cancel for a session no worker holds, with nothing queued and no turn, is consumed
     at once as a no-op (no wakeup, nothing loaded); with a message queued before it, it is
@@ -569,3 +588,34 @@ async def test_a_worker_claims_only_the_profiles_it_serves(
             await wait_for_log(client, "o", lambda ev: turn_ends(ev) >= 1)
             info = (await client.get("/v1/sessions/o")).json()
             assert info["profile"] == "other" and info["owner"]["pid"] == serving.pid
+
+
+async def test_a_worker_at_capacity_leaves_the_next_session_to_another(
+    pg: Pg, files: dict[str, str], tmp_path: Path
+) -> None:
+    """``steerloop serve --capacity 1``: the worker hosts one session (its row says
+    capacity 1); a second session's wakeup stays unclaimed while that worker goes on
+    serving the first, and a worker started later claims and runs it."""
+    async with (
+        workers(tmp_path, pg.url, 1, "--capacity", "1", **files) as (full,),
+        served(api(pg)) as client,
+    ):
+        await client.post("/v1/sessions", json={"session_id": "a", "input": "first"})
+        await wait_for_log(client, "a", lambda ev: turn_ends(ev) == 1)
+        assert await pg.val("SELECT capacity FROM steerloop_workers") == 1
+        await client.post("/v1/sessions", json={"session_id": "b", "input": "second"})
+        # The worker's claim rounds go on meanwhile (a's next message is applied by it).
+        sent = await client.post(
+            "/v1/sessions/a/messages", json={"mode": "followup", "content": "more"}
+        )
+        assert sent.status_code == 202
+        await wait_for_log(client, "a", lambda ev: turn_ends(ev) == 2)
+        assert (await client.get("/v1/sessions/b/log")).json()["events"] == []
+        waiting = await pg.fetch("SELECT claimed_by FROM steerloop_wakeups WHERE session_id = 'b'")
+        assert [r[0] for r in waiting] == [None]
+        async with workers(tmp_path, pg.url, 1, **files) as (spare,):
+            await wait_for_log(client, "b", lambda ev: turn_ends(ev) == 1)
+            assert (await client.get("/v1/sessions/b")).json()["owner"]["pid"] == spare.pid
+            assert (await client.get("/v1/sessions/a")).json()["owner"]["pid"] == full.pid
+        seen = records(Path(files["STEERLOOP_TEST_RECORD"]))
+        assert (full.pid, ["second"]) not in [(r["pid"], r["users"]) for r in seen]

@@ -146,3 +146,28 @@ def test_a_public_bind_without_a_token_is_refused(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert "STEERLOOP_API_TOKEN" in done.stdout + done.stderr
     assert "refusing" in done.stdout + done.stderr
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        (["--capacity", "0"], "--capacity must be >= 1"),
+        (["--drain-timeout", "-1"], "--drain-timeout must be >= 0"),
+    ],
+)
+def test_a_bad_capacity_or_drain_timeout_is_refused(
+    tmp_path: Path, flags: list[str], said: str
+) -> None:
+    """``--capacity`` below 1 and a negative ``--drain-timeout`` exit 2 saying which."""
+    home = tmp_path / "home"
+    home.mkdir()
+    done = subprocess.run(
+        [sys.executable, "-c", "from steerloop.cli import main; main()", "serve", *flags],
+        cwd=home,
+        env=_env(home),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert said in done.stdout + done.stderr

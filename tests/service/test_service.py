@@ -211,6 +211,60 @@ async def test_bad_input_is_refused_and_writes_nothing(tmp_path: Path) -> None:
         assert (await client.get("/v1/sessions/s/log")).json() == {"events": [], "last_seq": 0}
 
 
+HOSTILE_IDS = [
+    "a/b",
+    "/",
+    "trailing/",
+    ".",
+    "..",
+    "nul\x00",
+    "tab\there",
+    "new\nline",
+    "\x7f",
+    "x" * 129,
+]
+"""Session ids no route could address (a ``/`` ends the path segment, clients collapse dot
+segments, control characters, over ``MAX_SESSION_ID``)."""
+
+
+async def test_a_session_id_the_routes_cannot_address_is_refused(tmp_path: Path) -> None:
+    """Each hostile id is 422 ``invalid_session_id`` with a message naming the problem, by
+    POST /v1/sessions and by an AG-UI threadId, and nothing is written; 128 characters and
+    a dot inside an id are fine and addressable."""
+    model = Model(text_response("ok"))
+    url = sqlite_url(tmp_path)
+    async with served(create_app(url, model.profiles())) as client:
+        for session_id in HOSTILE_IDS:
+            answer = await client.post("/v1/sessions", json={"session_id": session_id})
+            assert answer.status_code == 422, session_id
+            error = answer.json()["error"]
+            assert error["code"] == "invalid_session_id"
+            assert error["message"].startswith("session id ")
+        agui = await client.post(
+            "/v1/agui",
+            json={
+                "threadId": "t/1",
+                "runId": "r1",
+                "state": {},
+                "messages": [{"id": "m1", "role": "user", "content": "hi"}],
+                "tools": [],
+                "context": [],
+                "forwardedProps": {},
+            },
+        )
+        assert agui.status_code == 422
+        assert agui.json()["error"]["code"] == "invalid_session_id"
+        assert (await client.get("/v1/sessions")).json() == {"sessions": []}
+        assert model.adapter.requests == []
+        for session_id in ["x" * 128, "a.b"]:
+            created = await client.post("/v1/sessions", json={"session_id": session_id})
+            assert created.status_code == 201
+            assert (await client.get(f"/v1/sessions/{session_id}")).json()["status"] == "idle"
+    async with Runtime.open(store=url) as rt:
+        assert rt.store is not None
+        assert sorted(await rt.store.list()) == sorted(["x" * 128, "a.b"])
+
+
 async def test_idempotency_key_applies_once(tmp_path: Path) -> None:
     model = Model(text_response("ok"))
     async with served(create_app(sqlite_url(tmp_path), model.profiles())) as client:

@@ -462,6 +462,20 @@ def serve(
     idle_unload: Annotated[
         float, typer.Option("--idle-unload", help="Unload a session idle this many seconds.")
     ] = 300.0,
+    capacity: Annotated[
+        int,
+        typer.Option(
+            "--capacity", help="Sessions this process hosts at most (PostgreSQL workers)."
+        ),
+    ] = 100,
+    drain_timeout: Annotated[
+        float,
+        typer.Option(
+            "--drain-timeout",
+            help="On shutdown (PostgreSQL), seconds running turns get to end before they "
+            "are handed to another worker.",
+        ),
+    ] = 10.0,
     no_retry: Annotated[bool, typer.Option("--no-retry", help="No retry policy.")] = False,
 ) -> None:
     """Serve sessions over HTTP + SSE (extra steerloop[server])."""
@@ -478,6 +492,8 @@ def serve(
             profiles=profiles,
             token_env=token_env,
             idle_unload=idle_unload,
+            capacity=capacity,
+            drain_timeout=drain_timeout,
             retry=not no_retry,
         )
     except (ValueError, SteerloopError) as exc:

@@ -69,6 +69,8 @@ def serve_main(
     token_env: str,
     idle_unload: float,
     retry: bool,
+    drain_timeout: float = 10.0,
+    capacity: int = 100,
 ) -> None:
     """Run the service until interrupted; raises ``ValueError`` for a refused configuration."""
     import uvicorn
@@ -85,6 +87,10 @@ def serve_main(
         raise ValueError(f"--role must be all, api or worker, not {role!r}")
     if idle_unload <= 0:
         raise ValueError("--idle-unload must be > 0")
+    if capacity < 1:
+        raise ValueError("--capacity must be >= 1")
+    if drain_timeout < 0:
+        raise ValueError("--drain-timeout must be >= 0")
     found: Any = default_profiles(settings)
     if profiles is not None:
         spec = profiles
@@ -100,6 +106,8 @@ def serve_main(
         token=token,
         idle_unload=idle_unload,
         retry=retry,
+        drain_timeout=drain_timeout,
+        capacity=capacity,
     )
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
     server = uvicorn.Server(config)

@@ -61,6 +61,8 @@ def create_app(
     worker_id: str | None = None,
     ping_seconds: float = PING_SECONDS,
     send_timeout: float = 30.0,
+    capacity: int = 100,
+    drain_timeout: float = 10.0,
 ) -> Starlette:
     """The service as a Starlette app (mountable in any ASGI host).
 
@@ -75,6 +77,9 @@ def create_app(
     serves only the API (it drives nothing) and ``worker`` only drives agents (its HTTP
     surface is ``GET /healthz``); any number of each cooperate through the database, and
     ``all`` goes through it too. Another store serves one ``all`` process, in process.
+    On PostgreSQL a driving process hosts at most ``capacity`` sessions, and its shutdown
+    is a drain: it claims nothing more, gives running turns ``drain_timeout`` seconds, then
+    hands what still runs to another worker (as a takeover: repaired and continued).
 
     Raises:
         ValueError: a role the store cannot serve, or a bad argument.
@@ -88,8 +93,10 @@ def create_app(
             f"role {role!r} needs a postgresql:// store shared by every process; {shown} "
             "store serves one process with role 'all'"
         )
-    if max_unconsumed < 1 or body_limit < 1:
-        raise ValueError("max_unconsumed and body_limit must be >= 1")
+    if max_unconsumed < 1 or body_limit < 1 or capacity < 1:
+        raise ValueError("max_unconsumed, body_limit and capacity must be >= 1")
+    if drain_timeout < 0:
+        raise ValueError("drain_timeout must be >= 0")
     ident = worker_id or f"{socket.gethostname()}:{os.getpid()}"
     state: dict[str, Any] = {}
 
@@ -117,6 +124,8 @@ def create_app(
                         worker_id=ident,
                         idle_unload=idle_unload,
                         max_unconsumed=max_unconsumed,
+                        capacity=capacity,
+                        drain_timeout=drain_timeout,
                     )
                     await host.start()
                 else:

@@ -17,6 +17,7 @@ import logging
 import os
 import socket
 import time
+import unicodedata
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -34,7 +35,7 @@ from ..session._approvals import approval_state, pending_approvals
 from ..session._events import ApprovalRequested
 from ._profile import Profile
 
-__all__ = ["ApiError", "ServiceHost", "frame_json"]
+__all__ = ["MAX_SESSION_ID", "ApiError", "ServiceHost", "check_session_id", "frame_json"]
 
 log = logging.getLogger("steerloop.service")
 
@@ -59,6 +60,32 @@ class ApiError(Exception):
         self.code = code
         self.message = message
         self.headers = headers or {}
+
+
+MAX_SESSION_ID = 128
+"""The longest session id a service creates (characters)."""
+
+
+def check_session_id(session_id: str) -> None:
+    """Refuse, before anything is written, a session id the routes could not address:
+    ``/`` (a path segment ends there), ``.`` and ``..`` (clients collapse dot segments),
+    control or surrogate characters, and more than ``MAX_SESSION_ID`` characters.
+
+    Raises:
+        ApiError: 422 ``invalid_session_id`` naming what is wrong.
+    """
+    problem = None
+    if not session_id or len(session_id) > MAX_SESSION_ID:
+        problem = f"must be 1 to {MAX_SESSION_ID} characters (got {len(session_id)})"
+    elif "/" in session_id:
+        problem = "must not contain '/'"
+    elif session_id in (".", ".."):
+        problem = "must not be '.' or '..'"
+    elif any(unicodedata.category(c) in ("Cc", "Cs") for c in session_id):
+        problem = "must not contain control characters"
+    if problem is not None:
+        shown = session_id if len(session_id) <= 40 else session_id[:40] + "…"
+        raise ApiError(422, "invalid_session_id", f"session id {shown!r} {problem}")
 
 
 @dataclass(slots=True)
@@ -271,6 +298,7 @@ class ServiceHost:
     async def create(
         self, session_id: str, profile: Profile, meta: dict[str, Any] | None, first: str | None
     ) -> dict[str, Any]:
+        check_session_id(session_id)
         lock = self._lock(session_id)
         async with lock:
             if await self.exists(session_id):

@@ -10,12 +10,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from ... import hooks
 from ..._runtime import Runtime
 from ...session._json import loads
-from ...session._session import SessionEventPayload
 from ...session.store.postgres._store import PostgresStore
-from .._host import ApiError, _Feed
+from .._host import ApiError, check_session_id
 from .._profile import Profile
 from ._commands import CommandKind, Commands
 from ._worker import Worker, optional
@@ -23,14 +21,6 @@ from ._worker import Worker, optional
 __all__ = ["PgHost"]
 
 Role = Literal["all", "api", "worker"]
-_READ_POLL = 0.1
-"""Seconds between log reads of an SSE reader while nothing local says the log grew (the
-cross-host feed hub replaces this poll)."""
-
-
-class _PollFeed(_Feed):
-    async def wait(self, seen: int, timeout: float) -> None:
-        await super().wait(seen, min(timeout, _READ_POLL))
 
 
 class PgHost:
@@ -47,6 +37,7 @@ class PgHost:
         idle_unload: float | None = 300.0,
         max_unconsumed: int = 100,
         capacity: int = 100,
+        drain_timeout: float = 10.0,
     ) -> None:
         self.rt = rt
         self.store = store
@@ -56,11 +47,10 @@ class PgHost:
         self._idle_unload = idle_unload
         self._max_unconsumed = max_unconsumed
         self._capacity = capacity
+        self._drain_timeout = drain_timeout
         self.commands: Commands | None = None
         self.worker: Worker | None = None
-        self._feeds: dict[str, _Feed] = {}
         self._closed = False
-        self._disposer = rt.hooks.on(hooks.SESSION_EVENT, self._on_event)
 
     async def start(self) -> None:
         pool = await self.store.pool()
@@ -73,14 +63,12 @@ class PgHost:
                 worker_id=self.worker_id,
                 capacity=self._capacity,
                 idle_unload=self._idle_unload,
+                drain_timeout=self._drain_timeout,
             )
             await self.worker.start()
 
     async def close(self) -> None:
         self._closed = True
-        self._disposer()
-        for feed in self._feeds.values():
-            feed.notify()
         if self.worker is not None:
             await self.worker.close()
 
@@ -113,6 +101,7 @@ class PgHost:
     async def create(
         self, session_id: str, profile: Profile, meta: dict[str, Any] | None, first: str | None
     ) -> dict[str, Any]:
+        check_session_id(session_id)
         return await self._sql().create(session_id, profile.name, profile.version, meta, first)
 
     async def send(
@@ -228,29 +217,6 @@ class PgHost:
             limit,
         )
         return [loads(row["payload"]) for row in rows]
-
-    # --- the feed (polled; a resident session's appends wake its readers at once) ----------
-
-    def feed(self, session_id: str, reader: bool = False) -> _Feed:
-        feed = self._feeds.get(session_id)
-        if feed is None:
-            feed = self._feeds[session_id] = _PollFeed()
-        if reader:
-            feed.readers += 1
-        return feed
-
-    def release_feed(self, session_id: str) -> None:
-        feed = self._feeds.get(session_id)
-        if feed is None:
-            return
-        feed.readers -= 1
-        if feed.readers <= 0:
-            del self._feeds[session_id]
-
-    def _on_event(self, payload: SessionEventPayload) -> None:
-        feed = self._feeds.get(payload.session.id)
-        if feed is not None:
-            feed.notify()
 
 
 def approval_json(request: Any) -> dict[str, Any]:

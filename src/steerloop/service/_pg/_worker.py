@@ -16,6 +16,11 @@ applies their commands, meeting other processes only through the v2 tables.
   then applied (at most once).
 * **Idle unload.** An idle session with an empty inbox is disposed after ``idle_unload``
   seconds (its lease released); then unconsumed commands, if any, become a wakeup again.
+* **Leaving** (``close``, a SIGTERM): a drain for rolling deploys. The worker claims
+  nothing more (its row says ``draining``), idle sessions are unloaded at once, running
+  turns get ``drain_timeout`` seconds to end, and the still-busy ones are handed over like a
+  takeover (writer fenced, lease revoked, ``takeover`` wakeup) without waiting for the
+  sweeper's grace.
 """
 
 from __future__ import annotations
@@ -33,12 +38,13 @@ from typing import Any
 from ... import hooks
 from ..._cancel import CancelCause
 from ..._runtime import Runtime
+from ...agent._agent import Agent
 from ...agent._decisions import StatusPayload
 from ...agent._factory import AgentHandle
 from ...errors import SessionConflictError, SessionPersistenceError
 from ...messages import user_message
 from ...session._session import SessionEventPayload
-from ...session.store.postgres._store import PostgresStore
+from ...session.store.postgres._store import PostgresStore, _PostgresWriter
 from .._profile import Profile
 from ._control import WAKE_CHANNEL, ControlConnection
 
@@ -48,6 +54,8 @@ log = logging.getLogger("steerloop.service")
 
 _ORIGIN_KIND = "service"
 _DRAIN_PAGE = 100
+_TAKEOVER = "takeover"
+"""The wakeup reason of a session whose owner left (the sweeper's, for a dead one)."""
 
 
 @dataclass(slots=True)
@@ -76,10 +84,13 @@ class Worker:
         idle_unload: float | None = 300.0,
         poll: float = 1.0,
         dispose_timeout: float = 10.0,
+        drain_timeout: float = 10.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if capacity < 1:
             raise ValueError("capacity must be >= 1")
+        if drain_timeout < 0:
+            raise ValueError("drain_timeout must be >= 0")
         self.rt = rt
         self.store = store
         self.profiles = profiles
@@ -88,6 +99,7 @@ class Worker:
         self.idle_unload = idle_unload
         self.poll = poll
         self.dispose_timeout = dispose_timeout
+        self.drain_timeout = drain_timeout
         self._clock = clock
         self.t = store.tables
         self.control: ControlConnection | None = None
@@ -101,7 +113,8 @@ class Worker:
         self._statuses: dict[str, str] = {}
         self._wake = True  # claim at start
         self._lost = False
-        self._closing = False
+        self._closing = False  # claims stop (the loop ends)
+        self._leaving = False  # commands stop being applied (residents go next)
         self._kick = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
         self._disposers = [
@@ -146,20 +159,115 @@ class Worker:
         self._kick.set()
 
     async def close(self) -> None:
-        """Stop claiming, let drains finish their current command, dispose every resident
-        agent (releasing its lease), then leave (the worker row and lock go)."""
+        """Leave gracefully (the SIGTERM of a rolling deploy): stop claiming (the worker row
+        says ``draining``, so the API counts this worker out), unload the idle sessions
+        (their leases released, a wakeup if commands are waiting), let running turns end
+        for up to ``drain_timeout`` seconds, then hand the still-running ones over like a
+        takeover: fenced, lease revoked, a ``takeover`` wakeup, so another worker resumes,
+        repairs and continues them. Then the worker row and lock go."""
         self._closing = True
         self._kick.set()
-        for dispose in self._disposers:
-            dispose()
+        await self._mark_draining()
         if self._loop_task is not None:
             await asyncio.gather(self._loop_task, return_exceptions=True)
         await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        # Idle sessions go at once: their next message is served elsewhere without waiting.
+        for session_id in [sid for sid in self._residents if not self._busy(sid)]:
+            await self._unload(session_id)
+        # Running turns may end meanwhile; their commands (a steer, a cancel) still apply.
+        await self._wait_turns()
+        self._leaving = True
+        drains = [r.drain for r in self._residents.values() if r.drain is not None]
+        await asyncio.gather(*drains, return_exceptions=True)  # each stops after its command
+        for dispose in self._disposers:
+            dispose()
         for session_id in list(self._residents):
-            await self._unload(session_id)  # commands left: wake another
+            if self._busy(session_id):
+                await self._hand_over(session_id)
+            else:
+                await self._unload(session_id)  # commands left: wake another
         await self._stop_helpers()
         if self.control is not None:
             await self.control.close()
+
+    async def _mark_draining(self) -> None:
+        control = self.control
+        if control is None or control.lost:
+            return
+        try:
+            await self._pool.execute(
+                f"UPDATE {self.t.workers} SET draining = true WHERE key = $1", control.key
+            )
+        except Exception:  # the row only informs the API; leaving goes on
+            log.exception("worker %s: marking itself draining failed", self.worker_id)
+
+    def _busy(self, session_id: str) -> bool:
+        # A turn is running (or waits for an approval). Pending injects of an idle agent
+        # start nothing: they are in the log and a reload finds them.
+        return self._residents[session_id].handle.agent.status != "idle"
+
+    async def _wait_turns(self) -> None:
+        """Until no resident session is busy, for at most ``drain_timeout`` seconds (woken
+        by every status change; the short period is a safety net)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.drain_timeout
+        while not self._lost and any(self._busy(sid) for sid in self._residents):
+            left = deadline - loop.time()
+            if left <= 0:
+                return
+            self._kick.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(min(left, 0.25)):
+                    await self._kick.wait()
+
+    async def _hand_over(self, session_id: str) -> None:
+        """Give a busy session to another worker as a crash would, without the wait: the
+        writer is fenced first (nothing more of ours is appended, the lease is not
+        released), the agent aborted, then in one transaction the lease is revoked (token
+        + 1) and a ``takeover`` wakeup queued. A batch already committing either lands
+        before the revocation (it holds the lease row) or is refused by its fence."""
+        resident = self._residents.pop(session_id, None)
+        if resident is None:
+            return
+        self._statuses.pop(session_id, None)
+        writer = self.store.writer(session_id)
+        lease_id = None
+        if writer is not None and writer.error is None:
+            lease_id = writer.lease_id
+            writer.lose()
+        try:
+            await resident.handle.dispose(timeout=1.0)
+        except Exception as exc:
+            log.info("worker %s: disposing %s: %s", self.worker_id, session_id, exc)
+        if lease_id is None:  # fenced out already: its new owner has it
+            return
+        t = self.t
+        try:
+            async with self._pool.acquire() as conn, conn.transaction():
+                revoked = await conn.fetchval(
+                    f"UPDATE {t.leases} SET lease_id = NULL, token = token + 1, "
+                    "expires_at = now() WHERE session_id = $1 AND lease_id = $2 RETURNING 1",
+                    session_id,
+                    lease_id,
+                )
+                if revoked is None:
+                    return
+                await conn.execute(
+                    f"INSERT INTO {t.wakeups} (session_id, reason) VALUES ($1, $2) "
+                    "ON CONFLICT (session_id) DO UPDATE SET reason = EXCLUDED.reason, "
+                    "claimed_by = NULL, claimed_at = NULL, due_at = now()",
+                    session_id,
+                    _TAKEOVER,
+                )
+                await conn.execute(
+                    f"UPDATE {t.specs} SET status = 'unloaded', updated_at = now() "
+                    "WHERE session_id = $1",
+                    session_id,
+                )
+                await conn.execute("SELECT pg_notify($1, $2)", WAKE_CHANNEL, session_id)
+            log.warning("worker %s: handed %s over (still busy)", self.worker_id, session_id)
+        except Exception:  # the lease then expires and the sweeper hands the session on
+            log.exception("worker %s: handing %s over failed", self.worker_id, session_id)
 
     async def _stop_helpers(self) -> None:
         for helper in (self._publisher, self._sweeper):
@@ -183,7 +291,7 @@ class Worker:
             self._kick.set()
             return
         session_id = payload.rpartition(":")[0] or payload
-        if session_id in self._residents and not self._lost and not self._closing:
+        if session_id in self._residents and not self._lost and not self._leaving:
             # The flag, and a drain task if none runs: nothing here awaits.
             self._schedule_drain(session_id)
         else:
@@ -383,6 +491,14 @@ class Worker:
         if self._closing or self._lost:
             with contextlib.suppress(Exception):
                 await handle.dispose()
+                # Leaving: the claim goes back, so another worker loads it at once.
+                await self._pool.execute(
+                    f"UPDATE {self.t.wakeups} SET claimed_by = NULL, claimed_at = NULL "
+                    "WHERE session_id = $1 AND claimed_by = $2",
+                    session_id,
+                    key,
+                )
+                await self._pool.execute("SELECT pg_notify($1, $2)", WAKE_CHANNEL, session_id)
             return
         resident = _Resident(handle, profile, self._clock())
         self._residents[session_id] = resident
@@ -411,7 +527,7 @@ class Worker:
             )
 
     async def _drain(self, session_id: str, resident: _Resident) -> None:
-        while resident.dirty and not self._closing and not self._lost:
+        while resident.dirty and not self._leaving and not self._lost:
             resident.dirty = False
             if self._residents.get(session_id) is not resident:
                 return
@@ -490,33 +606,36 @@ class Worker:
             await self._consume_fenced(session_id, cmd_seq, writer)
 
     async def _apply_approval(
-        self, session_id: str, agent: Any, writer: Any, cmd_seq: int, body: dict[str, Any]
+        self,
+        session_id: str,
+        agent: Agent,
+        writer: _PostgresWriter,
+        cmd_seq: int,
+        body: dict[str, Any],
     ) -> None:
-        decide = getattr(agent, "decide_approval", None)
-        if decide is None:
-            log.warning("session %s: approvals are not available in this build", session_id)
+        call_id, decision, reason = body.get("call_id"), body.get("decision"), body.get("reason")
+        by = body.get("by", "http")
+        if (
+            not isinstance(call_id, str)
+            or decision not in ("allow", "deny")
+            or not isinstance(reason, str | None)
+            or not isinstance(by, str)
+        ):  # a stored row the API never writes
+            log.warning("session %s: approval %d has a bad body; skipped", session_id, cmd_seq)
             await self._consume_fenced(session_id, cmd_seq, writer)
             return
         try:
-            seq = decide(
-                body.get("call_id"),
-                body.get("decision"),
-                reason=body.get("reason"),
-                by=body.get("by", "http"),
-            )
+            seq = agent.decide_approval(call_id, decision, reason=reason, by=by)
         except SessionPersistenceError:
             raise
-        except Exception:  # ApprovalError (not pending any more), a bad stored body
+        except Exception:  # ApprovalError: not pending any more
             log.info("session %s: approval %d not applicable", session_id, cmd_seq, exc_info=True)
             await self._consume_fenced(session_id, cmd_seq, writer)
             return
-        if isinstance(seq, int):
-            try:
-                writer.attach(seq, self._consume_sql, session_id, cmd_seq, seq)
-                return
-            except ValueError:
-                pass
-        await self._consume_fenced(session_id, cmd_seq, writer)
+        try:
+            writer.attach(seq, self._consume_sql, session_id, cmd_seq, seq)
+        except ValueError:  # its batch already took the event: consume on its own
+            await self._consume_fenced(session_id, cmd_seq, writer)
 
     @property
     def _consume_sql(self) -> str:
@@ -525,7 +644,7 @@ class Worker:
             "WHERE session_id = $1 AND cmd_seq = $2 AND consumed_at IS NULL"
         )
 
-    async def _consume_fenced(self, session_id: str, cmd_seq: int, writer: Any) -> bool:
+    async def _consume_fenced(self, session_id: str, cmd_seq: int, writer: _PostgresWriter) -> bool:
         """Mark one command consumed only while this writer's lease is current."""
         done = await self._pool.fetchval(
             f"UPDATE {self.t.commands} c SET consumed_at = now() FROM {self.t.leases} l "
