@@ -30,9 +30,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from ...agent._decisions import StreamFramePayload
 from ...agent._handles import ASSISTANT_STREAM, SESSION_EVENT
 from ...errors import SessionStorageError
 from ...session._json import dumps, loads
+from ...session._session import SessionEventPayload
 from ...session.store._interface import page_rows
 from ...session.store.postgres._schema import Tables, asyncpg_module
 from ...session.store.postgres._store import (
@@ -450,7 +452,7 @@ class LivePublisher:
 
     # --- hooks (synchronous, never block) ---------------------------------------------------
 
-    def _on_frame(self, payload: Any) -> None:
+    def _on_frame(self, payload: StreamFramePayload) -> None:
         agent = payload.agent
         token = getattr(agent.session._sink, "token", None)
         if type(token) is not int:
@@ -470,7 +472,7 @@ class LivePublisher:
         self._pending.append((session_id, after, step.n, token, dumps(frame_json(payload.frame))))
         self._kick.set()
 
-    def _on_event(self, payload: Any) -> None:
+    def _on_event(self, payload: SessionEventPayload) -> None:
         session_id = payload.session.id
         step = self._steps.get(session_id)
         if step is None or payload.event.seq <= step.after_seq:
