@@ -53,7 +53,6 @@ from typing import Any
 
 from ....errors import (
     SessionConflictError,
-    SessionCorruptError,
     SessionPersistenceError,
     SessionPersistenceNotFoundError,
     SessionStorageError,
@@ -78,7 +77,9 @@ from .._interface import (
     SessionInfo,
     SessionStore,
     check_page,
+    decode_header,
     decode_rows,
+    encode_header,
     last_time,
     page_rows,
     stored_header,
@@ -363,10 +364,7 @@ class PostgresStore(SessionStore):
     def _header(self, session_id: str, text: str | None) -> dict[str, Any]:
         if text is None:
             raise SessionPersistenceNotFoundError(f"no session {session_id!r} in {self.url}")
-        header = json.loads(text)
-        if not isinstance(header, dict):
-            raise SessionCorruptError(f"session {session_id!r}: the stored header is not an object")
-        return header
+        return decode_header(text, f"session {session_id!r} in {self.url}")
 
     async def info(self, session_id: str) -> SessionInfo:
         pool = await self._acquire_pool()
@@ -484,7 +482,7 @@ class PostgresStore(SessionStore):
                 await conn.execute(
                     f"INSERT INTO {t.sessions} (session_id, header) VALUES ($1, $2)",
                     session_id,
-                    _header_json(session_id, {}),
+                    encode_header(stored_header(session_id, {})),
                 )
                 await conn.execute(
                     t.insert_events,
@@ -708,7 +706,7 @@ class PostgresStore(SessionStore):
                 "SELECT * FROM unnest($1::text[], $2::json[]) "
                 "ON CONFLICT DO NOTHING RETURNING session_id",
                 [units[key].session_id for key in fresh],
-                [json.dumps(header, separators=(",", ":")) for header in headers],
+                [encode_header(header) for header in headers],
             )
             clash = {units[key].session_id for key in fresh} - {row[0] for row in created}
             for key in live:
@@ -824,11 +822,6 @@ class PostgresStore(SessionStore):
             raise errors[0]
         if errors:
             raise ExceptionGroup(f"closing {self.url} failed", errors)
-
-
-def _header_json(session_id: str, header: Mapping[str, Any]) -> str:
-    """The stored header as JSON text (EVENTS.md §2.7)."""
-    return json.dumps(stored_header(session_id, header), separators=(",", ":"))
 
 
 class _PostgresWriter(BufferedWriter):
