@@ -30,6 +30,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from ..._runtime import Runtime
 from ...agent._decisions import StreamFramePayload
 from ...agent._handles import ASSISTANT_STREAM, SESSION_EVENT
 from ...errors import SessionStorageError
@@ -40,6 +41,7 @@ from ...session.store.postgres._schema import Tables, asyncpg_module
 from ...session.store.postgres._store import (
     FEED_CHANNEL,
     PAYLOAD_BYTES,
+    PostgresStore,
     escape_id,
     parse_feed_payload,
 )
@@ -380,6 +382,8 @@ class LivePublisher:
     token (not a PostgreSQL store) are not published.
 
     Args:
+        rt: the runtime whose frames are published (``None``: a publisher that only sweeps
+            stale rows; ``start`` refuses it).
         every: the coalescing window in seconds (one INSERT + one NOTIFY per window).
         max_pending: frames held between flushes; past it the oldest are dropped (the
             committed ``assistant/message`` supersedes them).
@@ -390,7 +394,7 @@ class LivePublisher:
         self,
         pool: Any,
         tables: Tables,
-        rt: Any,
+        rt: Runtime | None,
         *,
         every: float = 0.05,
         max_pending: int = 4096,
@@ -432,6 +436,8 @@ class LivePublisher:
     def start(self) -> None:
         if self._task is not None:
             return
+        if self._rt is None:
+            raise ValueError("a LivePublisher without a runtime has no frames to publish")
         self._disposers = [
             self._rt.hooks.on(ASSISTANT_STREAM, self._on_frame),
             self._rt.hooks.on(SESSION_EVENT, self._on_event),
@@ -574,7 +580,7 @@ class PgFeed:
 
 
 async def open_pg_feed(
-    store: Any, rt: Any | None, *, name: str = "api", pool_size: int = 4
+    store: PostgresStore, rt: Runtime | None, *, name: str = "api", pool_size: int = 4
 ) -> PgFeed:
     """The feed of a process serving ``store`` (a ``PostgresStore``): its hub LISTENs, its
     own pool of ``pool_size`` reads pages, and with a runtime ``rt`` (a process that runs
