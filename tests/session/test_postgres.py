@@ -295,6 +295,32 @@ async def test_corrupt_rows_name_the_seq(stores: StoreFactory) -> None:
         await store.load("shifted")
 
 
+@pytest.mark.parametrize(
+    ("stored", "problem"),
+    [
+        ('"a string"', "is not a JSON object"),
+        ("[1, 2]", "is not a JSON object"),
+        ('{"version": 1, "created_at": 1, "is_seeded": false}', "id must be str"),
+        ('{"version": true, "id": "s", "created_at": 1, "is_seeded": false}', "version"),
+        ('{"version": 1, "id": "s", "created_at": 1, "is_seeded": 0}', "is_seeded"),
+    ],
+)
+async def test_a_hostile_stored_header_is_reported_as_corrupt(
+    stores: StoreFactory, stored: str, problem: str
+) -> None:
+    """The header is read through the shared codec (``decode_header``), as on SQLite: a row
+    that is not a header is a SessionCorruptError naming the session from ``load_header``
+    and ``info``; the events stay readable."""
+    store = stores()
+    await store.put_raw("s", [turn(1, 1).to_json()])
+    await sql(f"UPDATE {store.tables.sessions} SET header = $1::json", stored)
+    with pytest.raises(SessionCorruptError, match=f"session 's'.*{problem}"):
+        await store.load_header("s")
+    with pytest.raises(SessionCorruptError, match=problem):
+        await store.info("s")
+    assert seqs(await store.load("s")) == [1]
+
+
 # --- leases and fencing (G-2) ----------------------------------------------------------------
 
 

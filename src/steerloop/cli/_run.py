@@ -14,10 +14,13 @@ from rich.console import Console
 
 from .. import hooks as h
 from .._cancel import CancelCause
-from ..agent._decisions import StreamFramePayload
+from .._runtime import Runtime
+from ..agent._agent import Agent
+from ..agent._decisions import StreamFrame, StreamFramePayload
 from ..agent._factory import AgentScope
 from ..llm.chunks import chunk_to_json
 from ..messages import user_message
+from ..session._events import SessionEvent
 from ..session._session import SessionEventPayload
 from ..tools._define import ToolExec
 from ._render import EventRenderer
@@ -29,7 +32,7 @@ __all__ = ["event_line", "frame_line", "run_once"]
 _SETTLING = ("assistant/message", "assistant/attempt")
 
 
-def event_line(event: Any, *, full: bool) -> dict[str, Any]:
+def event_line(event: SessionEvent, *, full: bool) -> dict[str, Any]:
     """A session event as a JSON line. Unless ``full``, a settling event's ``stream`` (every
     raw chunk of the attempt, already sent live as frames) becomes its count and its
     ``finish`` record."""
@@ -45,7 +48,7 @@ def event_line(event: Any, *, full: bool) -> dict[str, Any]:
     return out
 
 
-def frame_line(frame: Any) -> dict[str, Any]:
+def frame_line(frame: StreamFrame) -> dict[str, Any]:
     """A live ``agent/assistant-stream`` frame as a JSON line (no ``seq``: not stored)."""
     body: dict[str, Any] = {"kind": frame.kind, "attempt_id": frame.attempt_id}
     body["revision"] = frame.revision
@@ -143,7 +146,7 @@ async def run_once(
         return ends[-1].data.reason.kind if ends else "error"
 
 
-async def _pursue_goal(rt: Any, agent: Any, objective: str) -> str | None:
+async def _pursue_goal(rt: Runtime, agent: Agent, objective: str) -> str | None:
     """Make ``objective`` the session's goal and let the goal-round driver run it until it
     is complete, blocked or paused; returns the matching outcome kind (``None`` otherwise)."""
     from ..goals import install_goals

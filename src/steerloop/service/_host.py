@@ -27,12 +27,15 @@ from .._cancel import CancelCause
 from .._ids import new_id
 from .._runtime import Runtime
 from ..agent._agent import Agent
+from ..agent._decisions import StreamFrame, StreamFramePayload
 from ..agent._factory import AgentHandle
+from ..agent._handles import ASSISTANT_STREAM, SESSION_EVENT
 from ..errors import ApprovalError, SessionPersistenceNotFoundError
 from ..llm.chunks import chunk_to_json
 from ..messages import user_message
 from ..session._approvals import approval_state, pending_approvals
 from ..session._events import ApprovalRequested
+from ..session._session import Session, SessionEventPayload
 from ._profile import Profile
 
 __all__ = ["MAX_SESSION_ID", "ApiError", "ServiceHost", "check_session_id", "frame_json"]
@@ -169,11 +172,11 @@ class _Durability:
 
     def __init__(self) -> None:
         self.marks: dict[str, int] = {}  # durable through this seq (per session)
-        self._want: dict[str, Any] = {}  # session id -> Session, for the next round
+        self._want: dict[str, Session] = {}  # session id -> Session, for the next round
         self._next: asyncio.Future[dict[str, BaseException]] | None = None
         self._runner: asyncio.Task[None] | None = None
 
-    async def through(self, session_id: str, session: Any, seq: int) -> None:
+    async def through(self, session_id: str, session: Session, seq: int) -> None:
         """Return once ``session`` is durable through ``seq``; raise its flush's error."""
         while self.marks.get(session_id, 0) < seq:
             self._want[session_id] = session
@@ -237,8 +240,8 @@ class ServiceHost:
         self._stop = asyncio.Event()
         self._unloader: asyncio.Task[None] | None = None
         self._disposers = [
-            rt.hooks.on("session/event", self._on_event),
-            rt.hooks.on("agent/assistant-stream", self._on_frame),
+            rt.hooks.on(SESSION_EVENT, self._on_event),
+            rt.hooks.on(ASSISTANT_STREAM, self._on_frame),
         ]
 
     # --- lifecycle ------------------------------------------------------------------------
@@ -661,7 +664,7 @@ class ServiceHost:
         if feed.readers <= 0 and session_id not in self._handles:
             del self._feeds[session_id]
 
-    def _on_event(self, payload: Any) -> None:
+    def _on_event(self, payload: SessionEventPayload) -> None:
         session_id = payload.session.id
         if session_id in self._handles:
             self._idle_since[session_id] = self._clock()
@@ -672,7 +675,7 @@ class ServiceHost:
             feed.first_n = 1
             feed.notify()
 
-    def _on_frame(self, payload: Any) -> None:
+    def _on_frame(self, payload: StreamFramePayload) -> None:
         agent = payload.agent
         if agent.id not in self._handles:
             return
@@ -755,7 +758,7 @@ class _LocalReader:
             self._host.release_feed(self._session_id)
 
 
-def frame_json(frame: Any) -> dict[str, Any]:
+def frame_json(frame: StreamFrame) -> dict[str, Any]:
     """The JSON body of one live frame (``event: stream`` on the SSE feed)."""
     body: dict[str, Any] = {
         "kind": frame.kind,

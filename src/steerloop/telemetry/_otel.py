@@ -35,8 +35,11 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from .. import hooks as h
 from .._hooks import Disposer
+from .._runtime import Runtime
 from ..agent._decisions import AgentPayload, StatusPayload, StreamFramePayload
-from ..session._session import SessionEventPayload
+from ..session._events import SessionEvent
+from ..session._session import Session, SessionEventPayload
+from ..tools._agent_ref import AgentRef
 from ._content import input_messages, output_messages, redacted, text_of
 
 __all__ = ["Telemetry", "install_otel", "link_next_turn"]
@@ -88,10 +91,10 @@ except ImportError:  # pragma: no cover - another API layout: treat every provid
         pass
 
 
-_pending_links: weakref.WeakKeyDictionary[Any, SpanContext] = weakref.WeakKeyDictionary()
+_pending_links: weakref.WeakKeyDictionary[Session, SpanContext] = weakref.WeakKeyDictionary()
 
 
-def link_next_turn(agent: Any, headers: Mapping[str, str]) -> bool:
+def link_next_turn(agent: AgentRef, headers: Mapping[str, str]) -> bool:
     """Link ``agent``'s next ``invoke_agent`` span to the W3C trace context in ``headers``.
 
     For a server that receives ``traceparent`` with the request causing a turn. Returns
@@ -137,7 +140,7 @@ class Telemetry:
 
     def __init__(
         self,
-        rt: Any,
+        rt: Runtime,
         tracer_provider: trace.TracerProvider | None,
         meter_provider: metrics.MeterProvider | None,
         capture_content: bool,
@@ -171,7 +174,7 @@ class Telemetry:
         self.running: contextvars.ContextVar[tuple[str, str] | None] = contextvars.ContextVar(
             "steerloop_otel_tool", default=None
         )
-        self.handlers: dict[str, Callable[[Any, Any], None]] = {
+        self.handlers: dict[str, Callable[[Session, SessionEvent], None]] = {
             "turn/start": self._turn_start,
             "turn/end": self._turn_end,
             "request/context": self._request_context,
@@ -270,7 +273,7 @@ class Telemetry:
 
     # --- turns ------------------------------------------------------------------------
 
-    def _turn_start(self, session: Any, event: Any) -> None:
+    def _turn_start(self, session: Session, event: SessionEvent) -> None:
         previous = self.turns.pop(session.id, None)
         if previous is not None:  # a turn/end we never saw (installed mid-turn): close it
             self._close_turn(previous, None)
@@ -303,7 +306,7 @@ class Telemetry:
         if frames is not None:
             frames()
 
-    def _parent_of(self, session: Any) -> Context | None:
+    def _parent_of(self, session: Session) -> Context | None:
         """The sub-agent's initiating tool call, else ``None`` (the caller's context)."""
         header = getattr(session, "header", None)
         parent_id = header.get("parent_session") if isinstance(header, dict) else None
@@ -324,7 +327,7 @@ class Telemetry:
                 return trace.set_span_in_context(span)
         return None
 
-    def _turn_end(self, session: Any, event: Any) -> None:
+    def _turn_end(self, session: Session, event: SessionEvent) -> None:
         turn = self.turns.pop(session.id, None)
         if turn is not None:
             self._close_turn(turn, event.data.reason)
@@ -361,11 +364,11 @@ class Telemetry:
 
     # --- attempts ---------------------------------------------------------------------
 
-    def _request_context(self, session: Any, event: Any) -> None:
+    def _request_context(self, session: Session, event: SessionEvent) -> None:
         data = event.data
         self.models[session.id] = (data.provider, data.model)
 
-    def _model_of(self, session: Any) -> tuple[str, str]:
+    def _model_of(self, session: Session) -> tuple[str, str]:
         known = self.models.get(session.id)
         if known is None:
             # A resumed session whose route is unchanged logs no new request/context.
@@ -377,7 +380,7 @@ class Telemetry:
             self.models[session.id] = known
         return known
 
-    def _chat_start(self, turn: _Turn, agent: Any, attempt_id: str) -> None:
+    def _chat_start(self, turn: _Turn, agent: AgentRef, attempt_id: str) -> None:
         session = agent.session
         provider, model = self._model_of(session)
         attrs: dict[str, Any] = {
@@ -396,7 +399,7 @@ class Telemetry:
         )
         turn.chats[attempt_id] = _Chat(span, attrs)
 
-    def _settled(self, session: Any, event: Any) -> None:
+    def _settled(self, session: Session, event: SessionEvent) -> None:
         turn = self.turns.get(session.id)
         if turn is None or not turn.chats:
             return
@@ -471,7 +474,7 @@ class Telemetry:
 
     # --- tool calls -------------------------------------------------------------------
 
-    def _tool_call(self, session: Any, event: Any) -> None:
+    def _tool_call(self, session: Session, event: SessionEvent) -> None:
         turn = self.turns.get(session.id)
         if turn is None:
             return
@@ -494,7 +497,7 @@ class Telemetry:
         # inline in it): a sub-agent turn it opens can find this call.
         self.running.set((session.id, data.call_id))
 
-    def _tool_result(self, session: Any, event: Any) -> None:
+    def _tool_result(self, session: Session, event: SessionEvent) -> None:
         turn = self.turns.get(session.id)
         if turn is None:
             return
@@ -515,7 +518,7 @@ class Telemetry:
 
 
 def install_otel(
-    rt: Any,
+    rt: Runtime,
     tracer_provider: trace.TracerProvider | None = None,
     meter_provider: metrics.MeterProvider | None = None,
     capture_content: bool = False,

@@ -30,14 +30,18 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from ..._runtime import Runtime
+from ...agent._decisions import StreamFramePayload
 from ...agent._handles import ASSISTANT_STREAM, SESSION_EVENT
 from ...errors import SessionStorageError
 from ...session._json import dumps, loads
+from ...session._session import SessionEventPayload
 from ...session.store._interface import page_rows
 from ...session.store.postgres._schema import Tables, asyncpg_module
 from ...session.store.postgres._store import (
     FEED_CHANNEL,
     PAYLOAD_BYTES,
+    PostgresStore,
     escape_id,
     parse_feed_payload,
 )
@@ -378,6 +382,8 @@ class LivePublisher:
     token (not a PostgreSQL store) are not published.
 
     Args:
+        rt: the runtime whose frames are published (``None``: a publisher that only sweeps
+            stale rows; ``start`` refuses it).
         every: the coalescing window in seconds (one INSERT + one NOTIFY per window).
         max_pending: frames held between flushes; past it the oldest are dropped (the
             committed ``assistant/message`` supersedes them).
@@ -388,7 +394,7 @@ class LivePublisher:
         self,
         pool: Any,
         tables: Tables,
-        rt: Any,
+        rt: Runtime | None,
         *,
         every: float = 0.05,
         max_pending: int = 4096,
@@ -430,6 +436,8 @@ class LivePublisher:
     def start(self) -> None:
         if self._task is not None:
             return
+        if self._rt is None:
+            raise ValueError("a LivePublisher without a runtime has no frames to publish")
         self._disposers = [
             self._rt.hooks.on(ASSISTANT_STREAM, self._on_frame),
             self._rt.hooks.on(SESSION_EVENT, self._on_event),
@@ -450,7 +458,7 @@ class LivePublisher:
 
     # --- hooks (synchronous, never block) ---------------------------------------------------
 
-    def _on_frame(self, payload: Any) -> None:
+    def _on_frame(self, payload: StreamFramePayload) -> None:
         agent = payload.agent
         token = getattr(agent.session._sink, "token", None)
         if type(token) is not int:
@@ -470,7 +478,7 @@ class LivePublisher:
         self._pending.append((session_id, after, step.n, token, dumps(frame_json(payload.frame))))
         self._kick.set()
 
-    def _on_event(self, payload: Any) -> None:
+    def _on_event(self, payload: SessionEventPayload) -> None:
         session_id = payload.session.id
         step = self._steps.get(session_id)
         if step is None or payload.event.seq <= step.after_seq:
@@ -572,7 +580,7 @@ class PgFeed:
 
 
 async def open_pg_feed(
-    store: Any, rt: Any | None, *, name: str = "api", pool_size: int = 4
+    store: PostgresStore, rt: Runtime | None, *, name: str = "api", pool_size: int = 4
 ) -> PgFeed:
     """The feed of a process serving ``store`` (a ``PostgresStore``): its hub LISTENs, its
     own pool of ``pool_size`` reads pages, and with a runtime ``rt`` (a process that runs

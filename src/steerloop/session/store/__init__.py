@@ -1,8 +1,9 @@
 """The session stores: the interface, the shared group committer and the backends.
 
-``_interface`` (``SessionStore``, ``BufferedWriter``) ← ``_group`` (group commit for the
-database stores) ← ``_memory``, ``sqlite``, ``postgres`` (backends) ← ``_open``
-(``open_store``, which imports a database backend only when its URL is opened).
+``_interface`` (``SessionStore``, ``BufferedWriter``), ``_lease`` (``WriteLease``) ←
+``_group`` (group commit and ``GroupWriter`` for the database stores) ← ``_memory``,
+``sqlite``, ``postgres`` (backends) ← ``_open`` (``open_store``, which imports a database
+backend only when its URL is opened).
 """
 
 from ._interface import (

@@ -26,9 +26,11 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from ...errors import SessionPersistenceError, SessionStorageError
+from ._interface import BufferedWriter, stored_header
+from ._lease import WriteLease
 
 __all__ = [
     "Append",
@@ -38,6 +40,7 @@ __all__ = [
     "Delete",
     "Failure",
     "GroupCommitter",
+    "GroupWriter",
     "Op",
     "Publish",
     "Stop",
@@ -159,6 +162,52 @@ class Batch:
     settle: list[Barrier | Close | Stop]
     durable: bool
     """A barrier of a writer, a close, a delete or a stop asks for a durable commit."""
+
+
+# --- the write handle ------------------------------------------------------------------------
+
+LeaseT = TypeVar("LeaseT", bound=WriteLease)
+
+
+class GroupWriter(BufferedWriter, Generic[LeaseT]):
+    """The write handle of a database store: it holds the session's lease, and its published
+    lines and its publication go on the store's group-commit queue (``Append``, ``Publish``).
+
+    Subclasses say when the store takes no more operations (``_check_queue``), how a failure
+    refuses writes (``_refuse``), and how the lease is given back.
+    """
+
+    def __init__(
+        self,
+        session_id: str,
+        base_len: int,
+        *,
+        key: int,
+        lease: LeaseT,
+        stored: bool,
+        enqueue: Callable[[Op], None],
+    ) -> None:
+        super().__init__(session_id, base_len)
+        self.key = key  # the committer's name for this writer (``failed[key]``)
+        self._lease = lease
+        self._stored = stored  # the session is already stored: publication adds no header
+        self._enqueue = enqueue  # bound once: a published write is one check and one put
+        self._unflushed = False  # something was queued since the last barrier
+
+    def _check_queue(self) -> None:
+        """Raise when the store takes no more operations (by default it always does)."""
+
+    def _store_line(self, seq: int, line: str) -> None:
+        self._check_queue()
+        self._enqueue(Append(self.key, (self.session_id, seq, line)))
+        self._unflushed = True
+
+    def _publish(self, pending: list[tuple[int, str]]) -> None:
+        self._refuse()
+        self._check_queue()
+        header = None if self._stored else stored_header(self.session_id, self._header)
+        self._enqueue(Publish(self.key, self.session_id, header, self._base_len, pending))
+        self._unflushed = True
 
 
 # --- the committer -------------------------------------------------------------------------

@@ -201,10 +201,15 @@ class Lease:
     of one file contends for the same lock, and a file replaced at the same path does not.
     """
 
-    __slots__ = ("_fd", "_lock", "path")
+    __slots__ = ("_fd", "_lock", "owner", "path", "session_id")
 
-    def __init__(self, path: str, fd: int) -> None:
+    # A WriteLease (store._lease) that cannot be taken over while held: no fencing token.
+    token: Final = None
+
+    def __init__(self, path: str, fd: int, session_id: str, owner: str) -> None:
         self.path = path
+        self.session_id = session_id
+        self.owner = owner  # also written into the lock file, for a conflicting opener
         self._fd: int | None = fd
         self._lock = threading.Lock()
 
@@ -238,9 +243,10 @@ class Lease:
             if current != os.fstat(fd).st_ino:
                 os.close(fd)
                 continue
+            owner = f"pid {os.getpid()}"
             os.ftruncate(fd, 0)
-            os.write(fd, f"pid {os.getpid()}".encode())
-            return cls(path, fd)
+            os.write(fd, owner.encode())
+            return cls(path, fd, session_id, owner)
 
     def release(self) -> None:
         with self._lock:

@@ -73,13 +73,13 @@ from ..._events import SessionEvent
 from ..._json import dumps
 from ..._session import EventSink
 from .._group import (
-    Append,
     Barrier,
     Batch,
     Close,
     Delete,
     Failure,
     GroupCommitter,
+    GroupWriter,
     Op,
     Publish,
     Stop,
@@ -88,7 +88,6 @@ from .._group import (
     raise_failure,
 )
 from .._interface import (
-    BufferedWriter,
     SessionInfo,
     SessionStore,
     check_page,
@@ -97,7 +96,6 @@ from .._interface import (
     encode_header,
     last_time,
     page_rows,
-    stored_header,
 )
 from ._schema import (
     LOG_VERSION,
@@ -713,7 +711,7 @@ class SqliteStore(SessionStore):
             self._reader.shutdown(wait=True)
 
 
-class _SqliteWriter(BufferedWriter):
+class _SqliteWriter(GroupWriter[Lease]):
     """The write handle of one session in a ``SqliteStore`` (holds its lease)."""
 
     def __init__(
@@ -725,45 +723,34 @@ class _SqliteWriter(BufferedWriter):
         stored: bool,
         count: int,
     ) -> None:
-        super().__init__(session_id, count)
+        super().__init__(
+            session_id, count, key=key, lease=lease, stored=stored, enqueue=store._writer.ops.put
+        )
         self._store = store
-        self._key = key
-        self._lease = lease
-        self._stored = stored
-        self._unflushed = False
         # Per-event path: bound once (a write is a dict lookup and a queue put).
         self._failed = store._writer.failed
-        self._enqueue = store._writer.ops.put
 
     def _refuse(self) -> None:
-        raise_failure(self._failed.get(self._key))
+        raise_failure(self._failed.get(self.key))
 
-    def _store_line(self, seq: int, line: str) -> None:
+    def _check_queue(self) -> None:
         if self._store._closed:
             self._store._check_open()
-        self._enqueue(Append(self._key, (self.session_id, seq, line)))
-        self._unflushed = True
-
-    def _publish(self, pending: list[tuple[int, str]]) -> None:
-        self._store._check_open()
-        header = None if self._stored else stored_header(self.session_id, self._header)
-        self._store._put(Publish(self._key, self.session_id, header, self._base_len, pending))
-        self._unflushed = True
 
     async def _release(self) -> None:
-        self._store._writers.pop(self._key, None)
+        self._store._writers.pop(self.key, None)
         self._lease.release()
 
     async def flush(self) -> None:
         """Return once every published write is durable; raise if one could not be stored."""
         if self._state != "published":
             return
-        raise_failure(self._store._failure(self._key))
+        raise_failure(self._store._failure(self.key))
         if not self._unflushed:
             return
         waiter = Waiter()
         self._unflushed = False
-        self._store._put(Barrier(self._key, waiter))
+        self._store._put(Barrier(self.key, waiter))
         try:
             await waiter.future
         except BaseException:
@@ -775,7 +762,7 @@ class _SqliteWriter(BufferedWriter):
         self._state = "closed"
         self._pending = []
         self._lease.release()
-        self._store._writers.pop(self._key, None)
+        self._store._writers.pop(self.key, None)
 
     async def close(self) -> None:
         """Flush, release the lease (after the final commit), and surface a failure."""
@@ -784,7 +771,7 @@ class _SqliteWriter(BufferedWriter):
         published = self._state == "published"
         self._state = "closed"
         self._pending = []
-        self._store._writers.pop(self._key, None)
+        self._store._writers.pop(self.key, None)
         if not published:
             self._lease.release()
             return
@@ -792,7 +779,7 @@ class _SqliteWriter(BufferedWriter):
         # The writer thread releases the lease once everything before this is committed,
         # so a cancelled close can never let a new writer in ahead of queued events.
         try:
-            self._store._put(Close(self._key, waiter, self._lease.release))
+            self._store._put(Close(self.key, waiter, self._lease.release))
         except BaseException:  # the store closed first: nothing more will be committed
             self._lease.release()
             raise
