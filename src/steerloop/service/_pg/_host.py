@@ -11,12 +11,14 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from ..._runtime import Runtime
+from ...session._approvals import approval_state, pending_approvals
+from ...session._events import SessionEvent
 from ...session._json import loads
 from ...session.store.postgres._store import PostgresStore
 from .._host import ApiError, check_session_id
 from .._profile import Profile
 from ._commands import CommandKind, Commands
-from ._worker import Worker, optional
+from ._worker import Worker
 
 __all__ = ["PgHost"]
 
@@ -154,7 +156,7 @@ class PgHost:
             ],
         }
 
-    async def _stored_events(self, session_id: str) -> tuple[Any, ...]:
+    async def _stored_events(self, session_id: str) -> tuple[SessionEvent, ...]:
         if not await self.store.exists(session_id):
             return ()
         return await self.store.load(session_id)
@@ -162,10 +164,7 @@ class PgHost:
     async def pending_approvals(self, session_id: str) -> tuple[Any, ...]:
         """The ``tool/approval-requested`` records still waiting, folded from the stored
         log (the owner may be another process: the log is what every node shares)."""
-        fold = optional("steerloop.session._approvals", "pending_approvals")
-        if fold is None:
-            return ()
-        return tuple(fold(await self._stored_events(session_id)))
+        return pending_approvals(await self._stored_events(session_id))
 
     async def submit_approval(
         self, session_id: str, call_id: str, decision: str, reason: str | None
@@ -178,11 +177,8 @@ class PgHost:
         """
         sql = self._sql()
         events = await self._stored_events(session_id)
-        fold = optional("steerloop.session._approvals", "pending_approvals")
-        state = optional("steerloop.session._approvals", "approval_state")
-        pending = () if fold is None else fold(events)
-        if not any(r.call_id == call_id for r in pending):
-            if state is not None and state(events, call_id) == "decided":
+        if not any(r.call_id == call_id for r in pending_approvals(events)):
+            if approval_state(events, call_id) == "decided":
                 raise ApiError(409, "approval_decided", f"call {call_id!r} was already decided")
             raise ApiError(
                 404, "approval_not_found", f"session {session_id!r} has no pending call {call_id!r}"

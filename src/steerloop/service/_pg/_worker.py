@@ -27,11 +27,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib
 import json
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,12 +42,17 @@ from ...agent._decisions import StatusPayload
 from ...agent._factory import AgentHandle
 from ...errors import SessionConflictError, SessionPersistenceError
 from ...messages import user_message
+from ...session._events import InboxSpliced, SessionEvent
 from ...session._session import SessionEventPayload
-from ...session.store.postgres._store import PostgresStore, _PostgresWriter
+from ...session.store.postgres._store import PostgresStore
+from ...session.store.postgres._writer import PostgresWriter
 from .._profile import Profile
+from .._takeover import takeover_message
 from ._control import WAKE_CHANNEL, ControlConnection
+from ._feed import LivePublisher
+from ._sweeper import Sweeper
 
-__all__ = ["Worker", "optional", "origin_setup"]
+__all__ = ["Worker", "origin_setup"]
 
 log = logging.getLogger("steerloop.service")
 
@@ -104,8 +108,8 @@ class Worker:
         self.t = store.tables
         self.control: ControlConnection | None = None
         self._pool: Any = None
-        self._sweeper: Any = None
-        self._publisher: Any = None
+        self._sweeper: Sweeper | None = None
+        self._publisher: LivePublisher | None = None
         self._residents: dict[str, _Resident] = {}
         self._loading: set[str] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -130,13 +134,8 @@ class Worker:
         self._loop_task = asyncio.get_running_loop().create_task(
             self._run(), name=f"steerloop-worker {self.worker_id}"
         )
-        publisher = optional(f"{__package__}._feed", "LivePublisher")
-        if publisher is None:
-            return
-        self._publisher = publisher(self._pool, self.t, self.rt)
-        started = self._publisher.start()
-        if asyncio.iscoroutine(started):
-            await started
+        self._publisher = LivePublisher(self._pool, self.t, self.rt)
+        self._publisher.start()
 
     async def _register(self) -> None:
         control = ControlConnection(
@@ -151,10 +150,8 @@ class Worker:
         await control.start()
         self.control = control
         self.store.owner_key = control.key
-        sweeper = optional(f"{__package__}._sweeper", "Sweeper")
-        self._sweeper = None if sweeper is None else sweeper(self._pool, self.t, control)
-        if self._sweeper is not None:
-            self._sweeper.start()
+        self._sweeper = Sweeper(self._pool, self.t, control)
+        self._sweeper.start()
         self._wake = True
         self._kick.set()
 
@@ -270,7 +267,8 @@ class Worker:
             log.exception("worker %s: handing %s over failed", self.worker_id, session_id)
 
     async def _stop_helpers(self) -> None:
-        for helper in (self._publisher, self._sweeper):
+        helpers: tuple[LivePublisher | Sweeper | None, ...] = (self._publisher, self._sweeper)
+        for helper in helpers:
             if helper is None:
                 continue
             try:
@@ -508,7 +506,7 @@ class Worker:
         if resumed and profile.on_takeover == "continue":
             writer = self.store.writer(session_id)
             from_seq = (writer.stored_length if writer is not None else 0) + 1
-            message = _takeover_message(agent.session.events, from_seq)
+            message = takeover_message(agent.session.events, from_seq)
             if message is not None:
                 agent.followup(message)
         await self._done_wakeup(session_id, key)
@@ -609,7 +607,7 @@ class Worker:
         self,
         session_id: str,
         agent: Agent,
-        writer: _PostgresWriter,
+        writer: PostgresWriter,
         cmd_seq: int,
         body: dict[str, Any],
     ) -> None:
@@ -644,7 +642,7 @@ class Worker:
             "WHERE session_id = $1 AND cmd_seq = $2 AND consumed_at IS NULL"
         )
 
-    async def _consume_fenced(self, session_id: str, cmd_seq: int, writer: _PostgresWriter) -> bool:
+    async def _consume_fenced(self, session_id: str, cmd_seq: int, writer: PostgresWriter) -> bool:
         """Mark one command consumed only while this writer's lease is current."""
         done = await self._pool.fetchval(
             f"UPDATE {self.t.commands} c SET consumed_at = now() FROM {self.t.leases} l "
@@ -754,28 +752,10 @@ def origin_setup(profile: Profile, meta: dict[str, Any] | None) -> Callable[[Any
     return setup
 
 
-def _splice_seq(events: Any, before: int, message_id: str) -> int | None:
+def _splice_seq(events: Sequence[SessionEvent], before: int, message_id: str) -> int | None:
     """The seq of the splice (at or after ``before``) that inserted ``message_id``."""
     for event in events[before - 1 :]:
-        if event.type == "agent/inbox/spliced" and any(
-            m.id == message_id for m in event.data.inserted
-        ):
+        data = event.data
+        if isinstance(data, InboxSpliced) and any(m.id == message_id for m in data.inserted):
             return int(event.seq)
     return None
-
-
-def _takeover_message(events: Any, from_seq: int) -> Any:
-    takeover_message = optional("steerloop.service._takeover", "takeover_message")
-    return None if takeover_message is None else takeover_message(events, from_seq)
-
-
-def optional(module: str, name: str) -> Any:
-    """``module.name`` when that module is part of this build, else ``None`` (the feed
-    publisher, the sweeper and the takeover message are separate modules)."""
-    try:
-        found = importlib.import_module(module)
-    except ModuleNotFoundError as exc:
-        if exc.name != module:
-            raise
-        return None
-    return getattr(found, name, None)
