@@ -11,12 +11,7 @@ from urllib.parse import urlsplit, urlunsplit
 import asyncpg
 import pytest
 
-from steerloop.service._pg._control import (
-    WAKE_CHANNEL,
-    ControlConnection,
-    namespace,
-    worker_channel,
-)
+from steerloop.service._pg._control import ControlConnection, namespace
 from steerloop.session.store.postgres._schema import Tables
 
 from .livesupport import POSTGRES_URL, fresh_schema, poll, sql
@@ -89,7 +84,7 @@ async def test_start_registers_a_row_and_holds_the_lock(schema: str, controls: F
     control, _ = controls("w1")
     await control.start()
     assert 0 < control.key < 2**31
-    assert control.channel == f"steerloop_w_{control.key}"
+    assert control.channel == Tables(schema).worker_channel(control.key)
     assert await held_locks(schema) == [(control.key, control.backend_pid)]
     rows = await worker_rows(schema)
     assert [(r["key"], r["worker_id"], r["profiles"], r["capacity"]) for r in rows] == [
@@ -168,6 +163,22 @@ async def test_deleted_worker_row_is_a_loss(schema: str, controls: Factory) -> N
     await poll(lambda: held_locks(schema), until=lambda locks: locks == [], timeout=5)
 
 
+def test_channel_names_are_per_schema() -> None:
+    """NOTIFY channels belong to the database, so each schema (a tenant) has its own; the
+    default schema keeps the plain names; every name fits PostgreSQL's 63-byte limit."""
+    default = Tables("steerloop")
+    assert (default.feed_channel, default.wake_channel, default.worker_channel(7)) == (
+        "steerloop_feed",
+        "steerloop_wake",
+        "steerloop_w_7",
+    )
+    a, b = Tables("tenant_a"), Tables("x" * 63)
+    names = {t.feed_channel for t in (default, a, b)} | {t.wake_channel for t in (default, a, b)}
+    assert len(names) == 6
+    assert all(len(t.worker_channel(2**31 - 1)) <= 63 for t in (default, a, b))
+    assert all(len(n) <= 63 for n in names)
+
+
 async def test_notify_on_worker_and_wake_channels_reaches_on_notify(
     schema: str, controls: Factory
 ) -> None:
@@ -175,11 +186,16 @@ async def test_notify_on_worker_and_wake_channels_reaches_on_notify(
     its channel and payload; another worker's channel does not."""
     control, probe = controls("w1")
     await control.start()
-    await sql("SELECT pg_notify($1, 's1:7')", worker_channel(control.key))
-    await sql("SELECT pg_notify($1, 'other')", worker_channel(control.key + 1))
-    await sql("SELECT pg_notify($1, 's2')", WAKE_CHANNEL)
+    t = Tables(schema)
+    other = Tables(schema + "_other")
+    await sql("SELECT pg_notify($1, 's1:7')", t.worker_channel(control.key))
+    await sql("SELECT pg_notify($1, 'other')", t.worker_channel(control.key + 1))
+    # Another schema (another tenant) on the same database: its channels are its own.
+    await sql("SELECT pg_notify($1, 'x1')", other.worker_channel(control.key))
+    await sql("SELECT pg_notify($1, 'x2')", other.wake_channel)
+    await sql("SELECT pg_notify($1, 's2')", t.wake_channel)
     await poll(lambda: _value(list(probe.notes)), until=lambda n: len(n) >= 2, timeout=5)
-    assert probe.notes == [(control.channel, "s1:7"), (WAKE_CHANNEL, "s2")]
+    assert probe.notes == [(control.channel, "s1:7"), (t.wake_channel, "s2")]
     assert probe.lost == 0
 
 

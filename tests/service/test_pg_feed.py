@@ -358,7 +358,7 @@ async def test_the_hub_wakes_only_named_sessions_and_everyone_on_garbage(
 
         async def notify(payload: str) -> None:
             before = feed.hub.notifications
-            await conn.execute("SELECT pg_notify('steerloop_feed', $1)", payload)
+            await conn.execute("SELECT pg_notify($1, $2)", feed.hub.channel, payload)
             async with asyncio.timeout(WAIT):
                 while feed.hub.notifications == before:
                     await asyncio.sleep(0.01)
@@ -452,7 +452,7 @@ async def test_a_reader_queries_live_frames_only_where_they_were_announced(
         assert await reader.frames_after(4, 0) == []
         assert queries == [3]
         before = feed.hub.notifications
-        await conn.execute("SELECT pg_notify('steerloop_feed', 's:4:1')")
+        await conn.execute("SELECT pg_notify($1, 's:4:1')", feed.hub.channel)
         async with asyncio.timeout(WAIT):
             while feed.hub.notifications == before:
                 await asyncio.sleep(0.01)

@@ -23,7 +23,7 @@ import asyncpg
 import pytest
 
 from steerloop import SessionConflictError
-from steerloop.service._pg._control import WAKE_CHANNEL, ControlConnection, worker_channel
+from steerloop.service._pg._control import ControlConnection
 from steerloop.service._pg._sweeper import Sweeper, SweepReport
 from steerloop.session._events import SessionEvent, TurnStart
 from steerloop.session._postgres import PostgresStore
@@ -284,7 +284,7 @@ async def test_dead_worker_leases_revoked_after_the_grace_not_before(world: Worl
     await world.command("queued", 1, age=0.0)
     await world.spec("other", "running")
     await world.lease("other", alive.key)
-    wake = await world.listen(WAKE_CHANNEL)
+    wake = await world.listen(world.t.wake_channel)
 
     assert (await sweeper.sweep_once()).absent == []
     await kill_backend(victim)
@@ -468,7 +468,7 @@ async def test_claims_of_dead_keys_are_cleared(world: World) -> None:
         dead_key,
         alive.key,
     )
-    wake = await world.listen(WAKE_CHANNEL)
+    wake = await world.listen(world.t.wake_channel)
     assert (await sweeper.sweep_once()).absent == [dead_key]
     assert await world.wakeups() == {"a": ("create", dead_key), "b": ("create", alive.key)}
     world.clock.now += 1.0
@@ -498,7 +498,7 @@ async def test_expired_lease_of_a_running_session_gets_a_wakeup(world: World) ->
     assert await world.wakeups() == {}
     await off.close()
     sweeper = await world.sweeper(leader)
-    wake = await world.listen(WAKE_CHANNEL)
+    wake = await world.listen(world.t.wake_channel)
     report = await sweeper.sweep_once()
     assert report.leader and report.woken == ["stuck"] and report.revoked == []
     assert await world.wakeups() == {"stuck": ("takeover", None)}
@@ -528,7 +528,7 @@ async def test_unconsumed_command_without_owner_or_wakeup_is_woken(world: World)
     await world.lease("owned", owner.key)
     await world.command("expired", 1, age=1.5)
     await world.lease("expired", owner.key, ttl=-1)
-    wake = await world.listen(WAKE_CHANNEL)
+    wake = await world.listen(world.t.wake_channel)
     report = await sweeper.sweep_once()
     assert report.woken == ["expired", "lost"]
     assert await world.wakeups() == {
@@ -555,7 +555,7 @@ async def test_live_owner_with_stale_commands_is_notified_again(world: World) ->
     await world.spec("fresh", "running")
     await world.lease("fresh", owner.key)
     await world.command("fresh", 1, age=0.5)
-    inbox = await world.listen(worker_channel(owner.key))
+    inbox = await world.listen(world.t.worker_channel(owner.key))
     report = await sweeper.sweep_once()
     assert report.renotified == ["s"] and report.woken == []
     assert await drain(inbox, 1) == ["s:2"]
@@ -632,7 +632,7 @@ async def test_a_running_session_without_lease_or_wakeup_is_woken(world: World) 
         "('unloading', 'x', NULL, 3, now()), ('idle', 'x', NULL, 3, now() - interval '9 min')"
     )
     await world.lease("owned", leader.key)
-    wake = await world.listen(WAKE_CHANNEL)
+    wake = await world.listen(world.t.wake_channel)
     report = await sweeper.sweep_once()
     assert report.woken == ["lost", "never"]
     assert await world.wakeups() == {"lost": ("takeover", None), "never": ("takeover", None)}

@@ -17,8 +17,8 @@ import pytest
 from steerloop import SessionConflictError
 from steerloop.session import SessionEvent
 from steerloop.session._events import TurnStart
+from steerloop.session.store.postgres._schema import Tables
 from steerloop.session.store.postgres._store import (
-    FEED_CHANNEL,
     PostgresStore,
     feed_payloads,
     parse_feed_payload,
@@ -64,10 +64,10 @@ async def schema() -> AsyncIterator[str]:
 
 
 @pytest.fixture
-async def listener() -> AsyncIterator[Listener]:
+async def listener(schema: str) -> AsyncIterator[Listener]:
     conn = await asyncpg.connect(POSTGRES_URL, timeout=5)
     found = Listener(conn)
-    await conn.add_listener(FEED_CHANNEL, found.on_notify)
+    await conn.add_listener(Tables(schema).feed_channel, found.on_notify)
     try:
         yield found
     finally:
@@ -109,6 +109,32 @@ async def test_one_notify_per_committed_batch_with_every_sessions_max_seq(
         assert await listener.settle() == ["a:3,b%2Codd%3Aid%25:2", "a:4"]
         await a.close()
         await b.close()
+
+
+async def test_another_schemas_batches_are_not_announced_here(
+    schema: str, listener: Listener
+) -> None:
+    """NOTIFY channels belong to the database: a store on another schema (another tenant)
+    announces on that schema's channel, never on this one's."""
+    other = f"{schema}_other"
+    try:
+        async with opened(PostgresStore(POSTGRES_URL, schema=other, notify=True)) as store:
+            w = await store.open_writer("a")
+            w.publish()
+            w.write(turn(1, 1))
+            await w.close()
+        async with opened(PostgresStore(POSTGRES_URL, schema=schema, notify=True)) as store:
+            w = await store.open_writer("b")
+            w.publish()
+            w.write(turn(1, 1))
+            await w.close()
+        assert await listener.settle() == ["b:1"]
+    finally:
+        conn = await asyncpg.connect(POSTGRES_URL, timeout=5)
+        try:
+            await conn.execute(f'DROP SCHEMA IF EXISTS "{other}" CASCADE')
+        finally:
+            await conn.close()
 
 
 async def test_a_fenced_out_batch_announces_nothing(schema: str, listener: Listener) -> None:

@@ -18,7 +18,7 @@ from typing import Any, Literal
 from ..._ids import new_id
 from ...session.store.postgres._schema import Tables
 from .._host import ApiError
-from ._control import WAKE_CHANNEL, namespace, worker_channel
+from ._control import namespace
 
 __all__ = ["CommandKind", "Commands", "unserved_note"]
 
@@ -203,7 +203,7 @@ class Commands:
                 json.dumps(answer),
                 noop,
                 not owned and not noop,
-                worker_channel(owner_key) if owned else WAKE_CHANNEL,
+                self.t.worker_channel(owner_key) if owned else self.t.wake_channel,
                 f"{session_id}:{cmd_seq}" if owned else session_id,
             )
         return answer
@@ -274,7 +274,7 @@ class Commands:
             session_id,
             reason,
         )
-        await conn.execute("SELECT pg_notify($1, $2)", WAKE_CHANNEL, session_id)
+        await conn.execute("SELECT pg_notify($1, $2)", self.t.wake_channel, session_id)
 
     async def _served(self, conn: Any, profile: str, version: int) -> bool:
         """Whether a live worker (its liveness lock held) serves ``profile`` at ``version``."""

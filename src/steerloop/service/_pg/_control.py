@@ -43,14 +43,12 @@ from typing import Any
 
 from ...session.store.postgres._schema import Tables, asyncpg_module
 
-__all__ = ["LEADER_KEY", "WAKE_CHANNEL", "ControlConnection", "namespace", "worker_channel"]
+__all__ = ["LEADER_KEY", "ControlConnection", "namespace"]
 
 log = logging.getLogger("steerloop.service")
 
 LEADER_KEY = 0
 """The advisory key (in the schema's namespace) whose holder is the sweeper leader."""
-WAKE_CHANNEL = "steerloop_wake"
-"""NOTIFY channel every worker listens on: a wakeup row was inserted (payload: session id)."""
 
 _KEY_ATTEMPTS = 32
 
@@ -61,11 +59,6 @@ def namespace(schema: str) -> int:
     Positive, so ``pg_locks.classid`` (an ``oid``) compares to it without sign games.
     """
     return zlib.crc32(f"steerloop-workers:{schema}".encode()) & 0x7FFFFFFF
-
-
-def worker_channel(key: int) -> str:
-    """The NOTIFY channel of the worker registered under ``key``."""
-    return f"steerloop_w_{key}"
 
 
 class ControlConnection:
@@ -129,8 +122,8 @@ class ControlConnection:
 
     @property
     def channel(self) -> str:
-        """This worker's own NOTIFY channel (``steerloop_w_<key>``)."""
-        return worker_channel(self.key)
+        """This worker's own NOTIFY channel (``steerloop_w_<key>`` in the default schema)."""
+        return self.tables.worker_channel(self.key)
 
     async def start(self) -> None:
         """Connect, take a fresh key's lock, insert the worker row, LISTEN.
@@ -158,8 +151,8 @@ class ControlConnection:
             _tune_socket(conn, user_timeout_ms=int(max(self._check_timeout, 1.0) * 2000))
             self.backend_pid = conn.get_server_pid()
             self.key = await self._register(conn)
-            await conn.add_listener(worker_channel(self.key), self._notified)
-            await conn.add_listener(WAKE_CHANNEL, self._notified)
+            await conn.add_listener(self.tables.worker_channel(self.key), self._notified)
+            await conn.add_listener(self.tables.wake_channel, self._notified)
         except BaseException:
             conn.terminate()
             raise

@@ -92,6 +92,7 @@ class FeedHub:
 
     Args:
         dsn: the server (a ``postgresql://`` DSN asyncpg accepts).
+        channel: the schema's feed channel (``Tables.feed_channel``).
         name: shown as ``application_name`` ``steerloop-feed:<name>`` (operators, tests).
         check_every: seconds between liveness probes of an idle connection (a half-open
             socket is found within this).
@@ -102,6 +103,7 @@ class FeedHub:
         self,
         dsn: str,
         *,
+        channel: str = FEED_CHANNEL,
         name: str = "api",
         connect_timeout: float = 5.0,
         check_every: float = 5.0,
@@ -109,6 +111,7 @@ class FeedHub:
     ) -> None:
         self._pg = asyncpg_module()
         self._dsn = dsn
+        self.channel = channel
         self.application_name = f"steerloop-feed:{name}"[:63]
         self._connect_timeout = connect_timeout
         self._check_every = check_every
@@ -208,7 +211,7 @@ class FeedHub:
             server_settings={"application_name": self.application_name},
         )
         try:
-            await conn.add_listener(FEED_CHANNEL, self._on_notify)
+            await conn.add_listener(self.channel, self._on_notify)
         except BaseException:
             conn.terminate()
             raise
@@ -525,7 +528,9 @@ class LivePublisher:
                         self._insert_sql, *map(builtins.list, zip(*rows, strict=True))
                     )
                     for payload in _live_payloads(tops):
-                        await conn.execute("SELECT pg_notify($1, $2)", FEED_CHANNEL, payload)
+                        await conn.execute(
+                            "SELECT pg_notify($1, $2)", self._tables.feed_channel, payload
+                        )
                 if ready:
                     await conn.execute(
                         self._retire_sql, builtins.list(ready), builtins.list(ready.values())
@@ -602,7 +607,7 @@ async def open_pg_feed(
         )
     except (OSError, TimeoutError, pg.PostgresError, pg.InterfaceError) as exc:
         raise SessionStorageError(f"the feed cannot connect: {type(exc).__name__}") from None
-    hub = FeedHub(dsn, name=name)
+    hub = FeedHub(dsn, channel=store._tables.feed_channel, name=name)
     try:
         await hub.start()
     except BaseException:

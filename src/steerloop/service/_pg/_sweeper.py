@@ -50,7 +50,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ...session.store.postgres._schema import Tables
-from ._control import LEADER_KEY, WAKE_CHANNEL, ControlConnection
+from ._control import LEADER_KEY, ControlConnection
 
 __all__ = ["SweepReport", "Sweeper"]
 
@@ -423,11 +423,12 @@ class Sweeper:
         due = [row for row in stale if row["session_id"] not in self._renotified]
         if due:
             await conn.execute(
-                "SELECT pg_notify('steerloop_w_' || k, s || ':' || q) "
+                "SELECT pg_notify($4 || k, s || ':' || q) "
                 "FROM unnest($1::text[], $2::bigint[], $3::bigint[]) AS u (s, k, q)",
                 [row["session_id"] for row in due],
                 [row["owner_key"] for row in due],
                 [row["cmd_seq"] for row in due],
+                self._t.worker_channel_prefix,
                 timeout=self._timeout,
             )
             for row in due:
@@ -438,7 +439,7 @@ class Sweeper:
         if session_ids:
             await conn.execute(
                 "SELECT pg_notify($1, s) FROM unnest($2::text[]) AS s",
-                WAKE_CHANNEL,
+                self._t.wake_channel,
                 session_ids,
                 timeout=self._timeout,
             )

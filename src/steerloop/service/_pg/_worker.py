@@ -48,7 +48,7 @@ from ...session.store.postgres._store import PostgresStore
 from ...session.store.postgres._writer import PostgresWriter
 from .._profile import Profile
 from .._takeover import takeover_message
-from ._control import WAKE_CHANNEL, ControlConnection
+from ._control import ControlConnection
 from ._feed import LivePublisher
 from ._sweeper import Sweeper
 
@@ -261,7 +261,7 @@ class Worker:
                     "WHERE session_id = $1",
                     session_id,
                 )
-                await conn.execute("SELECT pg_notify($1, $2)", WAKE_CHANNEL, session_id)
+                await conn.execute("SELECT pg_notify($1, $2)", self.t.wake_channel, session_id)
             log.warning("worker %s: handed %s over (still busy)", self.worker_id, session_id)
         except Exception:  # the lease then expires and the sweeper hands the session on
             log.exception("worker %s: handing %s over failed", self.worker_id, session_id)
@@ -284,7 +284,7 @@ class Worker:
     # --- callbacks (never block) ----------------------------------------------------------
 
     def _on_notify(self, channel: str, payload: str) -> None:
-        if channel == WAKE_CHANNEL:
+        if channel == self.t.wake_channel:
             self._wake = True
             self._kick.set()
             return
@@ -496,7 +496,9 @@ class Worker:
                     session_id,
                     key,
                 )
-                await self._pool.execute("SELECT pg_notify($1, $2)", WAKE_CHANNEL, session_id)
+                await self._pool.execute(
+                    "SELECT pg_notify($1, $2)", self.t.wake_channel, session_id
+                )
             return
         resident = _Resident(handle, profile, self._clock())
         self._residents[session_id] = resident
@@ -728,7 +730,9 @@ class Worker:
                 session_id,
             )
             if woken is not None:
-                await self._pool.execute("SELECT pg_notify($1, $2)", WAKE_CHANNEL, session_id)
+                await self._pool.execute(
+                    "SELECT pg_notify($1, $2)", self.t.wake_channel, session_id
+                )
         except Exception:
             log.exception("worker %s: after unloading %s", self.worker_id, session_id)
 

@@ -30,7 +30,7 @@ from ....errors import SessionConflictError, SessionPersistenceError, SessionSto
 from .._group import Barrier, Batch, GroupCommitter, Op, Unit, Waiter
 from .._interface import encode_header
 from ._lease import PgLeases
-from ._notify import FEED_CHANNEL, feed_payloads
+from ._notify import feed_payloads
 from ._pool import Connected
 from ._writer import PostgresWriter
 
@@ -231,7 +231,7 @@ class GroupCommit(Connected):
                 for sid, seq in zip(sids, seqs, strict=True):
                     tops[sid] = max(seq, tops.get(sid, 0))
                 for payload in feed_payloads(tops):
-                    await conn.execute("SELECT pg_notify($1, $2)", FEED_CHANNEL, payload)
+                    await conn.execute("SELECT pg_notify($1, $2)", t.feed_channel, payload)
         return lost
 
     async def _run_riders(self, conn: Any, writer: PostgresWriter) -> bool:

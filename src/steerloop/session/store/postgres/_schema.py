@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import zlib
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -155,6 +156,16 @@ class Tables:
         self.commands = f"{s}.steerloop_commands"
         self.wakeups = f"{s}.steerloop_wakeups"
         self.live = f"{s}.steerloop_live"
+        # NOTIFY channels belong to the database, not to a schema: a schema (a tenant) gets
+        # names of its own so its listeners never wake for another schema's rows. The
+        # default schema keeps the plain names.
+        tag = "" if schema == "steerloop" else f"_{zlib.crc32(schema.encode()):08x}"
+        self.feed_channel = f"steerloop_feed{tag}"
+        """Committed batches and live frames are announced here (``notify=True``)."""
+        self.wake_channel = f"steerloop_wake{tag}"
+        """Every worker listens here: a wakeup row was inserted (payload: session id)."""
+        self.worker_channel_prefix = f"steerloop_w{tag}_"
+        """A worker's own channel is this prefix and its advisory key."""
         self.acquire = f"""
             INSERT INTO {self.leases} AS l
                    (session_id, owner, lease_id, token, expires_at, owner_key)
@@ -183,6 +194,10 @@ class Tables:
         self.insert_events = f"""
             INSERT INTO {self.events} (session_id, seq, payload)
             SELECT * FROM unnest($1::text[], $2::bigint[], $3::json[])"""
+
+    def worker_channel(self, key: int) -> str:
+        """The NOTIFY channel of the worker registered under ``key``."""
+        return f"{self.worker_channel_prefix}{key}"
 
 
 async def migrate(conn: Any, tables: Tables) -> None:

@@ -79,7 +79,8 @@ class PostgresStore(GroupCommit, SessionStore):
             &notify=1]``.
         schema: the schema holding steerloop's tables (overrides ``?schema=``).
         lease_ttl: seconds a write lease lives without a heartbeat (default 30).
-        notify: announce every committed batch on the channel ``steerloop_feed`` (one
+        notify: announce every committed batch on the schema's feed channel
+            (``steerloop_feed`` in the default schema; ``Tables.feed_channel``) (one
             ``pg_notify`` inside the batch's transaction, payload ``<sid>:<max_seq>`` per
             session, comma-separated; see ``feed_payloads``). Off by default (overrides
             ``?notify=``): the service's SSE readers need it, library users pay nothing.
