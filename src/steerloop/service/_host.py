@@ -36,7 +36,8 @@ from ..messages import user_message
 from ..session._approvals import approval_state, pending_approvals
 from ..session._events import ApprovalRequested
 from ..session._session import Session, SessionEventPayload
-from ._profile import Profile
+from ._profile import ORIGIN_KIND, Profile, origin_setup
+from ._source import Wakeup
 
 __all__ = ["MAX_SESSION_ID", "ApiError", "ServiceHost", "check_session_id", "frame_json"]
 
@@ -46,7 +47,6 @@ MessageMode = Literal["followup", "steer", "inject"]
 CommandKind = Literal["followup", "steer", "inject", "cancel", "approval"]
 #: ``tool/approval-decided.by`` of a decision that came over HTTP.
 APPROVAL_BY = "http"
-_ORIGIN_KIND = "service"
 _MAX_FRAMES = 4096
 """Live frames kept per open step; older ones are dropped (the committed
 ``assistant/message`` supersedes them), so a slow reader never makes the host buffer more."""
@@ -121,36 +121,17 @@ class _Queue:
         return len(self.pending) + (1 if self.applying else 0)
 
 
-@dataclass(slots=True)
-class _Feed:
+class _Feed(Wakeup):
     """Wakes SSE readers of one session; holds the live frames of its open step."""
 
-    waiters: set[asyncio.Future[None]] = field(default_factory=set)
-    version: int = 0
-    readers: int = 0
-    after_seq: int = 0
-    first_n: int = 1
-    frames: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=_MAX_FRAMES))
+    __slots__ = ("after_seq", "first_n", "frames", "readers")
 
-    def notify(self) -> None:
-        self.version += 1
-        for waiter in self.waiters:
-            if not waiter.done():
-                waiter.set_result(None)
-        self.waiters.clear()
-
-    async def wait(self, seen: int, timeout: float) -> None:
-        """Return when anything happened after ``version`` was ``seen`` (or at ``timeout``)."""
-        if self.version != seen:
-            return
-        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self.waiters.add(waiter)
-        try:
-            await asyncio.wait_for(waiter, timeout)
-        except TimeoutError:
-            pass
-        finally:
-            self.waiters.discard(waiter)
+    def __init__(self) -> None:
+        super().__init__()
+        self.readers = 0
+        self.after_seq = 0
+        self.first_n = 1
+        self.frames: deque[dict[str, Any]] = deque(maxlen=_MAX_FRAMES)
 
     def frames_after(self, seq: int, n: int) -> list[tuple[int, dict[str, Any]]]:
         """Live frames ``(n, frame)`` of the step that follows ``seq`` with a number > ``n``."""
@@ -258,7 +239,7 @@ class ServiceHost:
         for dispose in self._disposers:
             dispose()
         for feed in self._feeds.values():
-            feed.notify()
+            feed.bump()
         tasks = [q.drain for q in self._queues.values() if q.drain is not None]
         if self._unloader is not None:
             tasks.append(self._unloader)
@@ -309,29 +290,13 @@ class ServiceHost:
             handle = await self.rt.agents.create(
                 session_id=session_id,
                 agent_options=profile.options,
-                setup=self._setup(profile, meta),
+                setup=origin_setup(profile, meta),
                 meta=meta,
             )
             self._adopt(session_id, handle, profile)
         if first is not None:
             self.submit(session_id, "followup", first, None, None)
         return {}
-
-    def _setup(self, profile: Profile, meta: dict[str, Any] | None) -> Callable[[Any], Any]:
-        def setup(scope: Any) -> Any:
-            header = scope.agent.session.header
-            if "origin" not in header:  # a resumed session keeps the profile it was made with
-                origin: dict[str, Any] = {
-                    "kind": _ORIGIN_KIND,
-                    "profile": profile.name,
-                    "profile_version": profile.version,
-                }
-                if meta:
-                    origin["meta"] = meta
-                header["origin"] = origin
-            return profile.setup(scope) if profile.setup is not None else None
-
-        return setup
 
     def _adopt(self, session_id: str, handle: AgentHandle, profile: Profile) -> None:
         self._handles[session_id] = handle
@@ -356,7 +321,7 @@ class ServiceHost:
         except SessionPersistenceNotFoundError:
             return None, None
         origin = header.get("origin")
-        if not isinstance(origin, dict) or origin.get("kind") != _ORIGIN_KIND:
+        if not isinstance(origin, dict) or origin.get("kind") != ORIGIN_KIND:
             return None, None
         stored_name: Any = origin.get("profile")
         stored_version: Any = origin.get("profile_version")
@@ -386,7 +351,7 @@ class ServiceHost:
             handle = await self.rt.agents.resume(
                 resume_session_id=session_id,
                 agent_options=profile.options,
-                setup=self._setup(profile, None),
+                setup=origin_setup(profile, None),
             )
             self._adopt(session_id, handle, profile)
             return handle.agent
@@ -673,7 +638,7 @@ class ServiceHost:
             feed.frames.clear()
             feed.after_seq = payload.event.seq
             feed.first_n = 1
-            feed.notify()
+            feed.bump()
 
     def _on_frame(self, payload: StreamFramePayload) -> None:
         agent = payload.agent
@@ -688,7 +653,7 @@ class ServiceHost:
         if len(feed.frames) == feed.frames.maxlen:
             feed.first_n += 1
         feed.frames.append(frame_json(payload.frame))
-        feed.notify()
+        feed.bump()
 
     async def events_after(self, session_id: str, after: int, limit: int) -> list[dict[str, Any]]:
         """Durable events with seq > ``after`` in their stored JSON form (at most ``limit``).

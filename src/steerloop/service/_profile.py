@@ -12,9 +12,11 @@ from ..agent._options import AgentOptions
 if TYPE_CHECKING:
     from .._runtime import Runtime
 
-__all__ = ["Profile", "load_profiles"]
+__all__ = ["ORIGIN_KIND", "Profile", "load_profiles", "origin_setup"]
 
 OnTakeover = Literal["continue", "idle"]
+ORIGIN_KIND = "service"
+"""``header.origin.kind`` of a session a service made (its profile and version beside it)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -78,3 +80,22 @@ def load_profiles(spec: str, rt: Runtime) -> dict[str, Profile]:
     if isinstance(found, Profile) or not isinstance(found, Sequence) or isinstance(found, str):
         raise ValueError(f"--profiles {spec}: expected a sequence of Profile, got {found!r}")
     return check_profiles(found)
+
+
+def origin_setup(profile: Profile, meta: dict[str, Any] | None) -> Callable[[Any], Any]:
+    """The profile's setup, after recording the profile in a new session's header."""
+
+    def setup(scope: Any) -> Any:
+        header = scope.agent.session.header
+        if "origin" not in header:  # a resumed session keeps the profile it was made with
+            origin: dict[str, Any] = {
+                "kind": ORIGIN_KIND,
+                "profile": profile.name,
+                "profile_version": profile.version,
+            }
+            if meta:
+                origin["meta"] = meta
+            header["origin"] = origin
+        return profile.setup(scope) if profile.setup is not None else None
+
+    return setup

@@ -10,9 +10,41 @@ reading. Nothing is pushed to a reader, so a slow one only delays its own next p
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any, Protocol
 
-__all__ = ["FeedReader", "FeedSource"]
+__all__ = ["FeedReader", "FeedSource", "Wakeup"]
+
+
+class Wakeup:
+    """A version readers wait on: ``bump`` moves it and wakes every waiter; ``wait`` returns
+    at once when it moved since the reader saw it (so a wake between two reads is kept)."""
+
+    __slots__ = ("version", "waiters")
+
+    def __init__(self) -> None:
+        self.version = 0
+        self.waiters: set[asyncio.Future[None]] = set()
+
+    def bump(self) -> None:
+        self.version += 1
+        for waiter in self.waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+        self.waiters.clear()
+
+    async def wait(self, seen: int, timeout: float) -> None:
+        """Return when the version moved past ``seen`` (at once if it has), or at ``timeout``."""
+        if self.version != seen:
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.waiters.add(waiter)
+        try:
+            await asyncio.wait_for(waiter, timeout)
+        except TimeoutError:
+            pass
+        finally:
+            self.waiters.discard(waiter)
 
 
 class FeedReader(Protocol):

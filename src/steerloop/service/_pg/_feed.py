@@ -46,6 +46,7 @@ from ...session.store.postgres._store import (
     parse_feed_payload,
 )
 from .._host import frame_json
+from .._source import Wakeup
 
 __all__ = ["FeedHub", "LivePublisher", "PgFeed", "PgFeedSource", "open_pg_feed"]
 
@@ -55,36 +56,16 @@ _FRAME_PAGE = 500
 _UNKNOWN = 1 << 62  # ``live_after`` before anything is known: every cursor may have frames
 
 
-class _Flag:
+class _Flag(Wakeup):
     """A coalescing per-session flag: ``version`` moves, waiters wake; nothing is queued."""
 
-    __slots__ = ("live", "live_after", "readers", "version", "waiters")
+    __slots__ = ("live", "live_after", "readers")
 
     def __init__(self) -> None:
-        self.version = 0
+        super().__init__()
         self.live = 0  # moves with each live-frame announcement (and each reconnect)
         self.live_after = _UNKNOWN  # the highest after_seq announced (unknown at first)
         self.readers = 0
-        self.waiters: set[asyncio.Future[None]] = set()
-
-    def bump(self) -> None:
-        self.version += 1
-        for waiter in self.waiters:
-            if not waiter.done():
-                waiter.set_result(None)
-        self.waiters.clear()
-
-    async def wait(self, seen: int, timeout: float) -> None:
-        if self.version != seen:
-            return
-        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self.waiters.add(waiter)
-        try:
-            await asyncio.wait_for(waiter, timeout)
-        except TimeoutError:
-            pass
-        finally:
-            self.waiters.discard(waiter)
 
 
 class FeedHub:

@@ -46,17 +46,16 @@ from ...session._events import InboxSpliced, SessionEvent
 from ...session._session import SessionEventPayload
 from ...session.store.postgres._store import PostgresStore
 from ...session.store.postgres._writer import PostgresWriter
-from .._profile import Profile
+from .._profile import Profile, origin_setup
 from .._takeover import takeover_message
 from ._control import ControlConnection
 from ._feed import LivePublisher
 from ._sweeper import Sweeper
 
-__all__ = ["Worker", "origin_setup"]
+__all__ = ["Worker"]
 
 log = logging.getLogger("steerloop.service")
 
-_ORIGIN_KIND = "service"
 _DRAIN_PAGE = 100
 _TAKEOVER = "takeover"
 """The wakeup reason of a session whose owner left (the sweeper's, for a dead one)."""
@@ -735,25 +734,6 @@ class Worker:
                 )
         except Exception:
             log.exception("worker %s: after unloading %s", self.worker_id, session_id)
-
-
-def origin_setup(profile: Profile, meta: dict[str, Any] | None) -> Callable[[Any], Any]:
-    """The profile's setup, after recording the profile in a new session's header."""
-
-    def setup(scope: Any) -> Any:
-        header = scope.agent.session.header
-        if "origin" not in header:  # a resumed session keeps the profile it was made with
-            origin: dict[str, Any] = {
-                "kind": _ORIGIN_KIND,
-                "profile": profile.name,
-                "profile_version": profile.version,
-            }
-            if meta:
-                origin["meta"] = meta
-            header["origin"] = origin
-        return profile.setup(scope) if profile.setup is not None else None
-
-    return setup
 
 
 def _splice_seq(events: Sequence[SessionEvent], before: int, message_id: str) -> int | None:
