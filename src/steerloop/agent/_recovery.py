@@ -12,9 +12,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..messages import ToolCallBlock
+from ..session._approvals import held_calls
 from ..session._events import (
-    ApprovalDecided,
-    ApprovalRequested,
     AssistantMessageEvent,
     SessionEvent,
     ToolCallEvent,
@@ -37,7 +36,6 @@ class ToolCallTracker:
         self.message_seq: int | None = None
         self.call_seqs: dict[str, int] = {}
         self.answered: set[str] = set()
-        self.held: set[str] = set()  # asked about, not allowed: the body never ran
         self._dispose = session.observe(self._see)
 
     def _see(self, event: SessionEvent) -> None:
@@ -49,10 +47,6 @@ class ToolCallTracker:
             self.call_seqs[data.call_id] = event.seq
         elif isinstance(data, ToolResultEvent):
             self.answered.add(data.message.call_id)
-        elif isinstance(data, ApprovalRequested):
-            self.held.add(data.call_id)
-        elif isinstance(data, ApprovalDecided) and data.decision == "allow":
-            self.held.discard(data.call_id)
 
     def close(self) -> None:
         self._dispose()
@@ -62,11 +56,18 @@ class ToolCallTracker:
 
     def recover(self, turn: int, step: int) -> None:
         """Append a conservative result for each unanswered call, in model order."""
-        for call in self.unanswered():
+        unanswered = self.unanswered()
+        # Derived here, not tracked per event: recovery is rare, events are not.
+        held = (
+            held_calls(self._session.events[self.message_seq :])
+            if unanswered and self.message_seq is not None
+            else set()
+        )
+        for call in unanswered:
             call_seq = self.call_seqs.get(call.id)
             source = call_seq if call_seq is not None else self.message_seq
             self._session.append(
-                conservative_result(turn, step, call, call_seq, held=call.id in self.held),
+                conservative_result(turn, step, call, call_seq, held=call.id in held),
                 surface_op="append",
                 source_event_seqs=(source,) if source is not None else None,
             )

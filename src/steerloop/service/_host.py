@@ -39,7 +39,15 @@ from ..session._session import Session, SessionEventPayload
 from ._profile import ORIGIN_KIND, Profile, origin_setup
 from ._source import Wakeup
 
-__all__ = ["MAX_SESSION_ID", "ApiError", "ServiceHost", "check_session_id", "frame_json"]
+__all__ = [
+    "MAX_SESSION_ID",
+    "ApiError",
+    "ServiceHost",
+    "check_session_id",
+    "choose_profile",
+    "frame_json",
+    "require_found",
+]
 
 log = logging.getLogger("steerloop.service")
 
@@ -119,6 +127,22 @@ class _Queue:
     @property
     def unconsumed(self) -> int:
         return len(self.pending) + (1 if self.applying else 0)
+
+
+def choose_profile(profiles: Mapping[str, Profile], name: str | None) -> Profile:
+    """The profile ``name`` (``"default"`` when ``None``); 422 naming the served ones."""
+    name = "default" if name is None else name
+    profile = profiles.get(name)
+    if profile is None:
+        known = ", ".join(sorted(profiles)) or "none"
+        raise ApiError(422, "unknown_profile", f"no profile {name!r} (served: {known})")
+    return profile
+
+
+def require_found(session_id: str, found: bool) -> None:
+    """404 for a session neither host nor store knows."""
+    if not found:
+        raise ApiError(404, "session_not_found", f"no session {session_id!r}")
 
 
 class _Feed(Wakeup):
@@ -262,12 +286,7 @@ class ServiceHost:
     # --- sessions -------------------------------------------------------------------------
 
     def profile(self, name: str | None) -> Profile:
-        name = "default" if name is None else name
-        profile = self.profiles.get(name)
-        if profile is None:
-            known = ", ".join(sorted(self.profiles)) or "none"
-            raise ApiError(422, "unknown_profile", f"no profile {name!r} (served: {known})")
-        return profile
+        return choose_profile(self.profiles, name)
 
     async def exists(self, session_id: str) -> bool:
         if session_id in self._handles:
@@ -276,8 +295,7 @@ class ServiceHost:
         return store is not None and await store.exists(session_id)
 
     async def require(self, session_id: str) -> None:
-        if not await self.exists(session_id):
-            raise ApiError(404, "session_not_found", f"no session {session_id!r}")
+        require_found(session_id, await self.exists(session_id))
 
     async def create(
         self, session_id: str, profile: Profile, meta: dict[str, Any] | None, first: str | None

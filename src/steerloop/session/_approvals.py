@@ -13,7 +13,7 @@ from typing import Literal
 
 from ._events import ApprovalDecided, ApprovalRequested, SessionEvent, ToolResultEvent
 
-__all__ = ["ApprovalState", "approval_state", "pending_approvals"]
+__all__ = ["ApprovalState", "approval_state", "held_calls", "pending_approvals"]
 
 ApprovalState = Literal["pending", "decided", "closed", "unknown"]
 """``pending``: waiting; ``decided``: answered; ``closed``: answered by its call's result
@@ -32,6 +32,19 @@ def pending_approvals(events: Iterable[SessionEvent]) -> tuple[ApprovalRequested
         elif isinstance(data, ToolResultEvent) and pending:
             pending.pop(data.message.call_id, None)
     return tuple(pending.values())
+
+
+def held_calls(events: Iterable[SessionEvent]) -> set[str]:
+    """The calls asked about and never allowed: their bodies cannot have run, so a repair
+    answers them ``TOOL_NOT_STARTED`` even though their ``tool/call`` exists."""
+    held: set[str] = set()
+    for event in events:
+        data = event.data
+        if isinstance(data, ApprovalRequested):
+            held.add(data.call_id)
+        elif isinstance(data, ApprovalDecided) and data.decision == "allow":
+            held.discard(data.call_id)
+    return held
 
 
 def approval_state(events: Iterable[SessionEvent], call_id: str) -> ApprovalState:

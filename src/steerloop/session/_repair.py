@@ -26,9 +26,8 @@ from dataclasses import dataclass
 from .._ids import new_id
 from ..errors import SessionCorruptError
 from ..messages import TextBlock, ToolCallBlock, ToolResultMessage
+from ._approvals import held_calls
 from ._events import (
-    ApprovalDecided,
-    ApprovalRequested,
     AssistantMessageEvent,
     EventRecord,
     SessionEvent,
@@ -189,19 +188,14 @@ def plan_repair(events: Sequence[SessionEvent]) -> list[RepairEvent]:
         requested = message.data.message.tool_calls
         call_seqs: dict[str, int] = {}
         answered: set[str] = set()
-        held: set[str] = set()  # asked about and not allowed: the body never ran
-        for event in tail:
-            if event.seq <= message.seq:
-                continue
+        after = [event for event in tail if event.seq > message.seq]
+        for event in after:
             data = event.data
             if isinstance(data, ToolCallEvent):
                 call_seqs[data.call_id] = event.seq
             elif isinstance(data, ToolResultEvent):
                 answered.add(data.message.call_id)
-            elif isinstance(data, ApprovalRequested):
-                held.add(data.call_id)
-            elif isinstance(data, ApprovalDecided) and data.decision == "allow":
-                held.discard(data.call_id)
+        held = held_calls(after)
         for call in requested:
             if call.id in answered:
                 continue

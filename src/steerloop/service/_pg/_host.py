@@ -15,7 +15,7 @@ from ...session._approvals import approval_state, pending_approvals
 from ...session._events import SessionEvent
 from ...session._json import loads
 from ...session.store.postgres._store import PostgresStore
-from .._host import ApiError, check_session_id
+from .._host import ApiError, check_session_id, choose_profile, require_found
 from .._profile import Profile
 from ._commands import CommandKind, Commands
 from ._worker import Worker
@@ -86,19 +86,13 @@ class PgHost:
     # --- sessions -------------------------------------------------------------------------
 
     def profile(self, name: str | None) -> Profile:
-        name = "default" if name is None else name
-        profile = self.profiles.get(name)
-        if profile is None:
-            known = ", ".join(sorted(self.profiles)) or "none"
-            raise ApiError(422, "unknown_profile", f"no profile {name!r} (served: {known})")
-        return profile
+        return choose_profile(self.profiles, name)
 
     async def exists(self, session_id: str) -> bool:
         return await self._sql().spec(session_id) is not None
 
     async def require(self, session_id: str) -> None:
-        if not await self.exists(session_id):
-            raise ApiError(404, "session_not_found", f"no session {session_id!r}")
+        require_found(session_id, await self.exists(session_id))
 
     async def create(
         self, session_id: str, profile: Profile, meta: dict[str, Any] | None, first: str | None

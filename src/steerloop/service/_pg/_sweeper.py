@@ -339,69 +339,51 @@ class Sweeper:
 
     async def _ttl(self, conn: Any, report: SweepReport) -> None:
         t = self._t
-        async with conn.transaction():
-            rows = await conn.fetch(
-                f"""
-                INSERT INTO {t.wakeups} (session_id, reason)
-                SELECT l.session_id, $1 FROM {t.leases} l
-                  JOIN {t.specs} s ON s.session_id = l.session_id
-                 WHERE l.lease_id IS NOT NULL AND l.expires_at <= now()
-                   AND s.status = 'running'
-                ON CONFLICT (session_id) DO NOTHING
-                RETURNING session_id
-                """,
-                TAKEOVER,
-                timeout=self._timeout,
-            )
-            woken = sorted(row["session_id"] for row in rows)
-            await self._wake(conn, woken)
-        report.woken.extend(woken)
+        await self._insert_wakeups(
+            conn,
+            report,
+            f"""
+            SELECT l.session_id, $1 FROM {t.leases} l
+              JOIN {t.specs} s ON s.session_id = l.session_id
+             WHERE l.lease_id IS NOT NULL AND l.expires_at <= now()
+               AND s.status = 'running'
+            """,
+            TAKEOVER,
+        )
 
     async def _orphans(self, conn: Any, report: SweepReport) -> None:
         t = self._t
-        async with conn.transaction():
-            rows = await conn.fetch(
-                f"""
-                INSERT INTO {t.wakeups} (session_id, reason)
-                SELECT s.session_id, $1 FROM {t.specs} s
-                 WHERE s.status = 'running'
-                   AND NOT EXISTS (
-                        SELECT 1 FROM {t.leases} l WHERE l.session_id = s.session_id
-                           AND (l.lease_id IS NOT NULL
-                                OR l.expires_at > now() - make_interval(secs => $2)))
-                ON CONFLICT (session_id) DO NOTHING
-                RETURNING session_id
-                """,
-                TAKEOVER,
-                self.reconcile_after,
-                timeout=self._timeout,
-            )
-            woken = sorted(row["session_id"] for row in rows)
-            await self._wake(conn, woken)
-        report.woken.extend(woken)
+        await self._insert_wakeups(
+            conn,
+            report,
+            f"""
+            SELECT s.session_id, $1 FROM {t.specs} s
+             WHERE s.status = 'running'
+               AND NOT EXISTS (
+                    SELECT 1 FROM {t.leases} l WHERE l.session_id = s.session_id
+                       AND (l.lease_id IS NOT NULL
+                            OR l.expires_at > now() - make_interval(secs => $2)))
+            """,
+            TAKEOVER,
+            self.reconcile_after,
+        )
 
     async def _reconcile(self, conn: Any, report: SweepReport) -> None:
         t = self._t
-        async with conn.transaction():
-            rows = await conn.fetch(
-                f"""
-                INSERT INTO {t.wakeups} (session_id, reason)
-                SELECT DISTINCT c.session_id, $2 FROM {t.commands} c
-                 WHERE c.consumed_at IS NULL
-                   AND c.created_at <= now() - make_interval(secs => $1)
-                   AND NOT EXISTS (
-                        SELECT 1 FROM {t.leases} l WHERE l.session_id = c.session_id
-                           AND l.lease_id IS NOT NULL AND l.expires_at > now())
-                ON CONFLICT (session_id) DO NOTHING
-                RETURNING session_id
-                """,
-                self.reconcile_after,
-                RECONCILE,
-                timeout=self._timeout,
-            )
-            woken = sorted(row["session_id"] for row in rows)
-            await self._wake(conn, woken)
-        report.woken.extend(woken)
+        await self._insert_wakeups(
+            conn,
+            report,
+            f"""
+            SELECT DISTINCT c.session_id, $2 FROM {t.commands} c
+             WHERE c.consumed_at IS NULL
+               AND c.created_at <= now() - make_interval(secs => $1)
+               AND NOT EXISTS (
+                    SELECT 1 FROM {t.leases} l WHERE l.session_id = c.session_id
+                       AND l.lease_id IS NOT NULL AND l.expires_at > now())
+            """,
+            self.reconcile_after,
+            RECONCILE,
+        )
         stale = await conn.fetch(
             f"""
             SELECT c.session_id, l.owner_key, max(c.cmd_seq) AS cmd_seq
@@ -434,6 +416,22 @@ class Sweeper:
             for row in due:
                 self._renotified[row["session_id"]] = now
             report.renotified = sorted(row["session_id"] for row in due)
+
+    async def _insert_wakeups(
+        self, conn: Any, report: SweepReport, select: str, *args: object
+    ) -> None:
+        """One rule: the wakeups ``select`` yields (``session_id, reason``; a queued one is
+        kept) and their NOTIFY, in one transaction; the new ones go into ``report``."""
+        async with conn.transaction():
+            rows = await conn.fetch(
+                f"INSERT INTO {self._t.wakeups} (session_id, reason) {select} "
+                "ON CONFLICT (session_id) DO NOTHING RETURNING session_id",
+                *args,
+                timeout=self._timeout,
+            )
+            woken = sorted(row["session_id"] for row in rows)
+            await self._wake(conn, woken)
+        report.woken.extend(woken)
 
     async def _wake(self, conn: Any, session_ids: list[str]) -> None:
         if session_ids:
