@@ -4,9 +4,11 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import os
 import shlex
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -19,6 +21,9 @@ from steerloop.workspace import workspace_tools
 
 from ..conftest import Harness, compact, settle
 from .conftest import POLL_TIMEOUT, code, read_pid, run, text, wait_gone
+
+# Cancelled calls in a row, each on a loop closed right after: the race it pins is narrow.
+ROUNDS = 20
 
 # The leader shell writes its pid, then a subshell starts a grandchild `sleep` and writes
 # its pid; the leader waits for the subshell, which waits for the sleep.
@@ -276,3 +281,35 @@ async def test_setsid_child_is_ended_when_the_call_is_cancelled(
     with pytest.raises(asyncio.CancelledError):
         await task
     await wait_gone(child)
+
+
+def test_a_cancelled_call_leaves_no_unreaped_shell(root: Path) -> None:
+    """Cancelled from outside, the call returns only once the shell's exit was collected.
+
+    Counterexample this pins (seen in CI): SIGKILL and return at once; the child watcher's
+    report of the exit was still on its way to the loop when the loop closed, so the shell's
+    Popen never got its return code and warned "subprocess ... is still running" when collected.
+    Each round closes its loop right after the cancelled call, as a test's loop does.
+    """
+
+    async def cancelled_call() -> int:
+        task = asyncio.ensure_future(run(shell(root), command="echo $$ > shell.pid; sleep 30"))
+        pid = await read_pid(root / "shell.pid")
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return pid
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", ResourceWarning)
+        for _ in range(ROUNDS):
+            (root / "shell.pid").unlink(missing_ok=True)
+            # Closed at once, as a test's loop may be: no further rounds for late callbacks.
+            loop = asyncio.new_event_loop()
+            try:
+                pid = loop.run_until_complete(cancelled_call())
+            finally:
+                loop.close()
+            gc.collect()
+            assert not Path(f"/proc/{pid}").exists()
+    assert [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)] == []

@@ -28,6 +28,7 @@ secret-looking variables (names with KEY, TOKEN, SECRET, PASSWORD, …) are repl
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import re
 import secrets
@@ -264,6 +265,11 @@ class _Shell:
             if not finished:
                 # Cancelled from outside: no time to be polite, leave no process behind.
                 _signal_tree(pgid, marker, signals.SIGKILL)
+                # And see the shell reaped before returning: the child watcher reports the exit
+                # through the loop, and a loop closed before that leaves the shell a zombie
+                # (and its Popen warning "still running" when collected).
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(capture.exited), self.grace)
             transport.close()
         abort.throw_if_aborted()
         returncode = transport.get_returncode()
