@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import gc
+import weakref
 from typing import Any
 
 import pytest
@@ -588,3 +590,46 @@ async def test_disposed_listener_sees_the_whole_log_stored() -> None:
         assert [e.type for e in reloaded] == [e.type for e in handle.agent.session.events]
     finally:
         await within(runtime.close())
+
+
+async def test_a_disposed_agent_and_its_session_are_freed_without_the_cycle_collector(
+    h: Harness,
+) -> None:
+    """Once disposed and unreferenced, an agent, its session (holding the log) and its inbox
+    are freed by reference counting alone: nothing of theirs forms a reference cycle.
+
+    Counterexample this pins: the inbox, the phase machine's callbacks and the scope's parts
+    each referred back to their owner, so every session a service unloaded waited, log and
+    all, for a full collection (80-120 ms pauses at ~150k tracked objects in the service
+    bench); measured here with the collector off.
+    """
+
+    def setup(scope: AgentScope) -> None:
+        scope.tools.register(tool("t"))
+        scope.hooks.on("agent/status", lambda payload: None)
+        scope.system_prompt.add_section("s", lambda ctx: "section")
+
+    collecting = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        handle = await make(
+            h, tool_call_response("c1", "t", {}), text_response("done"), setup=setup
+        )
+        handle.agent.followup(user_message("u1"))
+        await within(handle.agent.when_idle())
+        handle.agent.inbox.append("next-turn", user_message("left pending"))
+        agent = handle.agent
+        owned: list[weakref.ref[Any]] = [
+            weakref.ref(agent),
+            weakref.ref(agent.session),
+            weakref.ref(agent.inbox),
+        ]
+        del agent
+        await within(handle.dispose())
+        del handle
+        await wait_all_tasks_blocked()
+        assert [ref() for ref in owned] == [None, None, None]
+    finally:
+        if collecting:
+            gc.enable()

@@ -43,10 +43,17 @@ def reference(n: int, start: float, delete_count: float) -> tuple[int, int]:
     return s, d
 
 
+class _Owner:
+    """Stands for the agent the inbox refers back to (weakly: kept alive here)."""
+
+
+OWNER = _Owner()
+
+
 def new_inbox() -> tuple[Session, Inbox]:
     rt = Runtime()
     session = Session._create("prop", hooks=rt.hooks)
-    return session, Inbox._create(session, rt.hooks, None)
+    return session, Inbox._create(session, rt.hooks, OWNER)
 
 
 def labelled(prefix: str, count: int) -> list[UserMessage]:

@@ -111,9 +111,20 @@ class AgentScope:
         self.agent = agent
         self._disposers: list[Disposer] = []
         self._closed = False
-        self.tools = _ScopedTools(self)
-        self.hooks = _ScopedHooks(self)
-        self.system_prompt = _ScopedPrompt(self)
+
+    # Made per use, not kept: a part stored here would refer back to the scope, and the cycle
+    # would keep the disposed agent and its log alive until a full collection.
+    @property
+    def tools(self) -> _ScopedTools:
+        return _ScopedTools(self)
+
+    @property
+    def hooks(self) -> _ScopedHooks:
+        return _ScopedHooks(self)
+
+    @property
+    def system_prompt(self) -> _ScopedPrompt:
+        return _ScopedPrompt(self)
 
     def _keep(self, disposer: Disposer) -> Disposer:
         # A closed scope (rolled back or disposed) takes no new registrations: an abandoned

@@ -68,6 +68,7 @@ class PhaseMachine:
         has_pending: Callable[[], bool],
         on_status: Callable[[Status], None],
     ) -> None:
+        # The agent's callbacks, replaced by inert ones only by finish_dispose.
         self._start_driver = start_driver
         self._has_pending = has_pending
         self._on_status = on_status
@@ -155,6 +156,13 @@ class PhaseMachine:
             self._latched = False
             self._enter("idle")
             activity.resolve()
+        # Nothing calls back into a disposed agent (every transition but converge refuses,
+        # and converge stays idle). The callbacks are bound to the agent, which holds this
+        # machine: dropping them leaves no reference cycle, so the agent and its log are
+        # freed as soon as the last reference goes instead of by a full collection.
+        self._start_driver = _inert
+        self._has_pending = _nothing_pending
+        self._on_status = _ignore_status
 
     # --- activities ------------------------------------------------------------------
 
@@ -229,3 +237,15 @@ class PhaseMachine:
         if status != self._reported:
             self._reported = status
             self._on_status(status)
+
+
+def _inert() -> None:
+    pass
+
+
+def _nothing_pending() -> bool:
+    return False
+
+
+def _ignore_status(status: Status) -> None:
+    pass

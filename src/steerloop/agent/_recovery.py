@@ -50,6 +50,9 @@ class ToolCallTracker:
 
     def close(self) -> None:
         self._dispose()
+        # The disposer holds the observer, bound to this tracker: dropping it leaves no
+        # reference cycle keeping the session (and its log) alive after the agent goes.
+        self._dispose = _closed
 
     def unanswered(self) -> list[ToolCallBlock]:
         return [c for c in self.requested if c.id not in self.answered]
@@ -71,3 +74,7 @@ class ToolCallTracker:
                 surface_op="append",
                 source_event_seqs=(source,) if source is not None else None,
             )
+
+
+def _closed() -> None:
+    pass
