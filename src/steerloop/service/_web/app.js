@@ -359,7 +359,7 @@ function fitComposer() {
 }
 
 async function stop() {
-  if (current === null || !transcript.running) return;
+  if (current === null || offline || !transcript.running) return; // offline: Esc does nothing
   await guarded(() => call("POST", sessionPath(current, "/cancel"), {}), "Not stopped").catch(
     () => {},
   );
@@ -395,6 +395,7 @@ ui.scroll.addEventListener("scroll", () => {
 let scheduled = false;
 
 const PAUSED = "Offline: sending is paused until the connection is back";
+const STOP_PAUSED = "Offline: stopping is paused until the connection is back";
 
 function render() {
   const running = transcript.running;
@@ -406,7 +407,9 @@ function render() {
   ui.status.toggleAttribute("data-stale", offline);
   ui.status.title = offline ? "last known state: the connection is lost" : "";
   ui.connection.hidden = !offline || current === null || missing;
-  ui.stop.disabled = !running || current === null || missing;
+  ui.stop.disabled = !running || current === null || missing || offline;
+  ui.stop.title = offline ? STOP_PAUSED : "";
+  transcript.setOffline(offline); // Allow / Deny: no decision is sent while offline
   ui.send.disabled = sending || offline || missing;
   ui.send.title = offline ? PAUSED : missing ? "This session does not exist" : "";
   ui.send.textContent = running ? "Steer" : "Send";

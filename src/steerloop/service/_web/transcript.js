@@ -66,7 +66,15 @@ export class Transcript {
     this.queueList = parts.queue;
     this.changed = parts.changed;
     this.decide = parts.decide;
+    this.offline = false;
     this.reset();
+  }
+
+  /** While the feed is offline no decision can be sent: Allow / Deny wait, disabled. */
+  setOffline(offline) {
+    if (this.offline === offline) return;
+    this.offline = offline;
+    for (const tool of this.tools.values()) tool.setOffline(offline);
   }
 
   reset() {
@@ -200,6 +208,7 @@ export class Transcript {
     let tool = this.tools.get(callId);
     if (!tool) {
       tool = new ToolEntry(callId, name, args, this.decide);
+      tool.setOffline(this.offline);
       this.tools.set(callId, tool);
       this.list.append(tool.entry);
     } else if (name !== undefined) {
@@ -358,6 +367,8 @@ function reasoningBlock(text) {
   return { node: el("div", { class: "thought" }, el("div", { class: "label" }, "reasoning"), body), body };
 }
 
+const DECIDE_PAUSED = "Offline: deciding is paused until the connection is back";
+
 class ToolEntry {
   constructor(callId, name, args, decide) {
     this.callId = callId;
@@ -376,6 +387,8 @@ class ToolEntry {
       this.resultNode,
     );
     this.denyReason = "";
+    this.offline = false; // the feed is reconnecting: Allow / Deny wait
+    this.deciding = false; // a decision is in flight
     this.fill(name, args);
     this.setState("requested");
   }
@@ -399,11 +412,14 @@ class ToolEntry {
     const allow = el("button", { type: "button", class: "allow", "data-testid": "approval-allow" }, "Allow");
     const deny = el("button", { type: "button", class: "deny", "data-testid": "approval-deny" }, "Deny");
     const choose = async (decision) => {
-      allow.disabled = deny.disabled = true;
+      if (this.deciding || this.offline) return;
+      this.deciding = true;
+      this.syncButtons();
       try {
         await this.decide(this.callId, decision);
       } catch {
-        allow.disabled = deny.disabled = false; // the error is shown by the page
+        this.deciding = false; // the error is shown by the page
+        this.syncButtons();
       }
     };
     allow.addEventListener("click", () => choose("allow"));
@@ -413,7 +429,24 @@ class ToolEntry {
       allow,
       deny,
     );
+    this.deciding = false;
+    this.syncButtons();
     this.approval.hidden = false;
+  }
+
+  setOffline(offline) {
+    this.offline = offline;
+    this.syncButtons();
+  }
+
+  /** Allow / Deny are disabled while a decision is in flight or the feed is offline (then
+   * with a title saying why). */
+  syncButtons() {
+    for (const button of this.approval.querySelectorAll("button")) {
+      button.disabled = this.deciding || this.offline;
+      if (this.offline) button.title = DECIDE_PAUSED;
+      else button.removeAttribute("title");
+    }
   }
 
   decided(decision, reason) {
