@@ -15,9 +15,12 @@ listeners and session observers can append to the same trace so tests compare on
 from __future__ import annotations
 
 import asyncio
+import signal
+import sys
 from collections import defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 from steerloop import AgentOptions, Runtime, Session, SessionEvent, define_tool, user_message
@@ -252,6 +255,28 @@ async def yield_loop(times: int = 20) -> None:
     """Let every ready task run a few times (no wall-clock sleeping)."""
     for _ in range(times):
         await asyncio.sleep(0)
+
+
+async def kill_after_first_line(script: Path, *args: str, timeout: float = 20.0) -> list[str]:
+    """Run ``python SCRIPT ARGS…`` until its first line of output (a child that exits before
+    printing one fails with its stderr), SIGKILL it and wait for its end, each bounded by
+    ``timeout``; the words of that line."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        str(script),
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    line = await asyncio.wait_for(proc.stdout.readline(), timeout)
+    if not line:
+        await proc.wait()
+        raise AssertionError(f"the child exited: {(await proc.stderr.read()).decode()}")
+    proc.send_signal(signal.SIGKILL)
+    await asyncio.wait_for(proc.wait(), timeout)
+    assert proc.returncode == -signal.SIGKILL
+    return line.decode().split()
 
 
 class Fault(Exception):

@@ -1,7 +1,9 @@
-"""Shared by the factory tests (test_factory_*.py): agent options, a trivial tool, make()."""
+"""Shared by the factory tests (test_factory_*.py): agent options, a trivial tool, make(),
+a close begun while a tool call is held."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from typing import Any
 
@@ -12,9 +14,12 @@ from steerloop import (
     Tool,
     ToolExec,
     define_tool,
+    user_message,
 )
+from steerloop.testing import tool_call_response, wait_all_tasks_blocked
 
-from ..conftest import Harness
+from ..conftest import Harness, within
+from ..support import Stuck
 
 OPTIONS = AgentOptions(provider="mock", model="m")
 EMPTY_ARGS: dict[str, Any] = {"type": "object", "properties": {}}
@@ -39,3 +44,17 @@ def assert_unpublished(rt: Runtime, session_id: str = "s-1") -> None:
     assert rt.sessions.get(session_id) is None
     assert rt.agents.list() == ()
     assert rt.sessions.list() == ()
+
+
+async def close_during_a_held_call(h: Harness) -> tuple[asyncio.Future[None], Stuck]:
+    """Start ``rt.close()`` while agent ``s-1``'s call ``c1`` of the tool ``slow`` is held in
+    its body (``Stuck``: it ignores the abort and returns once released); returns the close,
+    begun and with every task blocked, and the body to release."""
+    stuck = Stuck()
+    h.rt.tools.register(tool("slow", stuck))
+    handle = await make(h, tool_call_response("c1", "slow", {}))
+    handle.agent.followup(user_message("u1"))
+    await within(stuck.entered.wait())
+    closing = asyncio.ensure_future(h.rt.close())
+    await wait_all_tasks_blocked()
+    return closing, stuck

@@ -12,12 +12,10 @@ import pytest
 from steerloop import (
     Agent,
     AgentScope,
-    ToolExec,
     user_message,
 )
 from steerloop.testing import (
     text_response,
-    tool_call_response,
     wait_all_tasks_blocked,
 )
 
@@ -25,6 +23,7 @@ from ..conftest import Harness, compact, settle, within
 from .factory_helpers import (
     OPTIONS,
     assert_unpublished,
+    close_during_a_held_call,
     tool,
 )
 
@@ -296,25 +295,12 @@ async def test_close_during_setup_rolls_creation_back(h: Harness) -> None:
 async def test_create_after_close_began_raises(h: Harness) -> None:
     """C7.2-18: creation calls made while close() is still running raise RuntimeError."""
     rt = h.rt
-    entered = asyncio.Event()
-    release = asyncio.Event()
-
-    async def body(args: Any, exec: ToolExec) -> str:
-        entered.set()
-        await release.wait()
-        return "ok"
-
-    rt.tools.register(tool("slow", body))
-    agent = await h.agent(tool_call_response("c1", "slow", {}))
-    agent.followup(user_message("u1"))
-    await within(entered.wait())
-    closing = asyncio.ensure_future(rt.close())
-    await wait_all_tasks_blocked()
+    closing, stuck = await close_during_a_held_call(h)
     assert not closing.done()
     with pytest.raises(RuntimeError):
         await rt.agents.create(session_id="s-2", agent_options=OPTIONS)
     with pytest.raises(RuntimeError):
         await rt.agents.restore_or_create(session_id="s-2", agent_options=OPTIONS)
-    release.set()
+    stuck.release.set()
     await within(closing)
     assert rt.sessions.get("s-2") is None

@@ -31,6 +31,7 @@ from ..conftest import Harness, compact, within
 from .factory_helpers import (
     OPTIONS,
     assert_unpublished,
+    close_during_a_held_call,
     make,
     tool,
 )
@@ -427,25 +428,12 @@ async def test_concurrent_close_callers_share_completion(h: Harness) -> None:
     """C7.2-27: a second close() while the first is still disposing awaits the same
     completion instead of returning early."""
     rt = h.rt
-    entered = asyncio.Event()
-    release = asyncio.Event()
-
-    async def body(args: Any, exec: ToolExec) -> str:
-        entered.set()
-        await release.wait()
-        return "ok"
-
-    rt.tools.register(tool("slow", body))
-    handle = await make(h, tool_call_response("c1", "slow", {}))
-    handle.agent.followup(user_message("u1"))
-    await within(entered.wait())
-    first = asyncio.ensure_future(rt.close())
-    await wait_all_tasks_blocked()
+    first, stuck = await close_during_a_held_call(h)
     second = asyncio.ensure_future(rt.close())
     await wait_all_tasks_blocked()
     assert not first.done()
     assert not second.done()
-    release.set()
+    stuck.release.set()
     await within(asyncio.gather(first, second))
     assert_unpublished(rt)
 

@@ -165,16 +165,40 @@ async def test_second_followup_from_later_iteration(h: Harness) -> None:
     assert "user:u2" not in request_texts(h.adapter.requests[0])
 
 
-async def test_second_followup_from_inside_adapter(h: Harness) -> None:
-    """C7.4-5: u2 sent from inside the adapter while turn 1 streams gets turn 2."""
+async def _sending_from_model(h: Harness, send: str, text: str) -> Any:
+    """An agent whose first model request calls ``agent.<send>(u(text))`` before it answers
+    ``r1``; its second answers ``r2``."""
     holder: list[Any] = []
 
     def first(request: GenerateRequest) -> Any:
-        holder[0].followup(u("u2"))
+        getattr(holder[0], send)(u(text))
         return text_response("r1")
 
     agent = await h.agent(first, text_response("r2"))
     holder.append(agent)
+    return agent
+
+
+async def _sending_from_tool(
+    h: Harness, send: str, text: str, *script: Any, concludes: bool = False
+) -> Any:
+    """An agent whose model calls the tool ``work`` (call ``c1``) first, then answers as in
+    ``script``; the tool's body calls ``agent.<send>(u(text))`` and returns ``done``."""
+    holder: list[Any] = []
+
+    async def body(args: Any, exec: Any) -> str:
+        getattr(holder[0], send)(u(text))
+        return "done"
+
+    h.rt.tools.register(gated_tool("work", body, concludes=concludes))
+    agent = await h.agent(tool_call_response("c1", "work", {}), *script)
+    holder.append(agent)
+    return agent
+
+
+async def test_second_followup_from_inside_adapter(h: Harness) -> None:
+    """C7.4-5: u2 sent from inside the adapter while turn 1 streams gets turn 2."""
+    agent = await _sending_from_model(h, "followup", "u2")
     agent.followup(u("u1"))
     await settle(agent)
     assert compact(agent.session, only=["T", "claim", "user"]) == TWO_TURNS
@@ -183,14 +207,7 @@ async def test_second_followup_from_inside_adapter(h: Harness) -> None:
 
 async def test_steer_while_running_next_step_after_message(h: Harness) -> None:
     """C7.4-6: a steer during a text step is admitted in a new step of the same turn."""
-    holder: list[Any] = []
-
-    def first(request: GenerateRequest) -> Any:
-        holder[0].steer(u("m"))
-        return text_response("r1")
-
-    agent = await h.agent(first, text_response("r2"))
-    holder.append(agent)
+    agent = await _sending_from_model(h, "steer", "m")
     agent.followup(u("u1"))
     await settle(agent)
     assert compact(agent.session, only=["T", "S", "user", "msg", "claim", "ins"]) == [
@@ -201,15 +218,7 @@ async def test_steer_while_running_next_step_after_message(h: Harness) -> None:
 
 async def test_steer_from_tool_admitted_after_results(h: Harness) -> None:
     """C7.4-6: a steer from a tool body lands after the step's tool/result, same turn."""
-    holder: list[Any] = []
-
-    async def body(args: Any, exec: Any) -> str:
-        holder[0].steer(u("m"))
-        return "done"
-
-    h.rt.tools.register(gated_tool("work", body))
-    agent = await h.agent(tool_call_response("c1", "work", {}), text_response("r2"))
-    holder.append(agent)
+    agent = await _sending_from_tool(h, "steer", "m", text_response("r2"))
     agent.followup(u("u1"))
     await settle(agent)
     assert compact(agent.session, only=["T", "S", "user", "result", "call", "claim(ns"]) == [
@@ -221,17 +230,7 @@ async def test_steer_from_tool_admitted_after_results(h: Harness) -> None:
 
 async def test_followup_while_running_waits_for_next_turn(h: Harness) -> None:
     """C7.4-6 counterexample: a followup at the same moment waits for the next turn."""
-    holder: list[Any] = []
-
-    async def body(args: Any, exec: Any) -> str:
-        holder[0].followup(u("m"))
-        return "done"
-
-    h.rt.tools.register(gated_tool("work", body))
-    agent = await h.agent(
-        tool_call_response("c1", "work", {}), text_response("r2"), text_response("r3")
-    )
-    holder.append(agent)
+    agent = await _sending_from_tool(h, "followup", "m", text_response("r2"), text_response("r3"))
     agent.followup(u("u1"))
     await settle(agent)
     assert compact(agent.session, only=["T", "S", "user", "result", "claim"]) == [
@@ -244,14 +243,7 @@ async def test_followup_while_running_waits_for_next_turn(h: Harness) -> None:
 
 async def test_inject_from_adapter_extends_last_step(h: Harness) -> None:
     """C7.4-7: an inject during a step that would be the last forces another step."""
-    holder: list[Any] = []
-
-    def first(request: GenerateRequest) -> Any:
-        holder[0].inject(u("c"))
-        return text_response("r1")
-
-    agent = await h.agent(first, text_response("r2"))
-    holder.append(agent)
+    agent = await _sending_from_model(h, "inject", "c")
     statuses = record(h.rt, "agent/status")
     agent.followup(u("u1"))
     await settle(agent)
@@ -264,15 +256,7 @@ async def test_inject_from_adapter_extends_last_step(h: Harness) -> None:
 
 async def test_inject_from_concluding_tool_extends_turn(h: Harness) -> None:
     """C7.4-7: an inject from a tool body whose result concludes the turn still runs a step."""
-    holder: list[Any] = []
-
-    async def body(args: Any, exec: Any) -> str:
-        holder[0].inject(u("c"))
-        return "done"
-
-    h.rt.tools.register(gated_tool("work", body, concludes=True))
-    agent = await h.agent(tool_call_response("c1", "work", {}), text_response("r2"))
-    holder.append(agent)
+    agent = await _sending_from_tool(h, "inject", "c", text_response("r2"), concludes=True)
     agent.followup(u("u1"))
     await settle(agent)
     assert compact(agent.session, only=["T", "S", "user", "result", "claim(ns"]) == [
@@ -376,6 +360,13 @@ async def _maintenance(agent: Any) -> tuple[asyncio.Future[Any], asyncio.Event]:
     return future, release
 
 
+async def _end_maintenance(agent: Any, job: asyncio.Future[Any], release: asyncio.Event) -> None:
+    """Let the maintenance job return, then settle the agent (a latched wake converges)."""
+    release.set()
+    await within(job)
+    await settle(agent)
+
+
 async def test_many_wakes_during_maintenance_one_replay(h: Harness) -> None:
     """C7.4-10: several wakes during maintenance replay once; the driver claims the queue."""
     agent = await h.agent(text_response("r1"), text_response("r2"))
@@ -402,9 +393,7 @@ async def test_latched_wake_with_removed_message_starts_nothing(h: Harness) -> N
     m = u("m")
     agent.followup(m)
     assert agent.inbox.remove(m.id) is True
-    release.set()
-    await within(job)
-    await settle(agent)
+    await _end_maintenance(agent, job, release)
     assert compact(agent.session) == ["ins(nt,m)", "drop(nt,m)"]
     assert h.adapter.requests == []
 
@@ -431,9 +420,7 @@ async def test_latched_wake_with_other_pending_input_replays(h: Harness) -> None
     agent.inject(u("c"))
     agent.followup(m)
     agent.inbox.remove(m.id)
-    release.set()
-    await within(job)
-    await settle(agent)
+    await _end_maintenance(agent, job, release)
     assert compact(agent.session, only=["T", "claim", "user"]) == [
         "T+1", "claim(ns,c)", "user(c)", "T-1:completed",
     ]  # fmt: skip
@@ -455,9 +442,7 @@ async def test_latched_wake_removed_by_listener_opens_no_turn(h: Harness) -> Non
     job, release = await _maintenance(agent)
     h.rt.hooks.on("agent/inbox/inserted", lambda p: p.agent.inbox.remove(p.message.id))
     agent.followup(u("u1"))
-    release.set()
-    await within(job)
-    await settle(agent)
+    await _end_maintenance(agent, job, release)
     assert compact(agent.session) == ["ins(nt,u1)", "drop(nt,u1)"]
     assert h.adapter.requests == []
 
@@ -481,14 +466,21 @@ async def test_status_listener_cancel_prevents_turn(h: Harness) -> None:
     assert h.adapter.requests == []
 
 
-async def test_send_during_teardown_never_latches(h: Harness) -> None:
-    """C7.4-14: a waking send after cancel(disposed) during teardown starts no turn."""
+async def _streaming_first_turn(h: Harness) -> Any:
+    """The handle of agent ``s-1`` once turn 1 (``followup(u1)``) streams its first request,
+    which hangs; a second request would answer ``never``."""
     started, entry = hanging()
     h.adapter.add(entry, text_response("never"))
     handle = await h.rt.agents.create(session_id="s-1", agent_options=_options())
-    agent = handle.agent
-    agent.followup(u("u1"))
+    handle.agent.followup(u("u1"))
     await within(started.wait())
+    return handle
+
+
+async def test_send_during_teardown_never_latches(h: Harness) -> None:
+    """C7.4-14: a waking send after cancel(disposed) during teardown starts no turn."""
+    handle = await _streaming_first_turn(h)
+    agent = handle.agent
     signal = h.adapter.requests[0].signal
     assert signal is not None
     signal.add_listener(lambda reason: agent.followup(u("u2")))
@@ -500,12 +492,8 @@ async def test_send_during_teardown_never_latches(h: Harness) -> None:
 
 async def test_wake_after_direct_disposed_cancel_never_latches(h: Harness) -> None:
     """C7.4-14: after cancel(CancelCause.disposed()) a waking send is not latched."""
-    started, entry = hanging()
-    h.adapter.add(entry, text_response("never"))
-    handle = await h.rt.agents.create(session_id="s-1", agent_options=_options())
+    handle = await _streaming_first_turn(h)
     agent = handle.agent
-    agent.followup(u("u1"))
-    await within(started.wait())
     agent.cancel(CancelCause.disposed())
     agent.followup(u("u2"))
     await settle(agent)

@@ -5,9 +5,6 @@ resumed agent works, and everything round-trips through the store."""
 
 from __future__ import annotations
 
-import asyncio
-import signal
-import sys
 from pathlib import Path
 
 import pydantic
@@ -18,6 +15,7 @@ from steerloop.testing import ScriptedAdapter, tool_call_response
 
 from ..conftest import compact, events_of, within
 from ..logcheck import assert_well_formed
+from ..support import kill_after_first_line
 
 SCRIPT = Path(__file__).with_name("_output_crash_child.py")
 OPTIONS = AgentOptions(provider="mock", model="m")
@@ -34,23 +32,7 @@ class Weather(pydantic.BaseModel):
 
 
 async def run_and_kill(path: Path, mode: str) -> int:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        str(SCRIPT),
-        str(path),
-        mode,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    assert proc.stdout is not None and proc.stderr is not None
-    line = await asyncio.wait_for(proc.stdout.readline(), LINE_TIMEOUT)
-    if not line:
-        await proc.wait()
-        raise AssertionError(f"the child exited: {(await proc.stderr.read()).decode()}")
-    proc.send_signal(signal.SIGKILL)
-    await asyncio.wait_for(proc.wait(), LINE_TIMEOUT)
-    assert proc.returncode == -signal.SIGKILL
-    word, count = line.decode().split()
+    word, count = await kill_after_first_line(SCRIPT, str(path), mode, timeout=LINE_TIMEOUT)
     assert word == "ready"
     return int(count)
 

@@ -11,11 +11,11 @@ import asyncpg
 
 from steerloop.session.store.postgres._schema import Tables, migrate
 
-from ..session.backends import POSTGRES_URL, require_postgres
+from ..session.backends import POSTGRES_URL, drop_schema, require_postgres
 
 T = TypeVar("T")
 
-__all__ = ["POSTGRES_URL", "T", "fresh_schema", "poll", "sql"]
+__all__ = ["POSTGRES_URL", "T", "fresh_schema", "now", "poll", "sql"]
 
 
 async def fresh_schema() -> AsyncIterator[str]:
@@ -30,11 +30,7 @@ async def fresh_schema() -> AsyncIterator[str]:
     try:
         yield name
     finally:
-        conn = await asyncpg.connect(POSTGRES_URL, timeout=5)
-        try:
-            await conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
-        finally:
-            await conn.close()
+        await drop_schema(name)
 
 
 async def sql(query: str, *args: Any) -> list[Any]:
@@ -59,3 +55,10 @@ async def poll(
         if loop.time() > deadline:
             raise AssertionError(f"condition not reached within {timeout} s (last: {value!r})")
         await asyncio.sleep(0.02)
+
+
+async def now(value: T) -> T:
+    """``value`` as an awaitable, for ``poll`` of a plain expression:
+    ``poll(lambda: now(x.done), until=bool)``."""
+    await asyncio.sleep(0)
+    return value

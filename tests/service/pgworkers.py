@@ -18,10 +18,12 @@ from typing import Any
 
 import asyncpg
 
-from tests.session.backends import POSTGRES_URL, require_postgres
+from tests.session.backends import POSTGRES_URL, drop_schema, require_postgres
 
 ROOT = Path(__file__).resolve().parents[2]
 START_WAIT = 60.0
+SERVE = (sys.executable, "-c", "from steerloop.cli import main; main()", "serve")
+"""The command line of ``steerloop serve`` from this checkout (``env_for`` sets its path)."""
 
 
 @dataclass
@@ -51,11 +53,7 @@ async def pg_schema() -> AsyncIterator[Pg]:
     try:
         yield Pg(f"{POSTGRES_URL}?schema={schema}", schema)
     finally:
-        conn = await asyncpg.connect(POSTGRES_URL, timeout=5)
-        try:
-            await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-        finally:
-            await conn.close()
+        await drop_schema(schema)
 
 
 @dataclass
@@ -76,6 +74,8 @@ class WorkerProc:
 
 
 def env_for(home: Path, **extra: str) -> dict[str, str]:
+    """The environment of a ``steerloop serve`` process living in ``home``: this process's,
+    without any ``STEERLOOP_*`` setting, plus ``extra``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("STEERLOOP_")}
     env.update(
         HOME=str(home),
@@ -102,10 +102,7 @@ async def workers(
             err = home / "stderr.txt"
             with open(err, "wb") as stderr:
                 proc = await asyncio.create_subprocess_exec(
-                    sys.executable,
-                    "-c",
-                    "from steerloop.cli import main; main()",
-                    "serve",
+                    *SERVE,
                     "--role",
                     role,
                     "--port",

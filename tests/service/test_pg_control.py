@@ -14,7 +14,7 @@ import pytest
 from steerloop.service._pg._control import ControlConnection, namespace
 from steerloop.session.store.postgres._schema import Tables
 
-from .livesupport import POSTGRES_URL, fresh_schema, poll, sql
+from .livesupport import POSTGRES_URL, fresh_schema, now, poll, sql
 
 
 @pytest.fixture
@@ -120,7 +120,7 @@ async def test_terminated_backend_reports_the_loss_once(schema: str, controls: F
         "WHERE application_name = 'steerloop-ctl:victim'"
     )
     assert [r[0] for r in killed] == [True]
-    await poll(lambda: _value(probe.lost), until=lambda n: n >= 1, timeout=5)
+    await poll(lambda: now(probe.lost), until=lambda n: n >= 1, timeout=5)
     assert control.lost
     await poll(lambda: held_locks(schema), until=lambda locks: locks == [], timeout=5)
     with pytest.raises(ConnectionError):
@@ -144,7 +144,7 @@ async def test_unresponsive_connection_is_lost_by_the_periodic_check(
             await blocker.execute(
                 f"SELECT 1 FROM {Tables(schema).workers} WHERE key = $1 FOR UPDATE", control.key
             )
-            await poll(lambda: _value(probe.lost), until=lambda n: n == 1, timeout=5)
+            await poll(lambda: now(probe.lost), until=lambda n: n == 1, timeout=5)
         assert control.lost
         await poll(lambda: held_locks(schema), until=lambda locks: locks == [], timeout=5)
     finally:
@@ -158,7 +158,7 @@ async def test_deleted_worker_row_is_a_loss(schema: str, controls: Factory) -> N
     control, probe = controls("w1", check_interval=0.05)
     await control.start()
     await sql(f"DELETE FROM {Tables(schema).workers} WHERE key = $1", control.key)
-    await poll(lambda: _value(probe.lost), until=lambda n: n == 1, timeout=5)
+    await poll(lambda: now(probe.lost), until=lambda n: n == 1, timeout=5)
     assert control.lost
     await poll(lambda: held_locks(schema), until=lambda locks: locks == [], timeout=5)
 
@@ -194,7 +194,7 @@ async def test_notify_on_worker_and_wake_channels_reaches_on_notify(
     await sql("SELECT pg_notify($1, 'x1')", other.worker_channel(control.key))
     await sql("SELECT pg_notify($1, 'x2')", other.wake_channel)
     await sql("SELECT pg_notify($1, 's2')", t.wake_channel)
-    await poll(lambda: _value(list(probe.notes)), until=lambda n: len(n) >= 2, timeout=5)
+    await poll(lambda: now(list(probe.notes)), until=lambda n: len(n) >= 2, timeout=5)
     assert probe.notes == [(control.channel, "s1:7"), (t.wake_channel, "s2")]
     assert probe.lost == 0
 
@@ -214,7 +214,7 @@ async def test_a_failing_on_notify_keeps_the_connection(schema: str, controls: F
     await control.start()
     await sql("SELECT pg_notify($1, 'bad')", control.channel)
     await sql("SELECT pg_notify($1, 'good')", control.channel)
-    await poll(lambda: _value(list(seen)), until=lambda n: len(n) == 2, timeout=5)
+    await poll(lambda: now(list(seen)), until=lambda n: len(n) == 2, timeout=5)
     assert seen == ["bad", "good"]
     assert await control.fetchval("SELECT 1") == 1
     assert probe.lost == 0
@@ -266,11 +266,6 @@ async def test_unreachable_server_leaves_nothing(schema: str) -> None:
     with pytest.raises(ConnectionError):
         await control.fetchval("SELECT 1")
     await control.close()
-
-
-async def _value(value: Any) -> Any:
-    await asyncio.sleep(0)
-    return value
 
 
 async def test_keepalive_and_user_timeout_bound_a_half_open_connection(
@@ -364,7 +359,7 @@ async def test_a_half_dead_socket_is_noticed_by_the_periodic_check(schema: str) 
         await control.start()
         assert await control.fetchval("SELECT 1") == 1
         proxy.frozen.set()
-        await poll(lambda: _value(probe.lost), until=lambda n: n == 1, timeout=10)
+        await poll(lambda: now(probe.lost), until=lambda n: n == 1, timeout=10)
         assert control.lost
         # The server never learnt: its backend (and the lock) live on until the server's own
         # keepalive or tcp_user_timeout gives up on a real partition, or the lease TTL runs out.

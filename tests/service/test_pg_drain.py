@@ -17,14 +17,14 @@ from pathlib import Path
 
 import pytest
 
-from .livesupport import fresh_schema, poll, sql
+from .livesupport import fresh_schema, now, poll, sql
 from .test_pg_failover import (
     WAIT,
     Cluster,
     WorkerProc,
-    _now,
     check_log,
     check_one_writer,
+    check_taken_over,
     cluster,
     committed_batches,
     replies,
@@ -45,7 +45,7 @@ async def schema() -> AsyncIterator[str]:
 async def exited(worker: WorkerProc) -> None:
     """Wait (bounded) for ``worker`` to exit after its SIGTERM. uvicorn re-raises a caught
     SIGTERM once its shutdown (our drain) is over, so the code is -SIGTERM (or 0)."""
-    code = await poll(lambda: _now(worker.proc.poll()), until=lambda r: r is not None, timeout=WAIT)
+    code = await poll(lambda: now(worker.proc.poll()), until=lambda r: r is not None, timeout=WAIT)
     assert code in (0, -signal.SIGTERM), worker.log.read_text()
     assert "Traceback" not in worker.log.read_text()
 
@@ -78,15 +78,8 @@ async def test_sigterm_mid_tool_hands_the_turn_over_after_the_drain_timeout(
     names the call and the turn carries on to ``completed`` under a greater token."""
     async with cluster(tmp_path, schema) as c:
         workers = [c.start_worker("--drain-timeout", "1") for _ in range(2)]
-        await c.registered(*workers)
-        assert c.client is not None
-        answer = await c.client.post(
-            "/v1/sessions", json={"session_id": "s1", "profile": "default", "input": "gate g1"}
-        )
-        assert answer.status_code == 201, answer.text
-        owner_pid = await c.mid_tool("s1", "g1")
-        owner = next(w for w in workers if w.pid == owner_pid)
-        other = next(w for w in workers if w.pid != owner_pid)
+        owner = await c.held(*workers)
+        other = next(w for w in workers if w is not owner)
         token, _, _ = await c.lease("s1")
 
         await terminate(owner)
@@ -94,13 +87,7 @@ async def test_sigterm_mid_tool_hands_the_turn_over_after_the_drain_timeout(
         events = await c.wait_log("s1", lambda ev: turn_ends(ev) == ["interrupted", "completed"])
         assert result_codes(events) == {"call-g1": "TOOL_OUTCOME_UNKNOWN"}
         assert replies(events)[-1] == "continued after takeover"
-        new_token, _, live = await c.lease("s1")
-        assert new_token > token and live
-        assert await c.owner_pid("s1") == other.pid
-        asked = takeover_requests(c, "s1", [other.pid])
-        assert len(asked) == 1
-        text = asked[0]["messages"][-1]["content"][0]["text"]
-        assert 'tool "gate" (call call-g1): its outcome is unknown' in text
+        await check_taken_over(c, token, other)
         check_log("s1", events)
         batches = await committed_batches(c)
         assert check_one_writer("s1", events, batches) == 2
@@ -117,15 +104,8 @@ async def test_a_turn_that_ends_within_the_drain_completes_on_its_owner(
     next message loads it on the other worker, which resumes the log as it was."""
     async with cluster(tmp_path, schema) as c:
         workers = [c.start_worker("--drain-timeout", "30") for _ in range(2)]
-        await c.registered(*workers)
-        assert c.client is not None
-        answer = await c.client.post(
-            "/v1/sessions", json={"session_id": "s1", "profile": "default", "input": "gate g1"}
-        )
-        assert answer.status_code == 201, answer.text
-        owner_pid = await c.mid_tool("s1", "g1")
-        owner = next(w for w in workers if w.pid == owner_pid)
-        other = next(w for w in workers if w.pid != owner_pid)
+        owner = await c.held(*workers)
+        other = next(w for w in workers if w is not owner)
         owner.proc.send_signal(signal.SIGTERM)
         await poll(lambda: draining(c, owner), until=bool, timeout=WAIT)
         assert owner.proc.poll() is None  # still draining: the call is held
@@ -140,10 +120,7 @@ async def test_a_turn_that_ends_within_the_drain_completes_on_its_owner(
         assert (await sql(f"SELECT count(*) FROM {c.t.wakeups}"))[0][0] == 0
         assert "handed" not in owner.log.read_text()
 
-        sent = await c.client.post(
-            "/v1/sessions/s1/messages", json={"mode": "followup", "content": "next"}
-        )
-        assert sent.status_code == 202, sent.text
+        await c.send("s1", "next")
         final = await c.wait_log("s1", lambda ev: turn_ends(ev) == ["completed", "completed"])
         assert final[: len(events)] == events
         assert replies(final)[-1] == "echo next"
@@ -161,13 +138,9 @@ async def test_sigterm_of_an_owner_of_idle_sessions_unloads_them(
     async with cluster(tmp_path, schema) as c:
         first = c.start_worker("--drain-timeout", "30")
         await c.registered(first)
-        assert c.client is not None
         sessions = ["i1", "i2"]
         for sid in sessions:
-            answer = await c.client.post(
-                "/v1/sessions", json={"session_id": sid, "profile": "default", "input": "hi"}
-            )
-            assert answer.status_code == 201, answer.text
+            await c.create(sid, "hi")
         for sid in sessions:
             await c.wait_log(sid, lambda ev: turn_ends(ev) == ["completed"])
         for sid in sessions:
@@ -182,10 +155,7 @@ async def test_sigterm_of_an_owner_of_idle_sessions_unloads_them(
         statuses = await sql(f"SELECT status FROM {c.t.specs} ORDER BY session_id")
         assert [r[0] for r in statuses] == ["unloaded", "unloaded"]
         for sid in sessions:
-            sent = await c.client.post(
-                f"/v1/sessions/{sid}/messages", json={"mode": "followup", "content": "again"}
-            )
-            assert sent.status_code == 202, sent.text
+            await c.send(sid, "again")
         for sid in sessions:
             events = await c.wait_log(sid, lambda ev: turn_ends(ev) == ["completed", "completed"])
             assert events[: len(before[sid])] == before[sid]

@@ -20,7 +20,6 @@ import random
 import signal
 import socket
 import subprocess
-import sys
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
@@ -44,10 +43,10 @@ from steerloop.session.store.postgres._schema import Tables
 
 from ..logcheck import log_problems
 from .failover_profiles import TAKEOVER_PLUGIN, profiles
-from .livesupport import POSTGRES_URL, fresh_schema, poll, sql
+from .livesupport import POSTGRES_URL, fresh_schema, now, poll, sql
+from .pgworkers import ROOT, SERVE, env_for
 from .served import served
 
-ROOT = Path(__file__).resolve().parents[2]
 WAIT = 40.0
 """Bound of every wait for the cluster (several processes on a shared 2-core machine)."""
 
@@ -95,21 +94,15 @@ class Cluster:
     def start_worker(self, *extra: str) -> WorkerProc:
         n = len(self.workers) + 1
         log = self.dir / f"worker-{n}.log"
-        env = {k: v for k, v in os.environ.items() if not k.startswith("STEERLOOP_")}
-        env.update(
-            PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT)]),
+        env = env_for(
+            self.dir,
             STEERLOOP_FAILOVER_DIR=str(self.dir),
             STEERLOOP_TEST_COMMITS=str(self.dir / "commits.jsonl"),
-            HOME=str(self.dir),
-            XDG_CONFIG_HOME=str(self.dir / ".config"),
         )
         with open(log, "w") as err:
             proc = subprocess.Popen(
                 [
-                    sys.executable,
-                    "-c",
-                    "from steerloop.cli import main; main()",
-                    "serve",
+                    *SERVE,
                     "--role",
                     "worker",
                     "--port",
@@ -175,6 +168,35 @@ class Cluster:
             await self.control.close()
         if self.pool is not None:
             await self.pool.close()
+
+    # --- requests to the API node ------------------------------------------------------------
+
+    async def create(self, sid: str, text: str) -> None:
+        """Create ``sid`` (profile ``default``) with the first input ``text``."""
+        assert self.client is not None
+        answer = await self.client.post(
+            "/v1/sessions", json={"session_id": sid, "profile": "default", "input": text}
+        )
+        assert answer.status_code == 201, answer.text
+
+    async def send(self, sid: str, content: str, mode: str = "followup", **extra: str) -> None:
+        """Send ``content`` to ``sid`` as a ``mode`` message (``extra``: e.g. ``message_id``)."""
+        assert self.client is not None
+        sent = await self.client.post(
+            f"/v1/sessions/{sid}/messages", json={"mode": mode, "content": content, **extra}
+        )
+        assert sent.status_code == 202, sent.text
+
+    async def held(self, *workers: WorkerProc, sid: str = "s1", gate: str = "g1") -> WorkerProc:
+        """Once ``workers`` have registered, create ``sid`` with the input ``gate GATE`` and
+        wait until one of them holds that call mid-tool (``mid_tool``); returns that worker,
+        the session's owner."""
+        await self.registered(*workers)
+        await self.create(sid, f"gate {gate}")
+        pid = await self.mid_tool(sid, gate)
+        owners = [w for w in workers if w.pid == pid]
+        assert len(owners) == 1, (pid, [w.pid for w in workers])
+        return owners[0]
 
     # --- observations ------------------------------------------------------------------------
 
@@ -284,7 +306,7 @@ class SseWatcher:
     async def until(self, last_seq: int) -> None:
         """Wait until the watcher has seen ``last_seq``, then end its stream."""
         await poll(
-            lambda: _now(self.ids[-1] if self.ids else 0),
+            lambda: now(self.ids[-1] if self.ids else 0),
             until=lambda seen: seen >= last_seq or self.task.done(),
             timeout=WAIT,
         )
@@ -297,11 +319,6 @@ class SseWatcher:
         with contextlib.suppress(Exception):
             async with asyncio.timeout(5):
                 await self.task
-
-
-async def _now(value: Any) -> Any:
-    await asyncio.sleep(0)
-    return value
 
 
 def check_log(sid: str, events: list[SessionEvent]) -> None:
@@ -384,6 +401,19 @@ def takeover_requests(c: Cluster, sid: str, pids: list[int]) -> list[dict[str, A
     return found
 
 
+async def check_taken_over(c: Cluster, token: int, heir: WorkerProc) -> None:
+    """``s1``'s lease is live again under a token greater than ``token``, owned by ``heir``,
+    whose model got exactly one request ending with the takeover message, naming the call
+    ``call-g1`` of the tool ``gate``."""
+    new_token, _, live = await c.lease("s1")
+    assert new_token > token and live
+    assert await c.owner_pid("s1") == heir.pid
+    asked = takeover_requests(c, "s1", [heir.pid])
+    assert len(asked) == 1
+    text = asked[0]["messages"][-1]["content"][0]["text"]
+    assert 'tool "gate" (call call-g1): its outcome is unknown' in text
+
+
 # --- kill -9 of the owner mid-tool -------------------------------------------------------------
 
 
@@ -397,19 +427,13 @@ async def test_kill_9_mid_tool_another_worker_repairs_and_continues(
     was attached throughout sees every seq once, in order, without a gap."""
     async with cluster(tmp_path, schema) as c:
         workers = [c.start_worker(), c.start_worker()]
-        await c.registered(*workers)
-        assert c.client is not None
-        answer = await c.client.post(
-            "/v1/sessions", json={"session_id": "s1", "profile": "default", "input": "gate g1"}
-        )
-        assert answer.status_code == 201, answer.text
-        victim_pid = await c.mid_tool("s1", "g1")
-        assert await poll(lambda: c.owner_pid("s1"), until=bool, timeout=WAIT) == victim_pid
+        victim = await c.held(*workers)
+        survivor = next(w for w in workers if w is not victim)
+        assert await poll(lambda: c.owner_pid("s1"), until=bool, timeout=WAIT) == victim.pid
         token, _, _ = await c.lease("s1")
+        assert c.client is not None
         watcher = SseWatcher(c.client, "s1")
-        await poll(lambda: _now(len(watcher.ids)), until=bool, timeout=WAIT)
-        victim = next(w for w in workers if w.pid == victim_pid)
-        survivor = next(w for w in workers if w.pid != victim_pid)
+        await poll(lambda: now(len(watcher.ids)), until=bool, timeout=WAIT)
 
         started = time.monotonic()
         victim.kill()
@@ -426,13 +450,7 @@ async def test_kill_9_mid_tool_another_worker_repairs_and_continues(
             "turn/end",
             "session/end-seed",
         ]
-        new_token, _, live = await c.lease("s1")
-        assert new_token > token and live
-        assert await c.owner_pid("s1") == survivor.pid
-        asked = takeover_requests(c, "s1", [survivor.pid])
-        assert len(asked) == 1
-        text = asked[0]["messages"][-1]["content"][0]["text"]
-        assert 'tool "gate" (call call-g1): its outcome is unknown' in text
+        await check_taken_over(c, token, survivor)
         assert replies(events)[-1] == "continued after takeover"
         check_log("s1", events)
         await watcher.until(events[-1].seq)
@@ -454,14 +472,7 @@ async def test_terminated_control_connection_self_fences_and_is_taken_over(
     greater token."""
     async with cluster(tmp_path, schema) as c:
         workers = [c.start_worker(), c.start_worker()]
-        await c.registered(*workers)
-        assert c.client is not None
-        answer = await c.client.post(
-            "/v1/sessions", json={"session_id": "s1", "profile": "default", "input": "gate g1"}
-        )
-        assert answer.status_code == 201, answer.text
-        owner_pid = await c.mid_tool("s1", "g1")
-        owner = next(w for w in workers if w.pid == owner_pid)
+        owner = await c.held(*workers)
         token, old_key, _ = await c.lease("s1")
         started = time.monotonic()
         killed = await sql(
@@ -498,15 +509,9 @@ async def test_paused_owner_is_taken_over_and_appends_nothing_after_sigcont(
     async with cluster(tmp_path, schema, "&lease_ttl=3") as c:
         await c.lead()
         workers = [c.start_worker(), c.start_worker()]
-        await c.registered(*workers)
-        assert c.client is not None
-        answer = await c.client.post(
-            "/v1/sessions", json={"session_id": "s1", "profile": "default", "input": "gate g1"}
-        )
-        assert answer.status_code == 201, answer.text
-        paused_pid = await c.mid_tool("s1", "g1")
-        paused = next(w for w in workers if w.pid == paused_pid)
-        other = next(w for w in workers if w.pid != paused_pid)
+        paused = await c.held(*workers)
+        paused_pid = paused.pid
+        other = next(w for w in workers if w is not paused)
         token, _, _ = await c.lease("s1")
         started = time.monotonic()
         os.kill(paused_pid, signal.SIGSTOP)
@@ -524,13 +529,10 @@ async def test_paused_owner_is_taken_over_and_appends_nothing_after_sigcont(
         assert result_codes(events) == {"call-g1": "TOOL_OUTCOME_UNKNOWN"}
         (tmp_path / "open-g1").touch()
         await poll(
-            lambda: _now((tmp_path / f"passed-g1.{paused_pid}").exists()), until=bool, timeout=WAIT
+            lambda: now((tmp_path / f"passed-g1.{paused_pid}").exists()), until=bool, timeout=WAIT
         )
         # Causally after the old owner's gate returned: one more turn on the new owner.
-        sent = await c.client.post(
-            "/v1/sessions/s1/messages", json={"mode": "followup", "content": "after"}
-        )
-        assert sent.status_code == 202, sent.text
+        await c.send("s1", "after")
         final = await c.wait_log("s1", lambda ev: len(turn_ends(ev)) == 3)
         assert turn_ends(final) == ["interrupted", "completed", "completed"]
         assert final[: len(events)] == events
@@ -566,10 +568,7 @@ async def test_seeded_chaos_across_three_workers(tmp_path: Path, schema: str) ->
         alive = [c.start_worker() for _ in range(3)]
         await c.registered(*alive)
         for sid in sessions:
-            answer = await client.post(
-                "/v1/sessions", json={"session_id": sid, "profile": "default", "input": "hello"}
-            )
-            assert answer.status_code == 201, answer.text
+            await c.create(sid, "hello")
         sent: list[str] = []
         kills = 0
         for step in range(60):
@@ -602,11 +601,7 @@ async def test_seeded_chaos_across_three_workers(tmp_path: Path, schema: str) ->
                     alive.append(c.start_worker())
             if mode:
                 message_id = f"m{step}"
-                answer = await client.post(
-                    f"/v1/sessions/{sid}/messages",
-                    json={"mode": mode, "content": content, "message_id": message_id},
-                )
-                assert answer.status_code == 202, answer.text
+                await c.send(sid, content, mode, message_id=message_id)
                 sent.append(message_id)
             await asyncio.sleep(rng.uniform(0, 0.08))  # pacing of the workload, not a sync
         assert kills >= 1
@@ -682,11 +677,7 @@ async def test_a_command_whose_wakeup_and_notify_were_lost_is_delivered(
     async with cluster(tmp_path, schema) as c:
         worker = c.start_worker("--idle-unload", "0.3")
         await c.registered(worker)
-        assert c.client is not None
-        answer = await c.client.post(
-            "/v1/sessions", json={"session_id": "r1", "profile": "default", "input": "hello"}
-        )
-        assert answer.status_code == 201, answer.text
+        await c.create("r1", "hello")
         await c.wait_log("r1", lambda ev: turn_ends(ev) == ["completed"])
 
         async def unloaded() -> bool:
@@ -719,13 +710,7 @@ async def test_paused_owner_that_leads_the_sweep_is_deposed_and_taken_over(
     SIGCONT the old worker finds its control connection gone and self-fences."""
     async with cluster(tmp_path, schema, "&lease_ttl=3") as c:
         first = c.start_worker()
-        await c.registered(first)
-        assert c.client is not None
-        answer = await c.client.post(
-            "/v1/sessions", json={"session_id": "s1", "profile": "default", "input": "gate g1"}
-        )
-        assert answer.status_code == 201, answer.text
-        assert await c.mid_tool("s1", "g1") == first.pid
+        assert await c.held(first) is first
 
         async def leader_pid() -> int | None:
             rows = await sql(
@@ -754,6 +739,6 @@ async def test_paused_owner_that_leads_the_sweep_is_deposed_and_taken_over(
             os.kill(first.pid, signal.SIGCONT)
         assert result_codes(events) == {"call-g1": "TOOL_OUTCOME_UNKNOWN"}
         assert replies(events)[-1] == "continued after takeover"
-        await poll(lambda: _now("self-fencing" in first.log.read_text()), until=bool, timeout=WAIT)
+        await poll(lambda: now("self-fencing" in first.log.read_text()), until=bool, timeout=WAIT)
         assert "has no heartbeat" in second.log.read_text()
         check_log("s1", await c.events("s1"))

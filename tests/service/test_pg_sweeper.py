@@ -16,7 +16,7 @@ import signal
 import subprocess
 import sys
 import textwrap
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import asyncpg
@@ -29,7 +29,7 @@ from steerloop.session._events import SessionEvent, TurnStart
 from steerloop.session._postgres import PostgresStore
 from steerloop.session.store.postgres._schema import Tables
 
-from .livesupport import POSTGRES_URL, fresh_schema, poll, sql
+from .livesupport import POSTGRES_URL, fresh_schema, now, poll, sql
 
 
 class FakeClock:
@@ -175,7 +175,7 @@ async def kill_backend(control: ControlConnection) -> None:
         control.application_name,
     )
     assert [r[0] for r in rows] == [True]
-    await poll(lambda: _now(control.lost), until=bool, timeout=5)
+    await poll(lambda: now(control.lost), until=bool, timeout=5)
 
 
 async def sweep_until(
@@ -191,13 +191,31 @@ async def drain(queue: asyncio.Queue[str], n: int, timeout: float = 5.0) -> list
         return [await queue.get() for _ in range(n)]
 
 
-async def _now(value: Any) -> Any:
-    await asyncio.sleep(0)
-    return value
-
-
 def turn(seq: int, n: int) -> SessionEvent:
     return SessionEvent(seq=seq, time=1, type="turn/start", data=TurnStart(turn=n))
+
+
+@contextlib.contextmanager
+def child_process(code: str, schema: str) -> Iterator[subprocess.Popen[bytes]]:
+    """``python -c CODE POSTGRES_URL SCHEMA`` with its stdout piped; SIGKILLed (a stopped
+    process too) and reaped on the way out."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    child = subprocess.Popen(
+        [sys.executable, "-c", code, POSTGRES_URL, schema], stdout=subprocess.PIPE, env=env
+    )
+    try:
+        yield child
+    finally:
+        child.kill()
+        child.wait()
+        if child.stdout is not None:
+            child.stdout.close()
+
+
+async def read_line(child: subprocess.Popen[bytes]) -> bytes:
+    """The child's next line of output (bounded)."""
+    assert child.stdout is not None
+    return await asyncio.wait_for(asyncio.to_thread(child.stdout.readline), 20)
 
 
 # --- leadership -------------------------------------------------------------------------------
@@ -247,13 +265,13 @@ async def test_running_sweepers_elect_one_leader(world: World) -> None:
     sweepers = [await world.sweeper(c, period=0.02) for c in controls]
     for s in sweepers:
         s.start()
-    await poll(lambda: _now(sum(s.sweeps for s in sweepers)), until=lambda n: n >= 5)
+    await poll(lambda: now(sum(s.sweeps for s in sweepers)), until=lambda n: n >= 5)
     leaders = [s for s in sweepers if s.leader]
     assert len(leaders) == 1
     assert [s for s in sweepers if s.sweeps] == leaders
     await leaders[0].close()
     rest = [s for s in sweepers if s is not leaders[0]]
-    await poll(lambda: _now([s for s in rest if s.leader]), until=lambda led: len(led) == 1)
+    await poll(lambda: now([s for s in rest if s.leader]), until=lambda led: len(led) == 1)
     assert leaders[0].leader is False
 
 
@@ -360,16 +378,8 @@ async def test_sigkilled_worker_process_is_swept(world: World) -> None:
     its running session's lease is revoked and a takeover wakeup queued."""
     leader = await world.control("leader")
     sweeper = await world.sweeper(leader)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    child = subprocess.Popen(
-        [sys.executable, "-c", _CHILD, POSTGRES_URL, world.schema],
-        stdout=subprocess.PIPE,
-        env=env,
-    )
-    try:
-        assert child.stdout is not None
-        line = await asyncio.wait_for(asyncio.to_thread(child.stdout.readline), 20)
-        key = int(line)
+    with child_process(_CHILD, world.schema) as child:
+        key = int(await read_line(child))
         await world.spec("s", "running")
         await world.lease("s", key)
         assert (await sweeper.sweep_once()).absent == []
@@ -383,11 +393,6 @@ async def test_sigkilled_worker_process_is_swept(world: World) -> None:
         assert await world.leases() == {"s": (2, False)}
         assert await world.wakeups() == {"s": ("takeover", None)}
         assert await world.workers() == ["leader"]
-    finally:
-        child.kill()
-        child.wait()
-        if child.stdout is not None:
-            child.stdout.close()
 
 
 _LEADER_CHILD = textwrap.dedent(
@@ -423,16 +428,8 @@ async def test_a_paused_leader_is_deposed(world: World) -> None:
     """A leader paused with SIGSTOP keeps its lock but stops sweeping; once its heartbeat is
     older than ``leader_stale_after``, another sweeper ends its control connection and
     leads. Resumed with SIGCONT, the old leader learns it lost its connection."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    child = subprocess.Popen(
-        [sys.executable, "-c", _LEADER_CHILD, POSTGRES_URL, world.schema],
-        stdout=subprocess.PIPE,
-        env=env,
-    )
-    try:
-        assert child.stdout is not None
-        line = await asyncio.wait_for(asyncio.to_thread(child.stdout.readline), 20)
-        word, key = line.split()
+    with child_process(_LEADER_CHILD, world.schema) as child:
+        word, key = (await read_line(child)).split()
         assert word == b"leading"
         mine = await world.control("standby")
         sweeper = await world.sweeper(mine, leader_stale_after=0.5)
@@ -443,14 +440,8 @@ async def test_a_paused_leader_is_deposed(world: World) -> None:
         assert report.deposed == int(key)
         report = await sweep_until(sweeper, lambda r: r.leader, timeout=5)
         os.kill(child.pid, signal.SIGCONT)
-        line = await asyncio.wait_for(asyncio.to_thread(child.stdout.readline), 20)
-        assert line == b"lost\n"
+        assert await read_line(child) == b"lost\n"
         assert await asyncio.wait_for(asyncio.to_thread(child.wait), 20) == 0
-    finally:
-        child.kill()  # SIGKILL ends a stopped process too
-        child.wait()
-        if child.stdout is not None:
-            child.stdout.close()
 
 
 async def test_claims_of_dead_keys_are_cleared(world: World) -> None:

@@ -4,11 +4,9 @@ fresh machine, ``--profiles MODULE:ATTR``, and the refusal of a public bind with
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 import signal
 import subprocess
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -16,22 +14,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+from .pgworkers import SERVE, env_for
 from .served import WAIT, turn_ends
 
 pytestmark = pytest.mark.timeout(90)
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _env(home: Path, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("STEERLOOP_")}
-    env.update(
-        HOME=str(home),
-        XDG_CONFIG_HOME=str(home / ".config"),
-        XDG_DATA_HOME=str(home / ".local" / "share"),
-        PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT)]),
-        **extra,
-    )
-    return env
 
 
 @contextmanager
@@ -39,17 +25,9 @@ def serve(home: Path, *args: str, **env: str) -> Iterator[str]:
     """Start ``steerloop serve --port 0 ARGS`` in ``home``; yield its base URL; kill it."""
     home.mkdir(parents=True, exist_ok=True)
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "from steerloop.cli import main; main()",
-            "serve",
-            "--port",
-            "0",
-            *args,
-        ],
+        [*SERVE, "--port", "0", *args],
         cwd=home,
-        env=_env(home, **env),
+        env=env_for(home, **env),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -123,27 +101,24 @@ async def test_serve_with_a_profiles_module_runs_turns(tmp_path: Path) -> None:
             assert texts == ["reply 1", "reply 2"]
 
 
-def test_a_public_bind_without_a_token_is_refused(tmp_path: Path) -> None:
+def refused(tmp_path: Path, *flags: str) -> subprocess.CompletedProcess[str]:
+    """Run ``steerloop serve FLAGS`` in a fresh home to its end (bounded); it exits 2."""
     home = tmp_path / "home"
     home.mkdir()
     done = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "from steerloop.cli import main; main()",
-            "serve",
-            "--host",
-            "0.0.0.0",
-            "--port",
-            "0",
-        ],
+        [*SERVE, *flags],
         cwd=home,
-        env=_env(home),
+        env=env_for(home),
         capture_output=True,
         text=True,
         timeout=60,
     )
     assert done.returncode == 2
+    return done
+
+
+def test_a_public_bind_without_a_token_is_refused(tmp_path: Path) -> None:
+    done = refused(tmp_path, "--host", "0.0.0.0", "--port", "0")
     assert "STEERLOOP_API_TOKEN" in done.stdout + done.stderr
     assert "refusing" in done.stdout + done.stderr
 
@@ -159,15 +134,5 @@ def test_a_bad_capacity_or_drain_timeout_is_refused(
     tmp_path: Path, flags: list[str], said: str
 ) -> None:
     """``--capacity`` below 1 and a negative ``--drain-timeout`` exit 2 saying which."""
-    home = tmp_path / "home"
-    home.mkdir()
-    done = subprocess.run(
-        [sys.executable, "-c", "from steerloop.cli import main; main()", "serve", *flags],
-        cwd=home,
-        env=_env(home),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode == 2
+    done = refused(tmp_path, *flags)
     assert said in done.stdout + done.stderr

@@ -13,7 +13,7 @@ import asyncio
 import concurrent.futures
 import os
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pytest
@@ -108,6 +108,26 @@ def require_postgres() -> None:
         pytest.skip(f"{message} (STEERLOOP_SKIP_POSTGRES=1)")
 
 
+async def drop_schema(name: str) -> None:
+    """``DROP SCHEMA IF EXISTS "name" CASCADE`` on a connection of its own."""
+    import asyncpg
+
+    conn = await asyncpg.connect(POSTGRES_URL, timeout=5)
+    try:
+        await conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
+    finally:
+        await conn.close()
+
+
+async def scratch_schema() -> AsyncIterator[str]:
+    """The name of a schema of its own (``steerloop_test_…``, created by the store that uses
+    it), dropped afterwards; use as a fixture body."""
+    require_postgres()
+    name = f"steerloop_test_{uuid.uuid4().hex[:12]}"
+    yield name
+    await drop_schema(name)
+
+
 class PostgresBackend(Backend):
     """``postgresql://``: each handle is its own ``PostgresStore`` (own pool, own lease
     owner) on a schema of its own, dropped at close."""
@@ -125,16 +145,10 @@ class PostgresBackend(Backend):
         return PostgresStore(POSTGRES_URL, schema=self.schema)
 
     async def close(self) -> None:
-        import asyncpg
-
         try:
             await super().close()
         finally:
-            conn = await asyncpg.connect(POSTGRES_URL, timeout=5)
-            try:
-                await conn.execute(f'DROP SCHEMA IF EXISTS "{self.schema}" CASCADE')
-            finally:
-                await conn.close()
+            await drop_schema(self.schema)
 
 
 STORE_BACKENDS: dict[str, Callable[[Path], Backend]] = {

@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import json
 import sys
-import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -35,7 +34,7 @@ from steerloop.session._store import open_store
 from steerloop.testing import text_response
 
 from ..conftest import Harness, compact, settle
-from .backends import POSTGRES_URL, require_postgres
+from .backends import POSTGRES_URL, scratch_schema
 
 PG_URL = POSTGRES_URL
 OPTIONS = AgentOptions(provider="mock", model="m")
@@ -43,14 +42,8 @@ OPTIONS = AgentOptions(provider="mock", model="m")
 
 @pytest.fixture
 async def schema() -> AsyncIterator[str]:
-    require_postgres()
-    name = f"steerloop_test_{uuid.uuid4().hex[:12]}"
-    yield name
-    conn = await asyncpg.connect(PG_URL, timeout=5)
-    try:
-        await conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
-    finally:
-        await conn.close()
+    async for name in scratch_schema():
+        yield name
 
 
 StoreFactory = Callable[..., PostgresStore]

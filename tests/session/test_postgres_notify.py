@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -24,7 +23,7 @@ from steerloop.session.store.postgres._store import (
     parse_feed_payload,
 )
 
-from .backends import POSTGRES_URL, require_postgres
+from .backends import POSTGRES_URL, drop_schema, scratch_schema
 
 
 def turn(seq: int, n: int) -> SessionEvent:
@@ -53,14 +52,8 @@ class Listener:
 
 @pytest.fixture
 async def schema() -> AsyncIterator[str]:
-    require_postgres()
-    name = f"steerloop_test_{uuid.uuid4().hex[:12]}"
-    yield name
-    conn = await asyncpg.connect(POSTGRES_URL, timeout=5)
-    try:
-        await conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
-    finally:
-        await conn.close()
+    async for name in scratch_schema():
+        yield name
 
 
 @pytest.fixture
@@ -130,11 +123,7 @@ async def test_another_schemas_batches_are_not_announced_here(
             await w.close()
         assert await listener.settle() == ["b:1"]
     finally:
-        conn = await asyncpg.connect(POSTGRES_URL, timeout=5)
-        try:
-            await conn.execute(f'DROP SCHEMA IF EXISTS "{other}" CASCADE')
-        finally:
-            await conn.close()
+        await drop_schema(other)
 
 
 async def test_a_fenced_out_batch_announces_nothing(schema: str, listener: Listener) -> None:

@@ -5,11 +5,9 @@ marks a command consumed this way, SERVICE.md §3.4)."""
 from __future__ import annotations
 
 import contextlib
-import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
-import asyncpg
 import pytest
 
 from steerloop import SessionConflictError, SessionStorageError
@@ -17,7 +15,7 @@ from steerloop.session import SessionEvent
 from steerloop.session._events import TurnStart
 from steerloop.session._postgres import PostgresStore
 
-from .backends import POSTGRES_URL, require_postgres
+from .backends import POSTGRES_URL, scratch_schema
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -28,14 +26,8 @@ def turn(seq: int, n: int) -> SessionEvent:
 
 @pytest.fixture
 async def schema() -> AsyncIterator[str]:
-    require_postgres()
-    name = f"steerloop_test_{uuid.uuid4().hex[:12]}"
-    yield name
-    conn = await asyncpg.connect(POSTGRES_URL, timeout=5)
-    try:
-        await conn.execute(f'DROP SCHEMA IF EXISTS "{name}" CASCADE')
-    finally:
-        await conn.close()
+    async for name in scratch_schema():
+        yield name
 
 
 @pytest.fixture

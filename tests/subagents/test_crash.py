@@ -6,9 +6,6 @@ then serves a new one."""
 
 from __future__ import annotations
 
-import asyncio
-import signal
-import sys
 from pathlib import Path
 
 from steerloop import AgentOptions, Runtime, user_message
@@ -18,6 +15,7 @@ from steerloop.testing import ScriptedAdapter, text_response
 
 from ..conftest import compact, within
 from ..logcheck import assert_well_formed
+from ..support import kill_after_first_line
 
 SCRIPT = Path(__file__).with_name("_crash_child.py")
 OPTIONS = AgentOptions(provider="mock", model="m")
@@ -26,22 +24,9 @@ LINE_TIMEOUT = 20.0
 
 
 async def run_and_kill(path: Path) -> tuple[str, int, int]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        str(SCRIPT),
-        str(path),
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
+    word, child_id, parent_n, child_n = await kill_after_first_line(
+        SCRIPT, str(path), timeout=LINE_TIMEOUT
     )
-    assert proc.stdout is not None and proc.stderr is not None
-    line = await asyncio.wait_for(proc.stdout.readline(), LINE_TIMEOUT)
-    if not line:
-        await proc.wait()
-        raise AssertionError(f"the child exited: {(await proc.stderr.read()).decode()}")
-    proc.send_signal(signal.SIGKILL)
-    await asyncio.wait_for(proc.wait(), LINE_TIMEOUT)
-    assert proc.returncode == -signal.SIGKILL
-    word, child_id, parent_n, child_n = line.decode().split()
     assert word == "child-streaming"
     return child_id, int(parent_n), int(child_n)
 
