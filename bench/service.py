@@ -53,10 +53,11 @@ from httpx_sse import aconnect_sse
 
 ROOT = Path(__file__).resolve().parents[1]
 KEEPALIVE = 4.0
-"""The bench clients' keep-alive expiry, under any server's (uvicorn's default is 5 s): the
-client drops an idle connection before the server may close it. With equal expiries the
-server's timer (started at its send) always fires first and a POST reusing the connection
-then can meet the close (``httpx.ReadError``, the keep-alive race)."""
+"""The bench clients' keep-alive expiry, under the server's (``steerloop serve`` 75 s,
+uvicorn's default 5 s): the client drops an idle connection before the server may close
+it. With equal expiries the server's timer (started at its send) always fires first, and a
+POST reusing the connection then can meet the close (``httpx.ReadError``, the keep-alive
+race)."""
 
 
 def profiles(rt: Any) -> list[Any]:
