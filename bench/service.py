@@ -52,6 +52,12 @@ import httpx
 from httpx_sse import aconnect_sse
 
 ROOT = Path(__file__).resolve().parents[1]
+KEEPALIVE = 4.0
+"""The bench clients' keep-alive expiry, under the server's (``steerloop serve`` 75 s,
+uvicorn's default 5 s): the client drops an idle connection before the server may close
+it. With equal expiries the server's timer (started at its send) always fires first, and a
+POST reusing the connection then can meet the close (``httpx.ReadError``, the keep-alive
+race)."""
 
 
 def profiles(rt: Any) -> list[Any]:
@@ -172,9 +178,25 @@ async def send_to_sse(client: httpx.AsyncClient, rate: int, seconds: float, n: i
 
 async def post_accepted(client: httpx.AsyncClient, path: str, body: dict[str, Any]) -> None:
     """POST until accepted: a 429 (the session's unconsumed-command limit) is waited out,
-    any other refusal ends the bench, so a figure never rests on a log that is short."""
+    any other refusal ends the bench, so a figure never rests on a log that is short.
+
+    A transport error is tried again (at most 3 times): the keep-alive race, where the
+    server closes an idle connection just as this POST reuses it (``httpx.ReadError``).
+    A message carries an ``idempotency_key``, so a POST the server did take applies once;
+    a create that did go through answers the retry 409."""
+    if path.endswith("/messages"):
+        body = {"idempotency_key": uuid.uuid4().hex} | body
+    failed = 0
     while True:
-        answer = await client.post(path, json=body)
+        try:
+            answer = await client.post(path, json=body)
+        except httpx.TransportError:
+            failed += 1
+            if failed > 3:
+                raise
+            continue
+        if answer.status_code == 409 and failed and path == "/v1/sessions":
+            return  # the try whose answer was lost created it
         if answer.status_code != 429:
             break
         await asyncio.sleep(min(float(answer.headers.get("retry-after", "1")), 0.2))
@@ -441,7 +463,9 @@ async def cross_process_sse(
                         seen.append(now - json.loads(text)["sent_at"])
 
         async with httpx.AsyncClient(
-            base_url=base, timeout=60, limits=httpx.Limits(max_connections=400)
+            base_url=base,
+            timeout=60,
+            limits=httpx.Limits(max_connections=400, keepalive_expiry=KEEPALIVE),
         ) as client:
             sids = [f"x{w}-{i}" for w in range(workers) for i in range(sessions)]
             watchers = [asyncio.create_task(watch_stamps(client, sid)) for sid in sids]
@@ -512,7 +536,9 @@ async def split_roles(url: str, workers: int, args: argparse.Namespace) -> None:
     try:
         print(f"--role api (1 process) + --role worker ({workers} processes) on one PostgreSQL")
         async with httpx.AsyncClient(
-            base_url=base, timeout=60, limits=httpx.Limits(max_connections=200)
+            base_url=base,
+            timeout=60,
+            limits=httpx.Limits(max_connections=200, keepalive_expiry=KEEPALIVE),
         ) as client:
             await send_to_sse(client, args.rate, args.seconds, args.sessions)
     finally:
@@ -535,7 +561,9 @@ async def role_all(store: str, args: argparse.Namespace) -> None:
     try:
         print(f"--role all on {store.split('?')[0].split('@')[-1]} (one server process)")
         async with httpx.AsyncClient(
-            base_url=url, timeout=60, limits=httpx.Limits(max_connections=200)
+            base_url=url,
+            timeout=60,
+            limits=httpx.Limits(max_connections=200, keepalive_expiry=KEEPALIVE),
         ) as client:
             if args.only == "idle-reload":
                 await idle_reload(client, args.events, args.repeats)

@@ -6,7 +6,9 @@ from __future__ import annotations
 import asyncio
 import re
 import signal
+import socket
 import subprocess
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -99,6 +101,40 @@ async def test_serve_with_a_profiles_module_runs_turns(tmp_path: Path) -> None:
                 if e["type"] == "assistant/message"
             ]
             assert texts == ["reply 1", "reply 2"]
+
+
+def test_an_idle_connection_outlives_uvicorns_default_keep_alive(tmp_path: Path) -> None:
+    """Pins ``KEEP_ALIVE_SECONDS``: a connection idle for 6 s (past uvicorn's default 5 s)
+    still carries the next request, so a client expiring its idle connections after 5 s
+    (httpx) never reuses one the server is closing (the keep-alive race)."""
+    request = b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n"
+    with serve(tmp_path / "home") as url:
+        port = int(url.rsplit(":", 1)[1])
+        with socket.create_connection(("127.0.0.1", port), timeout=WAIT) as sock:
+            answers = []
+            for pause in (0.0, 6.0):
+                time.sleep(pause)
+                sock.sendall(request)
+                answers.append(_read_response(sock).split(b"\r\n", 1)[0])
+    assert answers == [b"HTTP/1.1 200 OK", b"HTTP/1.1 200 OK"]
+
+
+def _read_response(sock: socket.socket) -> bytes:
+    """One whole response (headers, then ``content-length`` bytes) off ``sock``."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = sock.recv(4096)
+        assert chunk, f"the server closed the connection: {data!r}"
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    found = re.search(rb"content-length: (\d+)", head, re.IGNORECASE)
+    assert found is not None, head
+    length = int(found.group(1))
+    while len(body) < length:
+        chunk = sock.recv(4096)
+        assert chunk, f"the server closed the connection: {data!r}"
+        body += chunk
+    return head
 
 
 def refused(tmp_path: Path, *flags: str) -> subprocess.CompletedProcess[str]:

@@ -18,9 +18,16 @@ from ._mcp import install_configured_mcp
 from ._session_setup import resolve_route
 from ._settings import Settings
 
-__all__ = ["is_loopback", "serve_main"]
+__all__ = ["KEEP_ALIVE_SECONDS", "is_loopback", "serve_main"]
 
 log = logging.getLogger("steerloop.service")
+
+KEEP_ALIVE_SECONDS = 75
+"""How long an idle HTTP connection stays open (uvicorn's default is 5 s). A client that
+reuses a connection just as the server closes it gets no answer (the keep-alive race: the
+bench saw ``httpx.ReadError`` posting 50 at a time, httpx also expiring idle connections
+after 5 s). A client whose own expiry is shorter (httpx 5 s, undici 4 s) never meets the
+close, nor does a proxy in front with the common 60 s idle timeout."""
 
 
 def is_loopback(host: str) -> bool:
@@ -109,7 +116,14 @@ def serve_main(
         drain_timeout=drain_timeout,
         capacity=capacity,
     )
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="on")
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level="warning",
+        lifespan="on",
+        timeout_keep_alive=KEEP_ALIVE_SECONDS,
+    )
     server = uvicorn.Server(config)
 
     async def announce() -> None:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hmac
 import inspect
 import logging
 import os
 import socket
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 from sse_starlette import EventSourceResponse
@@ -278,12 +279,7 @@ def create_app(
         session_id = request.path_params["session_id"]
         seq, n = _cursor(request)
         await host.require(session_id)
-        return EventSourceResponse(
-            _feed(source_of(), session_id, seq, n),
-            ping=ping_seconds,
-            send_timeout=send_timeout,
-            headers={"Cache-Control": "no-store"},
-        )
+        return sse(_feed(source_of(), session_id, seq, n))
 
     async def agui(request: Request, host: Host) -> Response:
         body = await _json_body(request, body_limit)
@@ -313,8 +309,13 @@ def create_app(
             "steer" if await host.status_of(session_id) == "running" else "followup"
         )
         answer = await host.send(session_id, mode, text, None, None)
+        return sse(
+            _agui_feed(source_of(), session_id, run_input.run_id, cursor, answer["message_id"])
+        )
+
+    def sse(items: AsyncGenerator[dict[str, Any]]) -> Response:
         return EventSourceResponse(
-            _agui_feed(source_of(), session_id, run_input.run_id, cursor, answer["message_id"]),
+            _one_per_turn(items),
             ping=ping_seconds,
             send_timeout=send_timeout,
             headers={"Cache-Control": "no-store"},
@@ -384,6 +385,24 @@ async def _pages(
         await reader.wait(seen, PING_SECONDS)
 
 
+async def _one_per_turn(
+    items: AsyncGenerator[dict[str, Any]],
+) -> AsyncGenerator[dict[str, Any]]:
+    """``items`` for the SSE response, one per turn of the event loop.
+
+    The server writes each item to the socket at once (uvicorn's ``send`` does not suspend),
+    so a page sent in one go goes on writing after the peer is gone: the transport learns
+    it at the first failed write (or a read of the reset), but the server marks the request
+    disconnected, and sse-starlette ends the stream, only in a later turn of the loop; each
+    write in between lands on a closed transport (asyncio logs ``socket.send() raised
+    exception.`` from the fifth on). Yielding to the loop after each item lets that report
+    run before the next write: the server drops the write and the stream ends."""
+    async with contextlib.aclosing(items):
+        async for item in items:
+            yield item
+            await asyncio.sleep(0)
+
+
 async def _retry_later(reader: FeedReader, exc: Exception) -> None:
     """A transient read failure (the server restarts, a pool connection died): the reader
     retries by its cursor after the next wake or a second."""
@@ -393,7 +412,7 @@ async def _retry_later(reader: FeedReader, exc: Exception) -> None:
 
 async def _feed(
     source: FeedSource, session_id: str, seq: int, n: int
-) -> AsyncIterator[dict[str, Any]]:
+) -> AsyncGenerator[dict[str, Any]]:
     """The SSE feed: durable events after ``seq`` (``id`` = seq), then live frames of the
     open step after ``n`` (``event: stream``, ``id`` = ``seq:n``)."""
     reader = source.subscribe(session_id)  # before the first read: no wake-up is missed
@@ -411,7 +430,7 @@ async def _feed(
 
 async def _agui_feed(
     source: FeedSource, session_id: str, run_id: str, seq: int, message_id: str
-) -> AsyncIterator[dict[str, Any]]:
+) -> AsyncGenerator[dict[str, Any]]:
     """AG-UI events of the run that takes ``message_id``: from ``RUN_STARTED`` to the
     ``RUN_FINISHED`` (or ``RUN_ERROR``) of the turn whose step first shows the message.
     The SSE ``id`` is the steerloop cursor (AG-UI clients ignore it)."""
