@@ -5,6 +5,7 @@ loopback HTTP)."""
 from __future__ import annotations
 
 import asyncio
+import gc
 from collections.abc import AsyncIterator, Awaitable, Iterable, Sequence
 from typing import Any
 
@@ -28,17 +29,21 @@ class _SdkStream:
         self.events = list(events)
         self.fail = fail
         self.closed = 0
+        self.iterator_closed = False  # the iterator __aiter__ gave has run its finally
         self.response = _Response("req-1")
 
     def __aiter__(self) -> AsyncIterator[Any]:
         return self._iterate()
 
     async def _iterate(self) -> AsyncIterator[Any]:
-        for event in self.events:
-            await asyncio.sleep(0)
-            yield event
-        if self.fail is not None:
-            raise self.fail
+        try:
+            for event in self.events:
+                await asyncio.sleep(0)
+                yield event
+            if self.fail is not None:
+                raise self.fail
+        finally:
+            self.iterator_closed = True
 
     async def close(self) -> None:
         self.closed += 1
@@ -89,6 +94,35 @@ async def test_events_then_the_decoder_finish_and_one_close() -> None:
     stream = _SdkStream(["a", "b"])
     chunks = await collect(_Call([stream]))
     assert [getattr(c, "text", c.kind) for c in chunks] == ["a", "b", "finish"]
+    assert stream.closed == 1
+
+
+class _DoneAfterFirst(_Call):
+    """A decoder that knows the response is complete after its first event."""
+
+    def feed(self, event: Any) -> Iterable[StreamChunk]:
+        self.done = True
+        return super().feed(event)
+
+
+async def test_the_sdk_iterator_left_by_a_complete_response_is_closed_in_the_request() -> None:
+    """A response complete before its stream ends (``call.done``) leaves the loop with the
+    SDK's iterator suspended; the template closes it before it returns, not the collector.
+
+    Counterexample this pins (seen once in CI): left to the collector, the Responses SDK's
+    iterator was finalized after its client had closed and failed there ("async generator
+    already executing"). Measured with the collector off.
+    """
+    stream = _SdkStream(["a", "b", "c"])
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        chunks = await collect(_DoneAfterFirst([stream]))
+        assert stream.iterator_closed
+    finally:
+        if collecting:
+            gc.enable()
+    assert [getattr(c, "text", c.kind) for c in chunks] == ["a", "finish"]
     assert stream.closed == 1
 
 

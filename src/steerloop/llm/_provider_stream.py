@@ -13,8 +13,9 @@ raised to the caller unchanged.
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import AsyncIterator, Awaitable, Iterable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Iterable, Sequence
 from typing import Any, Protocol
 
 from .._signal import AbortSignal
@@ -84,6 +85,18 @@ def _failed(call: ProviderCall, exc: Exception, request_id: str | None) -> Finis
     return error_finish(failure)
 
 
+async def _close_events(events: AsyncIterator[Any]) -> None:
+    """Close the SDK's event iterator here, in the request's task. Left suspended (a ``break``
+    on the last event leaves it so), it is closed whenever the collector or the loop's
+    shutdown reaches it, by then after its client was closed; the SDKs' nested iterators
+    do not always survive that (seen once in CI: "async generator already executing" in
+    the finalizer of the Responses stream's ``__aiter__``)."""
+    if isinstance(events, AsyncGenerator):
+        # An iterator that finished or failed is already closed: aclose() does nothing.
+        with contextlib.suppress(Exception):
+            await events.aclose()
+
+
 async def provider_stream(
     call: ProviderCall, signal: AbortSignal | None, *, max_opens: int = 1
 ) -> AsyncIterator[StreamChunk]:
@@ -103,8 +116,9 @@ async def provider_stream(
             return
         guard = ResponseGuard(sdk_stream, signal)
         request_id = sdk_stream.response.headers.get(call.request_id_header)
+        events = aiter(sdk_stream)
         try:
-            async for event in sdk_stream:
+            async for event in events:
                 if signal is not None and signal.aborted:
                     break
                 for chunk in call.feed(event):
@@ -124,7 +138,10 @@ async def provider_stream(
             yield _failed(call, exc, request_id)
             return
         finally:
-            await guard.close()
+            try:
+                await _close_events(events)
+            finally:
+                await guard.close()
         if tail is not None:
             for chunk in tail:
                 yield chunk
