@@ -9,14 +9,13 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import asyncpg
 import pytest
 
 from steerloop import AgentOptions, Runtime, define_tool
 from steerloop.service import Profile, create_app
 from steerloop.testing import ScriptedAdapter, hang_after, text_response, tool_call_response
 from steerloop.testing._scripted import _text
-from tests.session.backends import POSTGRES_URL, require_postgres
+from tests.session.backends import POSTGRES_URL, drop_schema, require_postgres
 
 from .served import read_sse, served, turn_ends, types, wait_for_log
 
@@ -70,11 +69,7 @@ async def pg_url() -> AsyncIterator[str]:
     require_postgres()
     schema = f"steerloop_service_{uuid.uuid4().hex[:12]}"
     yield f"{POSTGRES_URL}?schema={schema}"
-    conn = await asyncpg.connect(POSTGRES_URL, timeout=5)
-    try:
-        await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-    finally:
-        await conn.close()
+    await drop_schema(schema)
 
 
 def user_texts(request: Any) -> list[str]:

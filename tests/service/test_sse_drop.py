@@ -13,13 +13,12 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import asyncpg
 import httpx
 import pytest
 
 from steerloop.service import create_app
 from steerloop.service._app import _PAGE
-from tests.session.backends import POSTGRES_URL, require_postgres
+from tests.session.backends import POSTGRES_URL, drop_schema, require_postgres
 
 from .profiles import profiles
 from .served import WAIT, served, turn_ends, wait_for_log
@@ -64,11 +63,7 @@ async def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIter
     require_postgres()
     schema = f"steerloop_drop_{uuid.uuid4().hex[:12]}"
     yield f"{POSTGRES_URL}?schema={schema}"
-    conn = await asyncpg.connect(POSTGRES_URL, timeout=5)
-    try:
-        await conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-    finally:
-        await conn.close()
+    await drop_schema(schema)
 
 
 async def long_log(client: httpx.AsyncClient, session_id: str) -> int:

@@ -19,6 +19,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import pytest_asyncio
 from playwright.async_api import Browser, Page, Request, Response, async_playwright, expect
@@ -555,6 +556,26 @@ class Proxy:
                 await asyncio.sleep(0.01)
 
 
+@contextlib.asynccontextmanager
+async def through_a_proxy(
+    page: Page, tmp_path: Path, profiles: Any, session_id: str
+) -> AsyncIterator[tuple[httpx.AsyncClient, Proxy, Chat]]:
+    """A served app with session ``session_id``, and the page open on it through a
+    ``Proxy`` whose links the test can cut."""
+    async with served(create_app(store(tmp_path), profiles)) as client:
+        await client.post("/v1/sessions", json={"session_id": session_id})
+        port = client.base_url.port
+        assert port is not None
+        proxy = Proxy(port)
+        await proxy.start()
+        try:
+            chat = Chat(page, f"http://127.0.0.1:{proxy.port}", tmp_path)
+            await chat.open(f"?session={session_id}")
+            yield client, proxy, chat
+        finally:
+            await proxy.close()
+
+
 class Paused:
     """A model whose one answer streams ``first``, waits for ``go`` (or an abort), then
     streams ``rest``: a step held open mid-answer."""
@@ -601,48 +622,38 @@ async def test_a_lost_link_mid_answer_resumes_the_live_frames_exactly(
             Finish(reason=FinishReason(kind="stop")),
         ],
     )
-    async with served(create_app(store(tmp_path), model.profiles)) as client:
-        await client.post("/v1/sessions", json={"session_id": "m"})
-        port = client.base_url.port
-        assert port is not None
-        proxy = Proxy(port)
-        await proxy.start()
-        try:
-            chat = Chat(page, f"http://127.0.0.1:{proxy.port}", tmp_path)
-            await chat.open("?session=m")
-            await chat.type_and_enter("greet me")
-            await expect(chat.streaming.locator(".text")).to_have_text("Hello, ")
-            proxy.cut()
-            await expect(chat.connection).to_contain_text("reconnecting…")
-            await expect(chat.connection).to_contain_text("Sending is paused")
-            await expect(chat.status).to_have_attribute("data-stale", "")
-            await expect(chat.status).to_have_text("running")  # the last known, marked stale
-            # offline, sending is disabled with its reason; what is typed stays
-            await expect(chat.send).to_be_disabled()
-            await expect(chat.send).to_have_attribute("title", re.compile("^Offline"))
-            await chat.type_and_enter("typed while offline")
-            await chat.composer.press("Enter")
-            await expect(chat.composer).to_have_value("typed while offline")
-            await chat.shot("1-link-lost-mid-answer")
-            since = len(chat.responses)
-            proxy.reopen()
-            await expect(chat.connection).to_be_hidden()
-            await expect(chat.send).to_be_enabled()
-            await expect(chat.status).not_to_have_attribute("data-stale", "")
-            await expect(chat.composer).to_have_value("typed while offline")
-            assert not [r for r in chat.requests if r.method == "POST" and "/messages" in r.url][1:]
-            resumed = (await chat.feed_opened("m", since))["last-event-id"]
-            events = (await client.get("/v1/sessions/m/log")).json()["events"]
-            # the frames of the step after the last durable event: start, block-start, delta
-            assert resumed == f"{events[-1]['seq']}:3"
-            model.go.set()
-            await expect(chat.turn_end).to_have_text("turn ended")
-            await expect(chat.entries("assistant")).to_have_text(["assistantHello, world"])
-            await chat.shot("2-answer-completed")
-            assert len(model.requests) == 1
-            assert chat.errors == []
-        finally:
-            await proxy.close()
+    async with through_a_proxy(page, tmp_path, model.profiles, "m") as (client, proxy, chat):
+        await chat.type_and_enter("greet me")
+        await expect(chat.streaming.locator(".text")).to_have_text("Hello, ")
+        proxy.cut()
+        await expect(chat.connection).to_contain_text("reconnecting…")
+        await expect(chat.connection).to_contain_text("Sending is paused")
+        await expect(chat.status).to_have_attribute("data-stale", "")
+        await expect(chat.status).to_have_text("running")  # the last known, marked stale
+        # offline, sending is disabled with its reason; what is typed stays
+        await expect(chat.send).to_be_disabled()
+        await expect(chat.send).to_have_attribute("title", re.compile("^Offline"))
+        await chat.type_and_enter("typed while offline")
+        await chat.composer.press("Enter")
+        await expect(chat.composer).to_have_value("typed while offline")
+        await chat.shot("1-link-lost-mid-answer")
+        since = len(chat.responses)
+        proxy.reopen()
+        await expect(chat.connection).to_be_hidden()
+        await expect(chat.send).to_be_enabled()
+        await expect(chat.status).not_to_have_attribute("data-stale", "")
+        await expect(chat.composer).to_have_value("typed while offline")
+        assert not [r for r in chat.requests if r.method == "POST" and "/messages" in r.url][1:]
+        resumed = (await chat.feed_opened("m", since))["last-event-id"]
+        events = (await client.get("/v1/sessions/m/log")).json()["events"]
+        # the frames of the step after the last durable event: start, block-start, delta
+        assert resumed == f"{events[-1]['seq']}:3"
+        model.go.set()
+        await expect(chat.turn_end).to_have_text("turn ended")
+        await expect(chat.entries("assistant")).to_have_text(["assistantHello, world"])
+        await chat.shot("2-answer-completed")
+        assert len(model.requests) == 1
+        assert chat.errors == []
 
 
 async def test_offline_stop_allow_deny_and_esc_wait_for_the_link_then_work(
@@ -654,81 +665,71 @@ async def test_offline_stop_allow_deny_and_esc_wait_for_the_link_then_work(
     ``tool/approval-decided``. Once the link is back they are enabled again and work: Allow
     runs the call (one decision, by http) and Esc then stops the turn (one cancel)."""
     model = Asking(tool_call_response("c1", "write", {"path": "notes.txt"}), hang_after([]))
-    async with served(create_app(store(tmp_path), model.profiles)) as client:
-        await client.post("/v1/sessions", json={"session_id": "o"})
-        port = client.base_url.port
-        assert port is not None
-        proxy = Proxy(port)
-        await proxy.start()
-        try:
-            chat = Chat(page, f"http://127.0.0.1:{proxy.port}", tmp_path)
-            await chat.open("?session=o")
-            await chat.type_and_enter("write the notes")
-            call = chat.transcript.locator('[data-call-id="c1"]')
-            await expect(call.get_by_test_id("tool-state")).to_have_text("waiting for approval")
-            await expect(chat.status).to_have_text("running")
-            controls = (chat.stop, chat.approval_allow, chat.approval_deny)
-            for control in controls:  # online: usable
-                await expect(control).to_be_enabled()
-            proxy.cut()
-            await expect(chat.connection).to_contain_text("reconnecting…")
-            for control in controls:
-                await expect(control).to_be_disabled()
-                await expect(control).to_have_attribute("title", re.compile("^Offline"))
-            await expect(chat.stop).to_have_attribute(
-                "title", "Offline: stopping is paused until the connection is back"
-            )
-            await expect(chat.approval_allow).to_have_attribute(
-                "title", "Offline: deciding is paused until the connection is back"
-            )
-            await page.keyboard.press("Escape")
-            await chat.composer.press("Escape")
-            for control in controls:
-                await control.click(force=True)  # a disabled button gets no click
-            await expect(call.get_by_test_id("tool-state")).to_have_text("waiting for approval")
-            await expect(chat.error).to_be_hidden()  # no failed POST to report
-            await chat.shot("1-offline-stop-and-approval-disabled")
-            offline_log = (await client.get("/v1/sessions/o/log")).json()["events"]
-            assert [e for e in offline_log if e["type"] == "tool/approval-decided"] == []
-            assert turn_ends(offline_log) == 0
-            since = len(chat.responses)
-            proxy.reopen()
-            await expect(chat.connection).to_be_hidden()
-            await chat.feed_opened("o", since)
-            for control in controls:
-                await expect(control).to_be_enabled()
-                await expect(control).not_to_have_attribute("title", re.compile("."))
-            await chat.approval_allow.click()
-            await expect(call.get_by_test_id("approval-decision")).to_have_text("allowed")
-            await expect(call.get_by_test_id("tool-result")).to_have_text("wrote notes.txt")
-            await expect(call.get_by_test_id("tool-state")).to_have_text("done")
-            await expect(chat.status).to_have_text("running")  # the next step hangs
-            await expect(chat.stop).to_be_enabled()
-            await chat.shot("2-allowed-after-the-link-is-back")
-            await page.keyboard.press("Escape")
-            await expect(chat.turn_end).to_have_text("stopped")
-            await expect(chat.status).to_have_text("idle")
-            await chat.shot("3-stopped-by-esc-after-the-link-is-back")
-            assert model.ran == ["c1"]
-            # every POST the page made, in order: nothing from the offline Esc and clicks
-            posts = [r.url.removeprefix(chat.base) for r in chat.requests if r.method == "POST"]
-            assert posts == [
-                "/v1/sessions/o/messages",
-                "/v1/sessions/o/approvals/c1",
-                "/v1/sessions/o/cancel",
-            ]
-            events = await wait_for_log(client, "o", lambda ev: turn_ends(ev) == 1)
-            decided = [
-                (e["data"]["call_id"], e["data"]["decision"], e["data"].get("by"))
-                for e in events
-                if e["type"] == "tool/approval-decided"
-            ]
-            assert decided == [("c1", "allow", "http")]
-            ends = [e["data"]["reason"] for e in events if e["type"] == "turn/end"]
-            assert ends == [{"kind": "aborted", "reason": {"kind": "user"}}]
-            assert chat.errors == []
-        finally:
-            await proxy.close()
+    async with through_a_proxy(page, tmp_path, model.profiles, "o") as (client, proxy, chat):
+        await chat.type_and_enter("write the notes")
+        call = chat.transcript.locator('[data-call-id="c1"]')
+        await expect(call.get_by_test_id("tool-state")).to_have_text("waiting for approval")
+        await expect(chat.status).to_have_text("running")
+        controls = (chat.stop, chat.approval_allow, chat.approval_deny)
+        for control in controls:  # online: usable
+            await expect(control).to_be_enabled()
+        proxy.cut()
+        await expect(chat.connection).to_contain_text("reconnecting…")
+        for control in controls:
+            await expect(control).to_be_disabled()
+            await expect(control).to_have_attribute("title", re.compile("^Offline"))
+        await expect(chat.stop).to_have_attribute(
+            "title", "Offline: stopping is paused until the connection is back"
+        )
+        await expect(chat.approval_allow).to_have_attribute(
+            "title", "Offline: deciding is paused until the connection is back"
+        )
+        await page.keyboard.press("Escape")
+        await chat.composer.press("Escape")
+        for control in controls:
+            await control.click(force=True)  # a disabled button gets no click
+        await expect(call.get_by_test_id("tool-state")).to_have_text("waiting for approval")
+        await expect(chat.error).to_be_hidden()  # no failed POST to report
+        await chat.shot("1-offline-stop-and-approval-disabled")
+        offline_log = (await client.get("/v1/sessions/o/log")).json()["events"]
+        assert [e for e in offline_log if e["type"] == "tool/approval-decided"] == []
+        assert turn_ends(offline_log) == 0
+        since = len(chat.responses)
+        proxy.reopen()
+        await expect(chat.connection).to_be_hidden()
+        await chat.feed_opened("o", since)
+        for control in controls:
+            await expect(control).to_be_enabled()
+            await expect(control).not_to_have_attribute("title", re.compile("."))
+        await chat.approval_allow.click()
+        await expect(call.get_by_test_id("approval-decision")).to_have_text("allowed")
+        await expect(call.get_by_test_id("tool-result")).to_have_text("wrote notes.txt")
+        await expect(call.get_by_test_id("tool-state")).to_have_text("done")
+        await expect(chat.status).to_have_text("running")  # the next step hangs
+        await expect(chat.stop).to_be_enabled()
+        await chat.shot("2-allowed-after-the-link-is-back")
+        await page.keyboard.press("Escape")
+        await expect(chat.turn_end).to_have_text("stopped")
+        await expect(chat.status).to_have_text("idle")
+        await chat.shot("3-stopped-by-esc-after-the-link-is-back")
+        assert model.ran == ["c1"]
+        # every POST the page made, in order: nothing from the offline Esc and clicks
+        posts = [r.url.removeprefix(chat.base) for r in chat.requests if r.method == "POST"]
+        assert posts == [
+            "/v1/sessions/o/messages",
+            "/v1/sessions/o/approvals/c1",
+            "/v1/sessions/o/cancel",
+        ]
+        events = await wait_for_log(client, "o", lambda ev: turn_ends(ev) == 1)
+        decided = [
+            (e["data"]["call_id"], e["data"]["decision"], e["data"].get("by"))
+            for e in events
+            if e["type"] == "tool/approval-decided"
+        ]
+        assert decided == [("c1", "allow", "http")]
+        ends = [e["data"]["reason"] for e in events if e["type"] == "turn/end"]
+        assert ends == [{"kind": "aborted", "reason": {"kind": "user"}}]
+        assert chat.errors == []
 
 
 XSS_ANSWER = '<img src=x onerror="window.__xss_answer=1"><script>window.__xss_answer=2</script>'
