@@ -22,7 +22,15 @@ from typing import Any
 import httpx
 import pytest
 import pytest_asyncio
-from playwright.async_api import Browser, Page, Request, Response, async_playwright, expect
+from playwright.async_api import (
+    Browser,
+    Page,
+    Request,
+    Response,
+    Route,
+    async_playwright,
+    expect,
+)
 
 from steerloop import AgentOptions, Runtime, define_tool
 from steerloop.llm import GenerateRequest, ModelInfo
@@ -366,6 +374,58 @@ async def test_session_list_switches_sessions_and_new_session_opens_an_empty_one
         ]
         listing = (await client.get("/v1/sessions")).json()["sessions"]
         assert sorted(s["session_id"] for s in listing) == sorted(["alpha", "beta", created])
+        assert chat.errors == []
+
+
+async def test_a_session_being_created_here_is_not_read_by_a_list_refreshed_meanwhile(
+    page: Page, tmp_path: Path
+) -> None:
+    """The page names the sessions it creates itself: a list refreshed while its create is
+    still on the way (here: a turn boundary of the open session) shows the new session but
+    reads no log of it.
+
+    Counterexample this pins (seen once under load): the new session's id came from the
+    server's answer, so a list refreshed before the page knew it was its own read the new
+    session's log like any other's.
+    """
+    model = Model(text_response("alpha answer"), text_response("again"))
+    async with served(create_app(store(tmp_path), model.profiles)) as client:
+        await client.post("/v1/sessions", json={"session_id": "alpha", "input": "to alpha"})
+        await wait_for_log(client, "alpha", lambda ev: turn_ends(ev) == 1)
+        chat = Chat(page, base_of(client), tmp_path)
+        await chat.open("?session=alpha")
+        await expect(chat.entries("assistant")).to_have_text(["assistantalpha answer"])
+        release = asyncio.Event()
+
+        async def hold_the_create(route: Route) -> None:
+            if route.request.method != "POST":
+                await route.continue_()
+                return
+            answer = await route.fetch()  # the server has created it
+            await asyncio.wait_for(release.wait(), WAIT_MS / 1000)
+            await route.fulfill(response=answer)
+
+        await page.route("**/v1/sessions", hold_the_create)
+        await chat.new_session.click()
+        async with asyncio.timeout(WAIT_MS / 1000):  # the server has it, the page not yet
+            while len((await client.get("/v1/sessions")).json()["sessions"]) < 2:
+                await asyncio.sleep(0.02)
+        # a turn of the open session: its boundaries refresh the list meanwhile
+        await client.post("/v1/sessions/alpha/messages", json={"mode": "followup", "content": "2"})
+        await expect(chat.session_item).to_have_count(2)
+        listed = [await i.get_attribute("data-session-id") for i in await chat.session_item.all()]
+        [created] = [sid for sid in listed if sid != "alpha"]
+        assert created is not None
+        await expect(chat.entries("assistant")).to_have_text(
+            ["assistantalpha answer", "assistantagain"]
+        )
+        release.set()
+        await expect(page).to_have_url(f"{chat.base}/?session={created}")
+        await expect(chat.empty_text).to_have_text("No messages yet: type below to start.")
+        await chat.type_and_enter("a first question")
+        await expect(chat.session_title).to_have_text("a first question")
+        reads = [r.url for r in chat.requests if "/log?" in r.url]
+        assert [url for url in reads if f"/sessions/{created}/" in url] == []
         assert chat.errors == []
 
 

@@ -173,6 +173,9 @@ const onScreen = new IntersectionObserver(
 async function lookUpTitle(sessionId, lastSeq) {
   if (titles.has(sessionId) || titleLookups.get(sessionId) === lastSeq) return;
   if (sessionId === current) return; // its open feed names it
+  // Made by this page, which names it (its first message, or the feed once it is opened):
+  // a list refreshed while the page creates it must not read its log.
+  if (createdHere.has(sessionId)) return;
   titleLookups.set(sessionId, lastSeq);
   let events;
   try {
@@ -280,11 +283,12 @@ function onFeedState(state, error) {
 }
 
 ui.newSession.addEventListener("click", async () => {
-  const created = await guarded(() => call("POST", "/v1/sessions", {}), "No new session").catch(
-    () => null,
-  );
-  if (!created) return;
-  createdHere.set(created.session_id, Date.now());
+  const id = ownSession();
+  const created = await guarded(
+    () => call("POST", "/v1/sessions", { session_id: id }),
+    "No new session",
+  ).catch(() => null);
+  if (!created) return void createdHere.delete(id);
   await refreshSessions().catch(() => {});
   select(created.session_id, true);
   ui.composer.focus();
@@ -300,10 +304,22 @@ function sessionFromUrl() {
 
 // --- the composer -----------------------------------------------------------------------
 
-function newMessageId() {
-  const bytes = new Uint8Array(12);
+function randomHex(n) {
+  const bytes = new Uint8Array(n);
   crypto.getRandomValues(bytes); // also in an insecure context, unlike randomUUID
-  return `msg_web_${Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("")}`;
+  return Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("");
+}
+
+function newMessageId() {
+  return `msg_web_${randomHex(12)}`;
+}
+
+/** A session id minted here and marked as this page's before it is created, so a list
+ * refreshed meanwhile (a turn boundary of the open session) does not read its log. */
+function ownSession() {
+  const id = `s_${randomHex(10)}`;
+  createdHere.set(id, Date.now());
+  return id;
 }
 
 async function submit() {
@@ -314,8 +330,15 @@ async function submit() {
   const mode = transcript.running ? "steer" : "followup";
   try {
     if (current === null) {
-      const created = await guarded(() => call("POST", "/v1/sessions", { input: text }), "Not sent");
-      createdHere.set(created.session_id, Date.now());
+      const id = ownSession();
+      const body = { session_id: id, input: text };
+      const created = await guarded(() => call("POST", "/v1/sessions", body), "Not sent").catch(
+        (error) => {
+          createdHere.delete(id);
+          throw error;
+        },
+      );
+      nameSession(created.session_id, text.replace(/\s+/g, " ").trim());
       consumed(text);
       await refreshSessions().catch(() => {});
       select(created.session_id, true);
