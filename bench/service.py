@@ -60,6 +60,15 @@ POST reusing the connection then can meet the close (``httpx.ReadError``, the ke
 race)."""
 
 
+def bench_client(base: str, connections: int) -> httpx.AsyncClient:
+    """The bench's HTTP client: long timeouts, expiring idle connections at ``KEEPALIVE``."""
+    return httpx.AsyncClient(
+        base_url=base,
+        timeout=60,
+        limits=httpx.Limits(max_connections=connections, keepalive_expiry=KEEPALIVE),
+    )
+
+
 def profiles(rt: Any) -> list[Any]:
     """The bench's ``--profiles service:profiles``: ``hang`` (a step that never ends),
     ``text`` (answers ``ok``)."""
@@ -462,11 +471,7 @@ async def cross_process_sse(
                         text = message["content"][0]["text"]
                         seen.append(now - json.loads(text)["sent_at"])
 
-        async with httpx.AsyncClient(
-            base_url=base,
-            timeout=60,
-            limits=httpx.Limits(max_connections=400, keepalive_expiry=KEEPALIVE),
-        ) as client:
+        async with bench_client(base, 400) as client:
             sids = [f"x{w}-{i}" for w in range(workers) for i in range(sessions)]
             watchers = [asyncio.create_task(watch_stamps(client, sid)) for sid in sids]
             await asyncio.sleep(1.0)
@@ -535,11 +540,7 @@ async def split_roles(url: str, workers: int, args: argparse.Namespace) -> None:
         return
     try:
         print(f"--role api (1 process) + --role worker ({workers} processes) on one PostgreSQL")
-        async with httpx.AsyncClient(
-            base_url=base,
-            timeout=60,
-            limits=httpx.Limits(max_connections=200, keepalive_expiry=KEEPALIVE),
-        ) as client:
+        async with bench_client(base, 200) as client:
             await send_to_sse(client, args.rate, args.seconds, args.sessions)
     finally:
         kill_all(procs)
@@ -560,11 +561,7 @@ async def role_all(store: str, args: argparse.Namespace) -> None:
     proc, url = start_server(store, 0.3)
     try:
         print(f"--role all on {store.split('?')[0].split('@')[-1]} (one server process)")
-        async with httpx.AsyncClient(
-            base_url=url,
-            timeout=60,
-            limits=httpx.Limits(max_connections=200, keepalive_expiry=KEEPALIVE),
-        ) as client:
+        async with bench_client(url, 200) as client:
             if args.only == "idle-reload":
                 await idle_reload(client, args.events, args.repeats)
                 return

@@ -583,8 +583,10 @@ async def test_disposed_listener_sees_the_whole_log_stored() -> None:
 async def test_a_disposed_agent_and_its_session_are_freed_without_the_cycle_collector(
     h: Harness,
 ) -> None:
-    """Once disposed and unreferenced, an agent, its session (holding the log) and its inbox
-    are freed by reference counting alone: nothing of theirs forms a reference cycle.
+    """C7.2-20's last step (drop runtime bookkeeping) and C7.1-13 (scoped registrations
+    gone), seen from memory: once disposed and unreferenced, an agent, its session (holding
+    the log) and its inbox are freed by reference counting alone — nothing of theirs,
+    scope included, forms a reference cycle.
 
     Counterexample this pins: the inbox, the phase machine's callbacks and the scope's parts
     each referred back to their owner, so every session a service unloaded waited, log and

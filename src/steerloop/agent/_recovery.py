@@ -36,7 +36,7 @@ class ToolCallTracker:
         self.message_seq: int | None = None
         self.call_seqs: dict[str, int] = {}
         self.answered: set[str] = set()
-        self._dispose = session.observe(self._see)
+        session.observe(self._see)
 
     def _see(self, event: SessionEvent) -> None:
         data = event.data
@@ -49,10 +49,7 @@ class ToolCallTracker:
             self.answered.add(data.message.call_id)
 
     def close(self) -> None:
-        self._dispose()
-        # The disposer holds the observer, bound to this tracker: dropping it leaves no
-        # reference cycle keeping the session (and its log) alive after the agent goes.
-        self._dispose = _closed
+        self._session.unobserve(self._see)
 
     def unanswered(self) -> list[ToolCallBlock]:
         return [c for c in self.requested if c.id not in self.answered]
@@ -74,7 +71,3 @@ class ToolCallTracker:
                 surface_op="append",
                 source_event_seqs=(source,) if source is not None else None,
             )
-
-
-def _closed() -> None:
-    pass

@@ -281,10 +281,17 @@ class Session(metaclass=RuntimeOwned):
         """Internal: refuse every later append (an abandoned activity must not write)."""
         self._sealed = reason
 
-    def observe(self, observer: Observer) -> Callable[[], None]:
-        """Internal: call ``observer(event)`` for every later append until disposed."""
+    def observe(self, observer: Observer) -> None:
+        """Internal: call ``observer(event)`` for every later append until ``unobserve``.
+
+        No disposer is handed back: an observer bound to an object that kept its disposer
+        would form a cycle (object → disposer → observer → object) holding the session."""
         self._observers.append(observer)
-        return lambda: self._observers.remove(observer) if observer in self._observers else None
+
+    def unobserve(self, observer: Observer) -> None:
+        """Internal: stop calling ``observer`` (equal bound methods match); absent is fine."""
+        if observer in self._observers:
+            self._observers.remove(observer)
 
     async def flush(self) -> None:
         """Barrier: every event appended so far is durable when this returns."""

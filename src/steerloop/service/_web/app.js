@@ -198,14 +198,15 @@ function firstUserText(stored) {
   for (const message of messages) {
     const source = message && message.source && message.source.kind;
     if (source && source !== "user") continue;
-    const text = textOf(message.content).replace(/\s+/g, " ").trim();
-    if (text) return text;
+    const text = textOf(message.content);
+    if (text.trim()) return text;
   }
   return "";
 }
 
-function nameSession(sessionId, text) {
+function nameSession(sessionId, message) {
   if (titles.has(sessionId)) return;
+  const text = message.replace(/\s+/g, " ").trim();
   const title = text.length > TITLE_CHARS ? `${text.slice(0, TITLE_CHARS - 1)}…` : text;
   titles.set(sessionId, title);
   for (const item of ui.sessions.children) {
@@ -283,14 +284,10 @@ function onFeedState(state, error) {
 }
 
 ui.newSession.addEventListener("click", async () => {
-  const id = ownSession();
-  const created = await guarded(
-    () => call("POST", "/v1/sessions", { session_id: id }),
-    "No new session",
-  ).catch(() => null);
-  if (!created) return void createdHere.delete(id);
+  const id = await createHere(undefined, "No new session").catch(() => null);
+  if (id === null) return;
   await refreshSessions().catch(() => {});
-  select(created.session_id, true);
+  select(id, true);
   ui.composer.focus();
 });
 
@@ -314,11 +311,20 @@ function newMessageId() {
   return `msg_web_${randomHex(12)}`;
 }
 
-/** A session id minted here and marked as this page's before it is created, so a list
- * refreshed meanwhile (a turn boundary of the open session) does not read its log. */
-function ownSession() {
+/** Create a session under an id minted here and marked as this page's before the POST, so
+ * a list refreshed meanwhile (a turn boundary of the open session) does not read its log; a
+ * first message names it at once. Returns the id; a refusal is shown and thrown. */
+async function createHere(input, what) {
   const id = `s_${randomHex(10)}`;
   createdHere.set(id, Date.now());
+  const body = input === undefined ? { session_id: id } : { session_id: id, input };
+  try {
+    await guarded(() => call("POST", "/v1/sessions", body), what);
+  } catch (error) {
+    createdHere.delete(id);
+    throw error;
+  }
+  if (input !== undefined) nameSession(id, input);
   return id;
 }
 
@@ -330,18 +336,10 @@ async function submit() {
   const mode = transcript.running ? "steer" : "followup";
   try {
     if (current === null) {
-      const id = ownSession();
-      const body = { session_id: id, input: text };
-      const created = await guarded(() => call("POST", "/v1/sessions", body), "Not sent").catch(
-        (error) => {
-          createdHere.delete(id);
-          throw error;
-        },
-      );
-      nameSession(created.session_id, text.replace(/\s+/g, " ").trim());
+      const created = await createHere(text, "Not sent");
       consumed(text);
       await refreshSessions().catch(() => {});
-      select(created.session_id, true);
+      select(created, true);
     } else {
       const id = newMessageId();
       const body = { mode, content: text, message_id: id, idempotency_key: id };
