@@ -23,6 +23,13 @@ from ..messages import (
     UserMessage,
 )
 from ._encode import encode
+from ._input_events import (
+    InputAnswered,
+    InputRequest,
+    MCPResourceUpdated,
+    MCPSampled,
+    MCPTaskCreated,
+)
 
 __all__ = [
     "COMPACTION_PLUGIN",
@@ -375,6 +382,11 @@ EventRecord: TypeAlias = (
     | ContextCompacted
     | ApprovalRequested
     | ApprovalDecided
+    | InputRequest
+    | InputAnswered
+    | MCPTaskCreated
+    | MCPResourceUpdated
+    | MCPSampled
 )
 """The payload record of a durable event type; each names its type in ``TYPE``."""
 
@@ -397,6 +409,11 @@ RECORD_TYPES: tuple[type[EventRecord], ...] = (
     ContextCompacted,
     ApprovalRequested,
     ApprovalDecided,
+    InputRequest,
+    InputAnswered,
+    MCPTaskCreated,
+    MCPResourceUpdated,
+    MCPSampled,
 )
 
 

@@ -35,6 +35,13 @@ from ._events import (
     TurnOutput,
     TurnStart,
 )
+from ._input_events import (
+    InputAnswered,
+    InputRequest,
+    MCPResourceUpdated,
+    MCPSampled,
+    MCPTaskCreated,
+)
 
 __all__ = [
     "ApprovalDecided",
@@ -44,6 +51,11 @@ __all__ = [
     "ContextCompacted",
     "EventRecord",
     "InboxSpliced",
+    "InputAnswered",
+    "InputRequest",
+    "MCPResourceUpdated",
+    "MCPSampled",
+    "MCPTaskCreated",
     "Replace",
     "RequestContext",
     "RequestHeader",
