@@ -238,7 +238,8 @@ async def test_close_ends_the_server_process_and_its_children(state: Path, errlo
 async def test_the_environment_holds_only_the_allow_list_and_what_was_configured(
     h: Harness, state: Path, errlog: TextIO, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """No variable of ours reaches the server unless allow-listed or configured."""
+    """No variable of ours reaches the server unless allow-listed or configured (the tree's
+    marker aside)."""
     monkeypatch.setenv("OPENAI_API_KEY", "sk-ours")
     monkeypatch.setenv("LANG", "C.UTF-8")
     installed = await install_mcp(h.rt, [fault(state, env={"GIVEN": "1"})], errlog=errlog)
@@ -250,8 +251,10 @@ async def test_the_environment_holds_only_the_allow_list_and_what_was_configured
     assert {"GIVEN", "PATH", "LANG"} <= names
     # Python may add LC_CTYPE itself (PEP 538 locale coercion), which the list allows.
     from steerloop.mcp import ENV_ALLOW_LIST
+    from steerloop.mcp._tree import MARKER
 
-    assert names <= {"GIVEN", *ENV_ALLOW_LIST}
+    # The marker that finds the server's process tree is the one variable steerloop adds.
+    assert names <= {"GIVEN", MARKER, *ENV_ALLOW_LIST}
     await installed.close()
 
 
