@@ -15,7 +15,7 @@ from steerloop.cli._mcp_table import build_server
 from steerloop.cli._settings import load_settings
 from steerloop.session._events import SessionEvent
 from steerloop.session.store import open_store
-from tests.cli.helpers import CLI, Tmux, clean_env, request_text, text_reply
+from tests.cli.helpers import CLI, Tmux, clean_env, request_text, run_cli, text_reply
 from tests.llm.openai_wire import tool_call_events
 from tests.llm.sse_server import SSEServer, sse_reply
 from tests.mcp.helpers import HOSTILE_SERVER
@@ -122,3 +122,23 @@ async def _stored(path: Path, session_id: str) -> tuple[SessionEvent, ...]:
         return tuple(await store.load(session_id))
     finally:
         await store.close()
+
+
+async def test_run_without_a_terminal_answers_a_question_cancel(
+    tmp_path: Path, server: SSEServer, workspace: Path
+) -> None:
+    """``steerloop run`` with no terminal on stdin: nobody can answer, so the request is
+    answered cancel at once (the call does not hang) and stderr says so."""
+    server.add(
+        sse_reply(tool_call_events("a1", "x__ask", {"text": "Your name, please"})),
+        text_reply("No name given."),
+    )
+    code, _out, err = await run_cli(
+        "run", "who am I?", "--store", f"sqlite:///{tmp_path / 's.db'}",
+        env=clean_env(tmp_path, server), cwd=workspace, timeout=150,
+    )  # fmt: skip
+    assert code == 0, err
+    assert "MCP server 'x' asks: Your name, please" in err
+    assert "(no terminal: answered cancel)" in err
+    result = [m for m in server.requests[1].json()["messages"] if m["role"] == "tool"]
+    assert json.loads(result[0]["content"]) == {"action": "cancel"}

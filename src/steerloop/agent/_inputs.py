@@ -103,6 +103,28 @@ class Inputs:
             raise
         return seq, answered
 
+    def adopt(self, request: InputRequest, signal: AbortSignal) -> asyncio.Future[InputAnswered]:
+        """Wait again for a request an earlier process logged and that is still pending in
+        this agent's log (``pending_inputs``); nothing is appended.
+
+        Raises:
+            ValueError: ``request`` is not pending in the log, or is already waited for.
+        """
+        state = input_state(self._session.events, request.id)
+        if state != "pending" or request.id in self._waiting:
+            raise ValueError(f"input request {request.id!r} cannot be adopted: it is {state}")
+        validator = None if request.schema is None else check_input_schema(request.schema)
+        answered: asyncio.Future[InputAnswered] = asyncio.get_running_loop().create_future()
+        self._waiting[request.id] = _Waiting(request, signal, validator, answered)
+
+        def release(_: object) -> None:
+            self._waiting.pop(request.id, None)
+
+        answered.add_done_callback(release)
+        unlink = signal.add_listener(release)
+        answered.add_done_callback(lambda _: unlink())
+        return answered
+
     async def wait(self, request: InputRequest, signal: AbortSignal) -> InputAnswered:
         """``request`` it, then wait for its answer; an abort of ``signal`` answers it
         ``cancel`` (written, unless the session takes no more events) and ends the wait."""

@@ -6,9 +6,13 @@ its timeout standing still, until the request is answered (``agent.answer_input`
 call is cancelled (answered ``cancel``). The same callback serves the 2026-07-28 input
 rounds, which the SDK dispatches from the calling task.
 
-The seam for a transport that drives input rounds itself (to finish a call after a restart):
-``Peer.ask(call, params, resume=state)`` records ``state`` in ``input/requested.resume`` and
-returns the person's answer; ``pending_inputs(session)`` lists what is still open.
+The seam for a transport that drives the 2026-07-28 input rounds itself (to finish a call
+after a restart, on whichever process owns the session then): it calls
+``Peer.elicit(params, resume=state)`` from the calling task, which records ``state`` (its
+``requestState`` and the round's key, say) in ``input/requested.resume`` and returns the
+person's answer. After a restart ``pending_inputs(session.events)`` lists the requests still
+open with their ``resume``, and ``agent.inputs.adopt(request, signal)`` waits for the answer
+to one of them again (``agent.answer_input`` answers it as before).
 """
 
 from __future__ import annotations
@@ -68,9 +72,10 @@ class Peer:
         if isinstance(message, types.ResourceUpdatedNotification):
             self._on_resource_updated(str(message.params.uri))
 
-    def attribute(self, ctx: ClientRequestContext, what: str) -> tuple[CallContext, Agent] | str:
-        """The call (and its agent) a server's request belongs to, or why it has none."""
-        call, why = self.in_flight.attribute(ctx.meta)
+    def attribute(self, meta: Any, what: str) -> tuple[CallContext, Agent] | str:
+        """The call (and its agent) a server's request (its ``_meta``) belongs to, or why it
+        has none."""
+        call, why = self.in_flight.attribute(meta)
         if call is None:
             _log.warning("MCP server %r: %s refused: %s", self.server.name, what, why)
             return f"steerloop refused {what}: {why}"
@@ -96,7 +101,14 @@ class Peer:
     async def _elicit(
         self, ctx: ClientRequestContext, params: types.ElicitRequestParams
     ) -> types.ElicitResult | types.ErrorData:
-        found = self.attribute(ctx, "a request for input")
+        return await self.elicit(params, meta=ctx.meta)
+
+    async def elicit(
+        self, params: types.ElicitRequestParams, *, meta: Any = None, resume: Any = None
+    ) -> types.ElicitResult | types.ErrorData:
+        """Ask the person behind the current call (``resume``: opaque JSON recorded with the
+        request, for a transport that can finish the call after a restart)."""
+        found = self.attribute(meta, "a request for input")
         if isinstance(found, str):
             return _refusal(found)
         call, agent = found
@@ -118,13 +130,14 @@ class Peer:
             url=params.url if isinstance(params, types.ElicitRequestURLParams) else None,
             call_id=call.exec.call_id,
             turn=call.exec.turn or None,
+            resume=resume,
         )
         return await self.ask(call, agent, request)
 
     async def _sample(
         self, ctx: ClientRequestContext, params: types.CreateMessageRequestParams
     ) -> types.CreateMessageResult | types.ErrorData:
-        found = self.attribute(ctx, "a sampling request")
+        found = self.attribute(ctx.meta, "a sampling request")
         if isinstance(found, str):
             return _refusal(found)
         call, agent = found
