@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from steerloop.mcp import MCPLimits, MCPServer
+from steerloop.messages import TextBlock, ToolResultMessage
 
 FAULT_SERVER = Path(__file__).with_name("fault_server.py")
 HOSTILE_SERVER = Path(__file__).with_name("hostile_server.py")
@@ -108,6 +109,20 @@ async def eventually(check: Callable[[], Any], timeout: float = START) -> Any:
         if loop.time() > deadline:
             raise AssertionError(f"condition not met within {timeout}s")
         await asyncio.sleep(0.05)
+
+
+def logged_result(agent: Any, call_id: str) -> ToolResultMessage:
+    """The ``tool/result`` message of ``call_id`` in the agent's log."""
+    for event in agent.session.events:
+        if event.type == "tool/result" and event.data.message.call_id == call_id:
+            message: ToolResultMessage = event.data.message
+            return message
+    raise AssertionError(f"no result for {call_id}")
+
+
+def result_texts(agent: Any, call_id: str) -> list[str]:
+    """The text blocks of the logged result of ``call_id``."""
+    return [b.text for b in logged_result(agent, call_id).content if isinstance(b, TextBlock)]
 
 
 def lines(path: Path) -> list[str]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -19,7 +19,7 @@ from steerloop.messages import TextBlock, ToolResultMessage
 from steerloop.testing import text_response, tool_call_response
 
 from ..conftest import Harness, compact, events_of, settle
-from .helpers import START, StallMeter, hostile
+from .helpers import START, StallMeter, hostile, logged_result, result_texts
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -28,31 +28,10 @@ STALL_BOUND = 2.0
 
 
 @pytest.fixture
-def state(tmp_path: Path) -> Path:
-    path = tmp_path / "state"
-    path.mkdir()
-    return path
-
-
-@pytest.fixture
-def errlog(tmp_path: Path) -> Iterator[TextIO]:
-    with (tmp_path / "server-stderr.txt").open("w") as f:
-        yield f
-
-
-@pytest.fixture
 async def installed(h: Harness, state: Path, errlog: TextIO) -> AsyncIterator[MCPTools]:
     tools = await install_mcp(h.rt, [hostile(state)], errlog=errlog)
     yield tools
     await tools.close()
-
-
-def result_of(agent: Any, call_id: str) -> ToolResultMessage:
-    for event in events_of(agent.session, "tool/result"):
-        if event.data.message.call_id == call_id:
-            message: ToolResultMessage = event.data.message
-            return message
-    raise AssertionError(f"no result for {call_id}")
 
 
 def logged_bytes(agent: Any, call_id: str) -> int:
@@ -79,7 +58,7 @@ async def test_200000_content_blocks_are_cut_off_the_loop(h: Harness, installed:
     """A result of 200,000 blocks: the first max_blocks are kept, one line says what was cut,
     the log holds only what was kept, and the loop never stalled (C7 MCP bounds)."""
     agent, stall = await run_one(h, "x__blocks", {"n": 200_000})
-    result = result_of(agent, "c1")
+    result = logged_result(agent, "c1")
     texts = [b.text for b in result.content if isinstance(b, TextBlock)]
     assert texts[:3] == ["block 0", "block 1", "block 2"]
     assert len(texts) == 256 + 1
@@ -98,7 +77,7 @@ async def test_an_8_mib_result_is_cut_to_max_result_bytes(h: Harness, installed:
     """An 8 MiB text is cut at max_result_bytes (256 KiB by default) with the note; the log
     does not hold the rest."""
     agent, stall = await run_one(h, "x__big", {"mib": 8})
-    texts = [b.text for b in result_of(agent, "c1").content if isinstance(b, TextBlock)]
+    texts = result_texts(agent, "c1")
     assert len(texts) == 2
     assert texts[0] == "x" * (256 << 10) or 0 < len(texts[0]) <= 256 << 10
     assert set(texts[0]) == {"x"}
@@ -158,9 +137,9 @@ async def test_a_line_over_the_message_cap_ends_the_connection_with_the_cause(
     agent.followup(user_message("go"))
     await settle(agent, START)
     assert compact(agent.session, only=("result(",)) == ["result(c1,TOOL_FAILED)", "result(c2)"]
-    failed = [b.text for b in result_of(agent, "c1").content if isinstance(b, TextBlock)]
+    failed = result_texts(agent, "c1")
     assert "a message longer than 33,554,432 bytes" in failed[0]
-    assert [b.text for b in result_of(agent, "c2").content if isinstance(b, TextBlock)] == ["back"]
+    assert result_texts(agent, "c2") == ["back"]
 
 
 async def test_limits_are_per_server(h: Harness, state: Path, errlog: TextIO) -> None:
@@ -170,7 +149,7 @@ async def test_limits_are_per_server(h: Harness, state: Path, errlog: TextIO) ->
         h.rt, [hostile(state, limits=MCPLimits(max_blocks=3), name="x")], errlog=errlog
     )
     agent, _stall = await run_one(h, "x__blocks", {"n": 10})
-    texts = [b.text for b in result_of(agent, "c1").content if isinstance(b, TextBlock)]
+    texts = result_texts(agent, "c1")
     assert texts[:-1] == ["block 0", "block 1", "block 2"]
     assert "max_blocks=3, max_result_bytes=262,144" in texts[-1]
     assert "7 items of 10 cut or left out" in texts[-1]
@@ -179,7 +158,7 @@ async def test_limits_are_per_server(h: Harness, state: Path, errlog: TextIO) ->
         h.rt, [hostile(state, limits=MCPLimits(max_result_bytes=63), name="y")], errlog=errlog
     )
     agent, _stall = await run_one(h, "y__blocks", {"n": 10}, session_id="s-2")
-    texts = [b.text for b in result_of(agent, "c1").content if isinstance(b, TextBlock)]
+    texts = result_texts(agent, "c1")
     assert texts[:-1] == ["block 0", "block 1", "bloc"]
     assert "8 items of 10 cut or left out" in texts[-1]
     await installed.close()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -23,19 +23,6 @@ from ..conftest import Harness, compact, events_of, settle
 from .helpers import START, alive, eventually, fault, lines
 
 pytestmark = pytest.mark.timeout(180)
-
-
-@pytest.fixture
-def state(tmp_path: Path) -> Path:
-    path = tmp_path / "state"
-    path.mkdir()
-    return path
-
-
-@pytest.fixture
-def errlog(tmp_path: Path) -> Iterator[TextIO]:
-    with (tmp_path / "server-stderr.txt").open("w") as f:
-        yield f
 
 
 @pytest.fixture

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -16,28 +16,14 @@ import pytest
 from steerloop import CancelCause, InputRequest, user_message
 from steerloop.errors import InputError
 from steerloop.mcp import MCPServer, MCPTools, install_mcp
-from steerloop.messages import TextBlock
 from steerloop.session import pending_inputs
 from steerloop.session.events import InputAnswered
 from steerloop.testing import text_response, tool_call_response
 
 from ..conftest import Harness, compact, events_of, settle
-from .helpers import START, eventually, everything_bin, hostile
+from .helpers import START, eventually, everything_bin, hostile, result_texts
 
 pytestmark = pytest.mark.timeout(180)
-
-
-@pytest.fixture
-def state(tmp_path: Path) -> Path:
-    path = tmp_path / "state"
-    path.mkdir()
-    return path
-
-
-@pytest.fixture
-def errlog(tmp_path: Path) -> Iterator[TextIO]:
-    with (tmp_path / "server-stderr.txt").open("w") as f:
-        yield f
 
 
 @pytest.fixture
@@ -45,13 +31,6 @@ async def installed(h: Harness, state: Path, errlog: TextIO) -> AsyncIterator[MC
     tools = await install_mcp(h.rt, [hostile(state, timeout=30.0)], errlog=errlog)
     yield tools
     await tools.close()
-
-
-def result_text(agent: Any, call_id: str) -> str:
-    for event in events_of(agent.session, "tool/result"):
-        if event.data.message.call_id == call_id:
-            return "".join(b.text for b in event.data.message.content if isinstance(b, TextBlock))
-    raise AssertionError(f"no result for {call_id}")
 
 
 async def waiting(agent: Any) -> InputRequest:
@@ -90,7 +69,7 @@ async def test_an_elicitation_is_a_durable_input_request_answered_by_answer_inpu
         id=request.id, action="accept", content={"name": "Ada", "age": 36}, by="test"
     )
     await settle(agent, START)
-    assert json.loads(result_text(agent, "c1")) == {
+    assert json.loads("".join(result_texts(agent, "c1"))) == {
         "action": "accept",
         "content": {"age": 36, "name": "Ada"},
     }
@@ -125,7 +104,7 @@ async def test_an_answer_the_schema_refuses_writes_nothing(h: Harness, installed
     assert agent.pending_inputs == (request,)
     agent.answer_input(request.id, "decline")
     await settle(agent, START)
-    assert json.loads(result_text(agent, "c1")) == {"action": "decline"}
+    assert json.loads("".join(result_texts(agent, "c1"))) == {"action": "decline"}
 
 
 async def test_cancelling_the_turn_answers_the_request_cancel(
@@ -161,7 +140,7 @@ async def test_the_tool_timeout_stands_still_while_a_person_is_asked(
     agent.answer_input(request.id, "accept", {"name": "Slow"})
     await settle(agent, START)
     assert compact(agent.session, only=("result(",)) == ["result(c1)"]
-    assert json.loads(result_text(agent, "c1"))["content"] == {"name": "Slow"}
+    assert json.loads("".join(result_texts(agent, "c1")))["content"] == {"name": "Slow"}
     await installed.close()
 
 
@@ -179,7 +158,7 @@ async def test_a_url_request_has_no_schema_and_takes_no_content(
     )
     agent.answer_input(request.id, "accept")
     await settle(agent, START)
-    assert json.loads(result_text(agent, "c1")) == {"action": "accept"}
+    assert json.loads("".join(result_texts(agent, "c1"))) == {"action": "accept"}
 
 
 async def test_everything_elicitation_over_stdio(h: Harness, errlog: TextIO) -> None:
@@ -197,6 +176,6 @@ async def test_everything_elicitation_over_stdio(h: Harness, errlog: TextIO) -> 
         agent.answer_input(request.id, "accept", {"name": "Ada", "integer": 1000})
     agent.answer_input(request.id, "accept", {"name": "Ada", "check": True, "integer": 7})
     await settle(agent, START)
-    text = result_text(agent, "c1")
+    text = "".join(result_texts(agent, "c1"))
     assert "Ada" in text and "accept" in text
     await installed.close()

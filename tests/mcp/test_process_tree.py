@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TextIO
 
@@ -24,19 +23,6 @@ from .helpers import START, alive, eventually, hostile, lines
 pytestmark = pytest.mark.timeout(180)
 
 SLEEPER = f'setsid {sys.executable} -c "import time; time.sleep(600)" </dev/null >/dev/null 2>&1 &'
-
-
-@pytest.fixture
-def state(tmp_path: Path) -> Path:
-    path = tmp_path / "state"
-    path.mkdir()
-    return path
-
-
-@pytest.fixture
-def errlog(tmp_path: Path) -> Iterator[TextIO]:
-    with (tmp_path / "server-stderr.txt").open("w") as f:
-        yield f
 
 
 async def test_close_ends_a_setsid_grandchild(state: Path, errlog: TextIO) -> None:

@@ -12,7 +12,7 @@ import shutil
 import signal
 import socket
 import subprocess
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TextIO
 
@@ -28,12 +28,6 @@ from ..conftest import Harness, compact, events_of, settle
 from .helpers import START, eventually, everything_bin
 
 pytestmark = pytest.mark.timeout(180)
-
-
-@pytest.fixture
-def errlog(tmp_path: Path) -> Iterator[TextIO]:
-    with (tmp_path / "server-stderr.txt").open("w") as f:
-        yield f
 
 
 def results(h: Harness, request: int) -> dict[str, ToolResultMessage]:

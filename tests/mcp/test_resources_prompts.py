@@ -4,9 +4,9 @@ read-only ``<server>__read_resource`` tool, updates logged, never applied) and p
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 import pytest
 
@@ -18,22 +18,9 @@ from steerloop.testing import text_response, tool_call_response, tool_calls_resp
 from steerloop.tools import ToolHookPayload
 
 from ..conftest import Harness, compact, events_of, settle
-from .helpers import START, eventually, everything_bin, hostile, lines
+from .helpers import START, eventually, everything_bin, hostile, lines, result_texts
 
 pytestmark = pytest.mark.timeout(180)
-
-
-@pytest.fixture
-def state(tmp_path: Path) -> Path:
-    path = tmp_path / "state"
-    path.mkdir()
-    return path
-
-
-@pytest.fixture
-def errlog(tmp_path: Path) -> Iterator[TextIO]:
-    with (tmp_path / "server-stderr.txt").open("w") as f:
-        yield f
 
 
 @pytest.fixture
@@ -41,13 +28,6 @@ async def installed(h: Harness, state: Path, errlog: TextIO) -> AsyncIterator[MC
     tools = await install_mcp(h.rt, [hostile(state)], errlog=errlog)
     yield tools
     await tools.close()
-
-
-def texts(agent: Any, call_id: str) -> list[str]:
-    for event in events_of(agent.session, "tool/result"):
-        if event.data.message.call_id == call_id:
-            return [b.text for b in event.data.message.content if isinstance(b, TextBlock)]
-    raise AssertionError(f"no result for {call_id}")
 
 
 async def test_resources_are_listed_and_read_within_the_limits(installed: MCPTools) -> None:
@@ -99,8 +79,8 @@ async def test_the_model_follows_links_with_the_read_only_reader_in_parallel(
     agent.followup(user_message("go"))
     await settle(agent, START)
     assert compact(agent.session, only=("result(",)) == ["result(c1)", "result(c2,TOOL_FAILED)"]
-    assert texts(agent, "c1")[0].endswith("\nthe doc")
-    assert texts(agent, "c2") == ["no such resource"]
+    assert result_texts(agent, "c1")[0].endswith("\nthe doc")
+    assert result_texts(agent, "c2") == ["no such resource"]
     assert overlapped and overlapped[0]
 
 
@@ -162,8 +142,8 @@ async def test_everything_resources_links_and_prompts(h: Harness, errlog: TextIO
     await settle(agent, START)
     assert compact(agent.session, only=("result(",)) == ["result(c1)", "result(c2)"]
     # The link reaches the model as the link's JSON, the URI the model then reads.
-    assert '"uri": "demo://resource/dynamic/blob/1"' in texts(agent, "c1")[1]
-    assert texts(agent, "c2")[0].startswith("[resource demo://resource/dynamic/blob/1")
+    assert '"uri": "demo://resource/dynamic/blob/1"' in result_texts(agent, "c1")[1]
+    assert result_texts(agent, "c2")[0].startswith("[resource demo://resource/dynamic/blob/1")
     message = await installed.prompt_message("ev", "args-prompt", "city=Paris")
     assert "Paris" in " ".join(b.text for b in message.content if isinstance(b, TextBlock))
     await installed.close()

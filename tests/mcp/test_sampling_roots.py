@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -21,30 +20,13 @@ from steerloop.session.events import MCPSampled
 from steerloop.testing import text_response, tool_call_response
 
 from ..conftest import Harness, events_of, settle
-from .helpers import START, eventually, hostile
+from .helpers import START, eventually, hostile, result_texts
 
 pytestmark = pytest.mark.timeout(180)
 
 
-@pytest.fixture
-def state(tmp_path: Path) -> Path:
-    path = tmp_path / "state"
-    path.mkdir()
-    return path
-
-
-@pytest.fixture
-def errlog(tmp_path: Path) -> Iterator[TextIO]:
-    with (tmp_path / "server-stderr.txt").open("w") as f:
-        yield f
-
-
 def result_json(agent: Any, call_id: str) -> Any:
-    for event in events_of(agent.session, "tool/result"):
-        if event.data.message.call_id == call_id:
-            text = "".join(b.text for b in event.data.message.content if isinstance(b, TextBlock))
-            return json.loads(text)
-    raise AssertionError(f"no result for {call_id}")
+    return json.loads("".join(result_texts(agent, call_id)))
 
 
 def declared(state: Path) -> dict[str, Any]:

@@ -4,35 +4,21 @@ task; a server's request during a task is attributed to the call by the task it 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TextIO
 
 import pytest
 
 from steerloop import CancelCause, user_message
 from steerloop.mcp import MCPServer, MCPTools, install_mcp
-from steerloop.messages import TextBlock
 from steerloop.session.events import MCPTaskCreated
 from steerloop.testing import text_response, tool_call_response
 
 from ..conftest import Harness, compact, events_of, settle
-from .helpers import START, eventually, everything_bin, hostile, lines
+from .helpers import START, eventually, everything_bin, hostile, lines, result_texts
 
 pytestmark = pytest.mark.timeout(180)
-
-
-@pytest.fixture
-def state(tmp_path: Path) -> Path:
-    path = tmp_path / "state"
-    path.mkdir()
-    return path
-
-
-@pytest.fixture
-def errlog(tmp_path: Path) -> Iterator[TextIO]:
-    with (tmp_path / "server-stderr.txt").open("w") as f:
-        yield f
 
 
 @pytest.fixture
@@ -40,13 +26,6 @@ async def installed(h: Harness, state: Path, errlog: TextIO) -> AsyncIterator[MC
     tools = await install_mcp(h.rt, [hostile(state)], errlog=errlog)
     yield tools
     await tools.close()
-
-
-def texts(agent: Any, call_id: str) -> list[str]:
-    for event in events_of(agent.session, "tool/result"):
-        if event.data.message.call_id == call_id:
-            return [b.text for b in event.data.message.content if isinstance(b, TextBlock)]
-    raise AssertionError(f"no result for {call_id}")
 
 
 async def test_a_task_tool_logs_its_handle_before_it_waits(
@@ -67,7 +46,7 @@ async def test_a_task_tool_logs_its_handle_before_it_waits(
     assert agent.status == "running" and events_of(agent.session, "tool/result") == []
     (state / f"release-{task_id}").touch()
     await settle(agent, START)
-    assert texts(agent, "c1")[0].startswith("job done: report")
+    assert result_texts(agent, "c1")[0].startswith("job done: report")
     kinds = [e.type for e in agent.session.events if e.type.startswith(("tool/", "mcp/"))]
     assert kinds == ["tool/call", "mcp/task-created", "tool/result"]
 
@@ -109,6 +88,6 @@ async def test_everything_research_task_asks_for_input_through_its_task(
     agent.answer_input(request.id, "accept", {"interpretation": "programming"})
     await settle(agent, START)
     assert compact(agent.session, only=("result(",)) == ["result(c1)"]
-    report = "\n".join(texts(agent, "c1"))
+    report = "\n".join(result_texts(agent, "c1"))
     assert "Research Report: python (programming)" in report
     await installed.close()

@@ -22,7 +22,6 @@ from .._signal import AbortSignal
 from ..agent._agent import Agent
 from ..context._compaction import current_config
 from ..errors import AbortedError, LlmError
-from ..llm._assembler import BlockAssembler
 from ..llm._types import CallConfig, GenerateRequest, TokenUsage
 from ..messages import AssistantMessage, Message, SystemMessage, TextBlock, UserMessage
 from ..session._input_events import InputRequest, MCPSampled
@@ -181,19 +180,8 @@ async def _generate(
         signal=signal,
         config=config,
     )
-    assembler = BlockAssembler()
-    iterator = prepared.open_stream(request)
-    try:
-        async for chunk in iterator:
-            if signal.aborted:
-                break
-            assembler.push(chunk)
-    finally:
-        aclose = getattr(iterator, "aclose", None)
-        if aclose is not None:
-            await aclose()
-    if signal.aborted:
-        raise AbortedError(signal.reason)
+    assembler = await prepared.collect(request)
+    signal.throw_if_aborted()
     reason = assembler.reason
     if reason.kind in ("error", "aborted"):
         failure = reason.failure

@@ -24,6 +24,8 @@ import signal
 import time
 from pathlib import Path
 
+from .._procs import marked_processes
+
 __all__ = ["MARKER", "ProcessTree"]
 
 MARKER = "STEERLOOP_MCP_TREE"
@@ -84,26 +86,6 @@ def _sweep(root: Path) -> None:
                 _remove(path)
 
 
-def _marked(marker: bytes) -> list[int]:
-    """Pids of live processes whose environment holds ``marker`` (none without ``/proc``)."""
-    found: list[int] = []
-    me = os.getpid()
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return found
-    for entry in entries:
-        if not entry.isdigit() or int(entry) == me:
-            continue
-        try:
-            environ = Path(f"/proc/{entry}/environ").read_bytes()
-        except OSError:  # gone, or not ours to read
-            continue
-        if marker in environ.split(b"\0"):
-            found.append(int(entry))
-    return found
-
-
 class ProcessTree:
     """The processes of one stdio server start: how to start it inside, how to end them all."""
 
@@ -134,7 +116,7 @@ class ProcessTree:
             with contextlib.suppress(OSError):
                 text = (self.cgroup / "cgroup.procs").read_text()
                 pids.update(int(p) for p in text.split())
-        pids.update(_marked(self.marker.encode()))
+        pids.update(marked_processes(self.marker.encode()))
         return sorted(pids)
 
     def signal(self, sig: int) -> None:
