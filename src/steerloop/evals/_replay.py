@@ -43,7 +43,7 @@ from ._tools import ToolAnswers
 __all__ = ["Progress", "Score", "replay"]
 
 Score = Callable[[TurnRun, TurnRun], float | Awaitable[float]]
-#: ``progress(turns done, turns in all)``, called after each replayed turn.
+#: ``progress(turns done, turns in all)``: once before the first turn, then after each.
 Progress = Callable[[int, int], object]
 #: The order of the replay's prompt section: after every other section.
 _LAST = 2**31
@@ -76,7 +76,7 @@ async def replay(
             reads (``concurrency_safe``).
         allow_side_effects: with ``tools="live"``, run every unrecorded call.
         score: ``score(recorded_turn, new_turn) -> float`` (may be async), kept per turn.
-        progress: ``progress(done, total)`` after each turn.
+        progress: ``progress(done, total)`` before the first turn and after each.
 
     Raises:
         ValueError: a bad argument, or no turn ``from_turn`` in the session.
@@ -102,6 +102,8 @@ async def replay(
         )
     run = _Replay(rt, log, turns, _cut(events, turns[0]), tools, allow_side_effects, system_prompt)
     handle = await run.open(session_id, agent_options)
+    if progress is not None:
+        progress(0, len(turns))
     try:
         for done, turn in enumerate(turns, start=1):
             await run.turn(turn)
