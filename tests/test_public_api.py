@@ -67,8 +67,9 @@ EXPECTED_ALL = [
     "user_message",
 ]
 
-# ``steerloop.evals`` (API.md "Replay as evals"): the four names of its import line, and the
-# records a report is made of (what ``score`` receives and what the report holds).
+# ``steerloop.evals`` (API.md "Replay as evals"): the four names of its import line, the
+# records a report is made of (what ``score`` receives and what the report holds), and
+# ``export_bundle`` (the Python side of ``sessions export --format bundle``).
 EXPECTED_EVALS_ALL = [
     "CallMatch",
     "CallRecord",
@@ -80,6 +81,7 @@ EXPECTED_EVALS_ALL = [
     "TurnReport",
     "TurnRun",
     "assert_replay",
+    "export_bundle",
     "load_bundle",
     "replay",
 ]

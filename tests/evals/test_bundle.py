@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from steerloop import AgentOptions, Runtime, SessionConflictError, tool
-from steerloop.evals import assert_replay, load_bundle, replay
-from steerloop.evals._bundle import Blob, export_bundle, read_bundle, write_bundle
+from steerloop.evals import assert_replay, export_bundle, load_bundle, replay
+from steerloop.evals._bundle import Blob, read_bundle, write_bundle
 from steerloop.session import SessionStore
 from steerloop.testing import ScriptedAdapter, text_response, tool_call_response
 

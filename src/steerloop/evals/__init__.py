@@ -8,12 +8,13 @@ print(report.diverged_at)          # None, or the first (turn, step, what differ
 print(report.to_markdown())
 ```
 
-``load_bundle`` imports a session exported with ``steerloop sessions export ID --format
-bundle`` into any store; ``assert_replay`` makes such a bundle a regression test.
+``export_bundle`` (``steerloop sessions export ID --format bundle``) writes a stored session
+as one file, ``load_bundle`` imports it into any store, and ``assert_replay`` makes such a
+bundle a regression test.
 """
 
 from ._assert import assert_replay
-from ._bundle import load_bundle
+from ._bundle import export_bundle, load_bundle
 from ._records import (
     CallMatch,
     CallRecord,
@@ -38,6 +39,7 @@ __all__ = [
     "TurnReport",
     "TurnRun",
     "assert_replay",
+    "export_bundle",
     "load_bundle",
     "replay",
 ]
