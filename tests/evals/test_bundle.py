@@ -57,6 +57,16 @@ async def export_to(store: SessionStore, session_id: str, path: Path) -> None:
         await export_bundle(store, session_id, out)
 
 
+async def cassette(tmp_path: Path) -> Path:
+    """The recorded session as a bundle file."""
+    path = tmp_path / "weather.bundle"
+    async with Runtime.open(store="memory://") as rt:
+        await record(rt)
+        assert rt.sessions.persistence is not None
+        await export_to(rt.sessions.persistence, "s-1", path)
+    return path
+
+
 @pytest.fixture
 async def pg_schema() -> AsyncIterator[str]:
     async for name in scratch_schema():
@@ -237,12 +247,7 @@ async def test_a_bundle_with_blobs_is_refused_by_stores_that_keep_none(tmp_path:
 async def test_assert_replay_passes_and_fails_with_the_divergence(tmp_path: Path) -> None:
     """A cassette as a regression test: the same model passes (and returns the report); a
     model that calls another tool fails naming the turn, step and call."""
-    path = tmp_path / "weather.bundle"
-    async with Runtime.open(store="memory://") as rt:
-        await record(rt)
-        store = rt.sessions.persistence
-        assert store is not None
-        await export_to(store, "s-1", path)
+    path = await cassette(tmp_path)
 
     async with Runtime.open(store="memory://") as rt:
         rt.llm.register_adapter(["new"], ScriptedAdapter(_script()))
@@ -271,12 +276,7 @@ async def test_assert_replay_passes_and_fails_with_the_divergence(tmp_path: Path
 
 async def test_assert_replay_text_and_outcome(tmp_path: Path) -> None:
     """Another final answer passes unless ``same_text``; another outcome always fails."""
-    path = tmp_path / "c.bundle"
-    async with Runtime.open(store="memory://") as rt:
-        await record(rt)
-        store = rt.sessions.persistence
-        assert store is not None
-        await export_to(store, "s-1", path)
+    path = await cassette(tmp_path)
     worded = [
         tool_call_response("c1", "lookup", {"city": "Paris"}),
         text_response("21 °C in Paris."),
@@ -302,11 +302,6 @@ async def test_assert_replay_without_a_runtime_uses_the_configured_providers(
 ) -> None:
     """``rt=None``: an in-memory runtime with the environment's providers; a provider that is
     not configured fails the turns before any call, so the assertion fails."""
-    path = tmp_path / "c.bundle"
-    async with Runtime.open(store="memory://") as rt:
-        await record(rt)
-        store = rt.sessions.persistence
-        assert store is not None
-        await export_to(store, "s-1", path)
+    path = await cassette(tmp_path)
     with pytest.raises(AssertionError, match="turn 1, step 1: the recording called `lookup"):
         await within(assert_replay(path, agent_options=AgentOptions(provider="nobody", model="m")))

@@ -246,6 +246,11 @@ async def test_live_tools_run_reads_only_unless_side_effects_are_allowed(rt: Run
     assert report.totals.tool_executions == 2
 
 
+def works(*numbers: int) -> list[list[StreamChunk]]:
+    """Answers that call ``work`` once each: call ``c<n>`` with ``{"n": n}``."""
+    return [tool_call_response(f"c{n}", "work", {"n": n}) for n in numbers]
+
+
 async def record_steered(rt: Runtime, bench: Bench) -> None:
     """One turn of four steps: the steer arrives while step 2's tool runs (so step 3 takes
     it), an inject while step 3's tool runs (step 4 takes it)."""
@@ -253,9 +258,7 @@ async def record_steered(rt: Runtime, bench: Bench) -> None:
     scripted(
         rt,
         "rec",
-        tool_call_response("c1", "work", {"n": 1}),
-        tool_call_response("c2", "work", {"n": 2}),
-        tool_call_response("c3", "work", {"n": 3}),
+        *works(1, 2, 3),
         text_response("done"),
     )
     handle = await rt.agents.create(session_id="s-1", agent_options=REC)
@@ -282,9 +285,7 @@ async def test_steers_reach_the_model_at_their_recorded_step(rt: Runtime) -> Non
     new = scripted(
         rt,
         "new",
-        tool_call_response("c1", "work", {"n": 1}),
-        tool_call_response("c2", "work", {"n": 2}),
-        tool_call_response("c3", "work", {"n": 3}),
+        *works(1, 2, 3),
         text_response("done"),
     )
     report = await within(replay(rt, "s-1", agent_options=NEW))
@@ -346,8 +347,7 @@ async def test_a_recorded_cancel_is_replayed_at_its_step(rt: Runtime) -> None:
     scripted(
         rt,
         "rec",
-        tool_call_response("c1", "work", {"n": 1}),
-        tool_call_response("c2", "work", {"n": 2}),
+        *works(1, 2),
         text_response("resumed"),
     )
     handle = await rt.agents.create(session_id="s-1", agent_options=REC)
@@ -365,8 +365,7 @@ async def test_a_recorded_cancel_is_replayed_at_its_step(rt: Runtime) -> None:
     scripted(
         rt,
         "new",
-        tool_call_response("c1", "work", {"n": 1}),
-        tool_call_response("c2", "work", {"n": 2}),
+        *works(1, 2),
         text_response("resumed"),
     )
     report = await within(replay(rt, "s-1", agent_options=NEW))
@@ -415,6 +414,18 @@ async def test_a_cancel_after_the_new_turn_ended_is_not_replayed(rt: Runtime) ->
     ]
 
 
+def write_both() -> list[list[StreamChunk]]:
+    return [
+        tool_calls_response(
+            [
+                ("c1", "write_file", {"path": "a", "text": "1"}),
+                ("c2", "write_file", {"path": "b", "text": "2"}),
+            ]
+        ),
+        text_response("one written"),
+    ]
+
+
 def approval_policy(payload: Any) -> ToolDecision | None:
     return ToolDecision.ask("writes need a person") if payload.exec.name == "write_file" else None
 
@@ -440,13 +451,7 @@ async def test_recorded_approvals_are_replayed_as_decided(tmp_path: Any) -> None
         scripted(
             rt,
             "rec",
-            tool_calls_response(
-                [
-                    ("c1", "write_file", {"path": "a", "text": "1"}),
-                    ("c2", "write_file", {"path": "b", "text": "2"}),
-                ]
-            ),
-            text_response("one written"),
+            *write_both(),
         )
         handle = await rt.agents.create(session_id="s-1", agent_options=REC)
         await within(handle.agent.run("write both"))
@@ -457,13 +462,7 @@ async def test_recorded_approvals_are_replayed_as_decided(tmp_path: Any) -> None
         scripted(
             rt,
             "new",
-            tool_calls_response(
-                [
-                    ("c1", "write_file", {"path": "a", "text": "1"}),
-                    ("c2", "write_file", {"path": "b", "text": "2"}),
-                ]
-            ),
-            text_response("one written"),
+            *write_both(),
         )
         report = await within(replay(rt, "s-1", agent_options=NEW))
         log = await replay_log(rt, report.replay_session_id)

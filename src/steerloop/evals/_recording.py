@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ..agent._run import sum_usage
 from ..llm import TokenUsage
 from ..messages import TextBlock, UserMessage
 from ..session import SessionEvent
@@ -42,7 +43,6 @@ __all__ = [
     "Turn",
     "call_key",
     "read_log",
-    "sum_usage",
 ]
 
 InboxTarget = Literal["next-turn", "next-step"]
@@ -142,22 +142,6 @@ class Log:
 
     def turn(self, number: int) -> Turn | None:
         return next((t for t in self.turns if t.number == number), None)
-
-
-def sum_usage(usages: Sequence[TokenUsage]) -> TokenUsage:
-    """Disjoint counts added up; an optional count stays ``None`` when no attempt had it."""
-
-    def total(name: str) -> int | None:
-        values = [getattr(u, name) for u in usages if getattr(u, name) is not None]
-        return sum(values) if values else None
-
-    return TokenUsage(
-        input_tokens=sum(u.input_tokens for u in usages),
-        output_tokens=sum(u.output_tokens for u in usages),
-        cache_read_tokens=total("cache_read_tokens"),
-        cache_write_tokens=total("cache_write_tokens"),
-        reasoning_tokens=total("reasoning_tokens"),
-    )
 
 
 class _Reader:
