@@ -57,7 +57,7 @@ async def test_a_client_call_waits_then_commits_its_answer(h: Harness) -> None:
         "S+1.1", "call(c1)", "defer(c1)", "result(c1)", "S-1.1", "S+1.2", "S-1.2",
         "T-1:completed",
     ]  # fmt: skip
-    result = [e for e in agent.session.events if e.type == "tool/result"][0].data
+    result = next(e for e in agent.session.events if e.type == "tool/result").data
     assert result.message.content[0].text == "red" and not result.message.is_error
     # the model got the client's answer as the call's result
     assert h.adapter.requests[1].messages[-1].call_id == "c1"

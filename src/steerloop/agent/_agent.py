@@ -26,8 +26,8 @@ from ._inbox import Inbox, InboxTarget, fold_inbox
 from ._options import AgentOptions
 from ._phase import PhaseMachine
 from ._request import RequestBuilder
-from ._state import SharedState
 from ._run import DEFAULT_OUTPUT_RETRIES, DEFAULT_STREAM_BUFFER, TurnResult, TurnStream, run, stream
+from ._state import SharedState
 
 if TYPE_CHECKING:
     from ..session._session import Session

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .._hooks import Disposer
-from ..session._events import ToolDeferred
 from ..errors import ToolDefinitionError
+from ..session._events import ToolDeferred
 from ..tools._define import Tool, ToolError, ToolExec, ToolResult, define_tool
 
 if TYPE_CHECKING:
