@@ -92,6 +92,7 @@ class LogView:
     approvals: dict[str, dict[str, Any]] = field(default_factory=dict)  # pending, by call
     deferred: dict[str, dict[str, Any]] = field(default_factory=dict)  # pending, by call
     closed: dict[str, str] = field(default_factory=dict)  # call id -> tool name, answered
+    decided: set[str] = field(default_factory=set)  # calls whose approval was decided
 
 
 def view_of(events: Sequence[Mapping[str, Any]]) -> LogView:
@@ -122,6 +123,7 @@ def view_of(events: Sequence[Mapping[str, Any]]) -> LogView:
             view.approvals[str(data.get("call_id"))] = data
         elif kind == "tool/approval-decided":
             view.approvals.pop(str(data.get("call_id")), None)
+            view.decided.add(str(data.get("call_id")))
         elif kind == "tool/deferred":
             view.deferred[str(data.get("call_id"))] = data
     return view
@@ -221,8 +223,8 @@ def plan_input(request: AguiRequest, view: LogView, state: Mapping[str, Any]) ->
                 )
             else:
                 continue  # the result comes as a tool message
-        elif call_id in view.closed:
-            continue  # answered already (a retried request): nothing to do
+        elif call_id in view.closed or call_id in view.decided:
+            continue  # answered already (a retried request, another client): nothing to do
         else:
             raise ApiError(
                 422, "invalid_resume", f"thread {request.thread_id!r} has no interrupt {call_id!r}"
