@@ -5,7 +5,6 @@ session's next command; the SSE feed and AG-UI show the two durable events. Real
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +17,8 @@ from steerloop.testing import ScriptedAdapter, text_response, tool_call_response
 from steerloop.workspace import install_approval
 from tests.agent.test_approvals_crash import kill_while_pending
 
-from .served import read_sse, served, turn_ends, types, wait_for_log
 from .aguisupport import agui_run, run_input, user, wire
+from .served import read_sse, served, turn_ends, types, wait_for_log
 
 pytestmark = pytest.mark.timeout(90)
 REASON = "'write' may change the workspace"

@@ -8,7 +8,7 @@ for this run, and the state document when the client's differs. Messages the log
 has are never applied again, so an input whose newest message is a tool result or an
 assistant message re-sends nothing.
 
-The plan becomes commands the session's owner applies in order (``apply_command``): the
+The plan becomes commands the session's owner applies in order (``_agui_commands``): the
 same queue as every other command, so an API node and a worker host it alike.
 """
 
@@ -17,35 +17,27 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
-import jsonpatch
 from ag_ui.core import RunAgentInput
 from pydantic import ConfigDict, ValidationError
 
-from ..agent._client_calls import CLIENT_ERROR, ClientCallError, ClientTool
+from ..agent._client_calls import CLIENT_ERROR, ClientCallError
 from ..errors import ToolDefinitionError
 from ..tools._define import define_tool
 from ._host import ApiError
 
-if TYPE_CHECKING:
-    from ..agent._agent import Agent
-
 __all__ = [
-    "AGUI_COMMANDS",
     "CLIENT_ERROR",
     "AguiRequest",
     "ClientCallError",
     "LogView",
     "Plan",
-    "apply_command",
     "parse_request",
     "plan_input",
     "view_of",
 ]
 
-AGUI_COMMANDS = ("client_tools", "client_result", "state")
-"""Command kinds this module adds to the session's queue."""
 MAX_TOOLS = 128
 """The most client tools one run may declare."""
 
@@ -263,38 +255,3 @@ def plan_input(request: AguiRequest, view: LogView, state: Mapping[str, Any]) ->
         # assistant, system, developer, reasoning and activity messages are the client's
         # copy of the thread: the log is its record, they are never applied.
     return plan
-
-
-def apply_command(agent: Agent, kind: str, body: Mapping[str, Any]) -> None:
-    """Apply one AG-UI command to the live agent (by the session's owner, in queue order).
-
-    Raises:
-        ValueError: a body the API never writes, a refused offer, an answer for a call
-            that no longer waits, a state that does not apply; nothing changed.
-    """
-    if kind == "client_tools":
-        tools = body.get("tools")
-        if not isinstance(tools, list):
-            raise ValueError("client_tools needs a list of tools")
-        agent.client_calls.offer(
-            [ClientTool(str(t["name"]), str(t["description"]), t["parameters"]) for t in tools]
-        )
-    elif kind == "client_result":
-        call_id, content = body.get("call_id"), body.get("content")
-        if not isinstance(call_id, str) or not isinstance(content, str):
-            raise ValueError("client_result needs call_id and content strings")
-        agent.client_calls.answer(
-            call_id,
-            content,
-            is_error=bool(body.get("is_error")),
-            name="ClientToolError" if body.get("is_error") else None,
-        )
-    elif kind == "state":
-        document = body.get("state")
-        if not isinstance(document, dict):
-            raise ValueError("state needs a JSON object")
-        patch = jsonpatch.make_patch(dict(agent.state), document).patch
-        if patch:
-            agent.update_state(patch)
-    else:
-        raise ValueError(f"unknown command kind {kind!r}")

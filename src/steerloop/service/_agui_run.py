@@ -18,25 +18,53 @@ run on the thread shows where it is (its snapshot, then the rest).
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
+from typing import Any, Literal, Protocol
 
 from ag_ui.core import BaseEvent, Interrupt, Message, UserMessage
 
+from ..session._events import SessionEvent
 from ..session._state import fold_state
 from ._agui import AguiRun, approval_interrupt, client_interrupt, encode, messages_snapshot
 from ._agui_input import Plan, parse_request, plan_input, view_of
 from ._host import ApiError, check_session_id
-from ._source import FeedSource
+from ._profile import Profile
+from ._source import FeedReader, FeedSource
 
-if TYPE_CHECKING:
-    from ._app import Host
+__all__ = ["Pages", "RunHost", "start_run"]
 
-__all__ = ["start_run"]
+Pages = Callable[
+    [FeedSource, FeedReader, int, int], AsyncIterator[tuple[str, int, int, dict[str, Any]]]
+]
+"""The service's feed loop (``_app._pages``): events, frames, ``caught-up`` marks."""
+
+
+class RunHost(Protocol):
+    """What a run needs of the host (``ServiceHost`` or ``PgHost``)."""
+
+    def profile(self, name: str | None) -> Profile: ...
+    async def exists(self, session_id: str) -> bool: ...
+    async def create(
+        self, session_id: str, profile: Profile, meta: dict[str, Any] | None, first: str | None
+    ) -> dict[str, Any]: ...
+    async def log_events(self, session_id: str) -> tuple[SessionEvent, ...]: ...
+    async def status_of(self, session_id: str) -> str: ...
+    async def command(self, session_id: str, kind: Any, body: Mapping[str, Any]) -> Any: ...
+    async def submit_approval(
+        self, session_id: str, call_id: str, decision: Literal["allow", "deny"], reason: str | None
+    ) -> dict[str, Any]: ...
+    async def send(
+        self,
+        session_id: str,
+        kind: Literal["followup", "steer", "inject", "cancel"],
+        content: str,
+        message_id: str | None,
+        key: str | None,
+    ) -> dict[str, Any]: ...
 
 
 async def start_run(
-    host: Host, source: FeedSource, body: Mapping[str, Any]
+    host: RunHost, source: FeedSource, pages: Pages, body: Mapping[str, Any]
 ) -> AsyncGenerator[dict[str, Any]]:
     """Queue what ``body`` (a ``RunAgentInput``) adds to its thread; the run's SSE items.
 
@@ -68,10 +96,11 @@ async def start_run(
     follow = _Follow(stored, plan)
     if plan.state is not None:
         state = plan.state  # the client's: the delta the owner writes is already applied
-    return _stream(source, session_id, cursor, run, follow, run.snapshot(snapshot, state))
+    preamble = run.snapshot(snapshot, state)
+    return _stream(source, pages, session_id, cursor, run, follow, preamble)
 
 
-async def _submit(host: Host, session_id: str, plan: Plan, status: str) -> None:
+async def _submit(host: RunHost, session_id: str, plan: Plan, status: str) -> None:
     """Queue the plan's commands in order: tools, state, decisions, results, messages."""
     if plan.tools or status != "unloaded":
         await host.command(session_id, "client_tools", {"tools": plan.tools})
@@ -150,14 +179,13 @@ def _item(at: str | None, event: BaseEvent) -> dict[str, Any]:
 
 async def _stream(
     source: FeedSource,
+    pages: Pages,
     session_id: str,
     cursor: int,
     run: AguiRun,
     follow: _Follow,
     preamble: list[BaseEvent],
 ) -> AsyncGenerator[dict[str, Any]]:
-    from ._app import _pages
-
     yield _item(None, run.started())
     for event in preamble:
         yield _item(None, event)
@@ -171,7 +199,7 @@ async def _stream(
         return
     reader = source.subscribe(session_id)  # before the first read: no wake-up is missed
     try:
-        async for kind, at, number, body in _pages(source, reader, cursor, 0):
+        async for kind, at, number, body in pages(source, reader, cursor, 0):
             if kind == "caught-up":
                 interrupts = follow.interrupts() if tracked is not None else []
                 if interrupts:

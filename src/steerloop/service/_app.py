@@ -285,7 +285,7 @@ def create_app(
         from ._agui_run import start_run
 
         body = await _json_body(request, body_limit)
-        return sse(await start_run(host, source_of(), body))
+        return sse(await start_run(host, source_of(), _pages, body))
 
     def sse(items: AsyncGenerator[dict[str, Any]]) -> Response:
         return EventSourceResponse(

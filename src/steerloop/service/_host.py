@@ -38,6 +38,7 @@ from ..session._deferred import pending_deferred
 from ..session._events import ApprovalRequested, SessionEvent
 from ..session._session import Session, SessionEventPayload
 from ..session._state import fold_state
+from ._agui_commands import apply_command
 from ._profile import ORIGIN_KIND, Profile, origin_setup
 from ._source import Wakeup
 
@@ -539,8 +540,6 @@ class ServiceHost:
 
     def _apply(self, agent: Agent, command: _Command) -> None:
         if command.body is not None:
-            from ._agui_input import apply_command
-
             apply_command(agent, command.kind, command.body)
             return
         if command.kind == "cancel":

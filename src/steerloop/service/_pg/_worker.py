@@ -46,7 +46,7 @@ from ...session._events import InboxSpliced, SessionEvent
 from ...session._session import SessionEventPayload
 from ...session.store.postgres._store import PostgresStore
 from ...session.store.postgres._writer import PostgresWriter
-from .._agui_input import AGUI_COMMANDS, apply_command
+from .._agui_commands import AGUI_COMMANDS, apply_command
 from .._profile import Profile, origin_setup
 from .._takeover import takeover_message
 from ._control import ControlConnection
