@@ -11,6 +11,7 @@ import pytest
 
 from steerloop import CancelCause, define_tool, user_message
 from steerloop.agent._client_calls import ClientCallError, ClientTool
+from steerloop.messages import ToolResultMessage
 from steerloop.session._codec import event_from_json, validate_log
 from steerloop.session._deferred import pending_deferred
 from steerloop.session.events import ToolDeferred
@@ -60,7 +61,8 @@ async def test_a_client_call_waits_then_commits_its_answer(h: Harness) -> None:
     result = next(e for e in agent.session.events if e.type == "tool/result").data
     assert result.message.content[0].text == "red" and not result.message.is_error
     # the model got the client's answer as the call's result
-    assert h.adapter.requests[1].messages[-1].call_id == "c1"
+    last = h.adapter.requests[1].messages[-1]
+    assert isinstance(last, ToolResultMessage) and last.call_id == "c1"
     assert pending_deferred(agent.session.events) == ()
     validate_log(agent.session.events)
     for event in agent.session.events:
@@ -94,7 +96,9 @@ async def test_a_cancel_answers_a_waiting_call(h: Harness) -> None:
 
 async def test_offers_replace_each_other_and_never_shadow_server_tools(h: Harness) -> None:
     h.rt.tools.register(
-        define_tool(name="shell", description="s", parameters={"type": "object"}, execute=str)
+        define_tool(
+            name="shell", description="s", parameters={"type": "object"}, execute=lambda a, e: ""
+        )
     )
     agent = await h.agent()
     with pytest.raises(ClientCallError, match="server tool"):
