@@ -47,6 +47,7 @@ __all__ = [
     "RequestHeader",
     "SessionEndSeed",
     "SessionEvent",
+    "StateChanged",
     "StepBoundary",
     "StepEnd",
     "StepStart",
@@ -54,6 +55,7 @@ __all__ = [
     "SurfaceOp",
     "SystemMessageEvent",
     "ToolCallEvent",
+    "ToolDeferred",
     "ToolErrorInfo",
     "ToolResultEvent",
     "TurnEnd",
@@ -308,6 +310,31 @@ class ApprovalDecided:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ToolDeferred:
+    """Payload of ``tool/deferred``: a started call waits for its result from outside the
+    process (a client tool: the AG-UI client runs it); written after the call's
+    ``tool/call``, before its ``tool/result`` (log-only)."""
+
+    TYPE: ClassVar[Literal["tool/deferred"]] = "tool/deferred"
+
+    turn: int
+    step: int
+    call_id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StateChanged:
+    """Payload of ``state/changed``: an RFC 6902 patch of the session's shared state
+    document (a JSON object, ``{}`` before the first change; log-only)."""
+
+    TYPE: ClassVar[Literal["state/changed"]] = "state/changed"
+
+    patch: tuple[Mapping[str, Any], ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class InboxSpliced:
     TYPE: ClassVar[Literal["agent/inbox/spliced"]] = "agent/inbox/spliced"
 
@@ -387,6 +414,8 @@ EventRecord: TypeAlias = (
     | MCPTaskCreated
     | MCPResourceUpdated
     | MCPSampled
+    | ToolDeferred
+    | StateChanged
 )
 """The payload record of a durable event type; each names its type in ``TYPE``."""
 
@@ -414,6 +443,8 @@ RECORD_TYPES: tuple[type[EventRecord], ...] = (
     MCPTaskCreated,
     MCPResourceUpdated,
     MCPSampled,
+    ToolDeferred,
+    StateChanged,
 )
 
 
