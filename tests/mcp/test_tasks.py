@@ -4,16 +4,23 @@ task; a server's request during a task is attributed to the call by the task it 
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import os
+import signal
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TextIO
 
 import pytest
 
-from steerloop import CancelCause, user_message
+from steerloop import AbortController, AgentOptions, CancelCause, Runtime, user_message
 from steerloop.mcp import MCPServer, MCPTools, install_mcp
+from steerloop.messages import TextBlock, ToolCallBlock
 from steerloop.session.events import MCPTaskCreated
 from steerloop.testing import text_response, tool_call_response
+from steerloop.tools import ToolExec
 
 from ..conftest import Harness, compact, events_of, settle
 from .helpers import START, eventually, everything_bin, hostile, lines, result_texts
@@ -91,3 +98,77 @@ async def test_everything_research_task_asks_for_input_through_its_task(
     report = "\n".join(result_texts(agent, "c1"))
     assert "Research Report: python (programming)" in report
     await installed.close()
+
+
+CHILD = Path(__file__).with_name("_task_crash_child.py")
+LINE_TIMEOUT = 60.0
+
+
+async def crash_while_the_task_runs(db: Path, state: Path) -> str:
+    """Run the child until its task's handle is durable, SIGKILL it; the task's id."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, str(CHILD), str(db), str(state),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None and proc.stderr is not None
+        line = await asyncio.wait_for(proc.stdout.readline(), LINE_TIMEOUT)
+        if not line.startswith(b"task "):
+            proc.kill()
+            raise AssertionError(line + await proc.stderr.read())
+        proc.send_signal(signal.SIGKILL)
+        await asyncio.wait_for(proc.wait(), LINE_TIMEOUT)
+        return line.split()[1].decode()
+    finally:
+        if proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            await proc.wait()
+
+
+async def test_after_a_crash_the_logged_handle_recovers_the_tasks_result(
+    tmp_path: Path, state: Path, errlog: TextIO
+) -> None:
+    """The process dies while its call waits on a task; the task goes on and ends. A new
+    process resumes the session (the call repaired TOOL_OUTCOME_UNKNOWN: nothing else asks
+    a tool yet) and the MCP tool's recovery seam, given the call, finds the logged handle
+    and gets the task's real result from a new server process."""
+    db = tmp_path / "s.db"
+    task_id = await crash_while_the_task_runs(db, state)
+    (state / f"release-{task_id}").touch()
+    rt = await Runtime.open(store=f"sqlite:///{db}")
+    try:
+        Harness(rt)
+        installed = await install_mcp(rt, [hostile(state)], errlog=errlog)
+        handle = await rt.agents.resume(
+            resume_session_id="s", agent_options=AgentOptions(provider="mock", model="m")
+        )
+        agent = handle.agent
+        (repaired,) = events_of(agent.session, "tool/result")
+        assert repaired.data.error.code == "TOOL_OUTCOME_UNKNOWN"
+        (created,) = events_of(agent.session, "mcp/task-created")
+        assert created.data.task_id == task_id and created.data.call_id == "c1"
+        (call,) = [
+            c
+            for e in events_of(agent.session, "assistant/message")
+            for c in e.data.message.tool_calls
+        ]
+        exec = ToolExec(
+            call_id="c1",
+            name="x__job",
+            arguments={"text": "report"},
+            raw_arguments='{"text": "report"}',
+            signal=AbortController().signal,
+            agent=agent,
+        )
+        result = await installed._servers["x"].reconcile(call, exec)
+        assert result is not None and not result.is_error
+        text = [b.text for b in result.content if isinstance(b, TextBlock)]
+        assert text[0].startswith("job done: report")
+        # The server that answered is not the one that started the task.
+        assert f"(server {task_id.split('-')[1]})" not in text[0]
+        unknown = ToolCallBlock(id="c9", name="x__job", arguments="{}")
+        assert await installed._servers["x"].reconcile(unknown, exec) is None
+    finally:
+        await rt.close()

@@ -16,6 +16,7 @@ import anyio.to_thread
 import mcp_types as types
 from mcp.shared.message import SessionMessage
 
+from ..session._codec import bulk_decoding
 from ._limits import MCPLimits, bound_error, bound_listing, bound_result, bound_tools
 from ._slices import decode_sliced
 
@@ -93,16 +94,24 @@ class Bounder:
         try:
             line = data.decode() if isinstance(data, bytes) else data
             if len(line) <= FAST_CHARS:
-                raw = json.loads(line)
-            else:
+                return self._message(json.loads(line))
+            # Thousands of small containers come and go: a collection of the cyclic
+            # collector they set off would hold the GIL (the loop's too) while it walks the
+            # whole heap. Nothing decoded here forms a cycle.
+            with bulk_decoding():
                 limits = self.limits
                 raw = decode_sliced(
                     line, max_items=limits.decoder_items, max_chars=limits.decoder_chars
                 )
-            message = types.jsonrpc_message_adapter.validate_python(self.bound(raw), by_name=False)
+                return self._message(raw)
         except (ValueError, RecursionError) as exc:
             return exc
-        return SessionMessage(message)
+
+    def _message(self, raw: Any) -> SessionMessage:
+        """The bounded, validated message of ``raw`` (the unbounded value is let go here)."""
+        bounded = self.bound(raw)
+        del raw
+        return SessionMessage(types.jsonrpc_message_adapter.validate_python(bounded, by_name=False))
 
     async def decode(self, line: bytes | str) -> SessionMessage | Exception:
         """One message read as (UTF-8) text, bounded; a malformed one is returned, not raised."""
