@@ -32,6 +32,8 @@ from typing import Any
 
 import asyncpg  # noqa: F401  # imported before forking: each child would import it again
 
+import steerloop.session._postgres  # the stores load lazily: load them once here
+import steerloop.session._sqlite  # noqa: F401
 from steerloop import AgentOptions, Runtime, define_tool, user_message
 from steerloop.testing import ScriptedAdapter, text_response, tool_call_response
 from steerloop.tools import Tool, ToolExec

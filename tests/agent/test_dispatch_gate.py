@@ -61,6 +61,19 @@ async def run(h: Harness, *calls: tuple[str, str]) -> Any:
     return agent
 
 
+def register_durability_probe(h: Harness, store: FenceStore, bench: Bench) -> dict[str, int]:
+    """Register the exclusive tool ``write``; the returned dict gets, per call, the last seq
+    that was durable when its body began."""
+    seen: dict[str, int] = {}
+
+    async def body(args: Any, exec: ToolExec) -> str:
+        seen[exec.call_id] = store.durable
+        return "written"
+
+    h.rt.tools.register(bench.tool("write", then=body))
+    return seen
+
+
 def seq_of(agent: Any, item: str) -> int:
     """The seq of the event rendered as ``item`` (e.g. ``call(c1)``)."""
     log = compact(agent.session)
@@ -74,13 +87,7 @@ async def test_an_exclusive_call_starts_only_after_its_intent_is_fenced(
     body sees everything up to its ``tool/call`` durable (the turn's open events and the
     assistant message included); the log is the canonical round trip (C7.9-1)."""
     h, store, bench = fs
-    seen: dict[str, int] = {}
-
-    async def body(args: Any, exec: ToolExec) -> str:
-        seen[exec.call_id] = store.durable
-        return "written"
-
-    h.rt.tools.register(bench.tool("write", then=body))
+    seen = register_durability_probe(h, store, bench)
     agent = await run(h, ("c1", "write"))
     await settle(agent)
     assert tools_trace(store) == [
@@ -176,13 +183,7 @@ async def test_an_approved_call_fences_its_decision_too(
     ``tool/approval-decided`` and covers it, so a crash after the body began cannot leave
     a log whose call looks never allowed (that would repair to TOOL_NOT_STARTED)."""
     h, store, bench = fs
-    seen: dict[str, int] = {}
-
-    async def body(args: Any, exec: ToolExec) -> str:
-        seen[exec.call_id] = store.durable
-        return "written"
-
-    h.rt.tools.register(bench.tool("write", then=body))
+    seen = register_durability_probe(h, store, bench)
     h.rt.hooks.on("tools/pre-execute", lambda p: ToolDecision.ask("writes"))
     agent = await run(h, ("c1", "write"))
     h.rt.hooks.on(

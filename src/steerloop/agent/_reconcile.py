@@ -25,12 +25,12 @@ from typing import TYPE_CHECKING, Any
 from .._cancel import escapes
 from .._signal import AbortController
 from ..errors import AbortedError
-from ..messages import ToolCallBlock, ToolResultMessage, check_json
+from ..messages import ToolCallBlock, check_json
 from ..session._encode import encode
-from ..session._events import SessionEvent, ToolCallEvent, ToolErrorInfo, ToolResultEvent
+from ..session._events import SessionEvent, ToolCallEvent, ToolResultEvent
 from ..session._repair import RepairEvent
 from ..tools._define import Tool, ToolExec, ToolResult
-from ..tools._runtime import parse_arguments, result_blocks
+from ..tools._runtime import parse_arguments, result_event
 
 if TYPE_CHECKING:
     from ._loop_agent import LoopAgent as Agent
@@ -156,23 +156,9 @@ def _recorded(agent: Agent, call: ToolCallEvent, answer: Any) -> ToolResultEvent
             type(answer).__name__,
         )
         return None
-    error = None
-    if answer.is_error:
-        code = answer.error.code if answer.error else "TOOL_FAILED"
-        error = ToolErrorInfo(code=code, name=answer.error.name if answer.error else None)
     try:
-        event = ToolResultEvent(
-            turn=call.turn,
-            step=call.step,
-            message=ToolResultMessage(
-                id=agent.services.ids("msg"),
-                call_id=call.call_id,
-                content=result_blocks(answer.content),
-                is_error=answer.is_error,
-            ),
-            error=error,
-            meta=answer.meta,
-            reconciled=True,
+        event = result_event(
+            call.turn, call.step, call.call_id, answer, agent.services.ids("msg"), reconciled=True
         )
         check_json(encode(event), "a reconciled tool result")
     except Exception as exc:

@@ -39,13 +39,11 @@ from typing import TYPE_CHECKING, Any
 from .._cancel import escapes
 from .._signal import AbortController, AbortSignal
 from ..errors import AbortedError, SessionPersistenceError
-from ..messages import MessageSource, ToolCallBlock, ToolResultMessage, UserMessage
+from ..messages import MessageSource, ToolCallBlock, UserMessage
 from ..session._events import (
     ApprovalDecided,
     ApprovalRequested,
     ToolCallEvent,
-    ToolErrorInfo,
-    ToolResultEvent,
 )
 from ..tools._define import Tool, ToolDecision, ToolExec, ToolResult
 from ..tools._runtime import (
@@ -55,7 +53,7 @@ from ..tools._runtime import (
     denied,
     error_result,
     parse_arguments,
-    result_blocks,
+    result_event,
 )
 from ._gate import DispatchGate
 
@@ -308,25 +306,8 @@ class ToolScheduler:
                 self.concluded = True
 
     def _append_result(self, call: ToolCallBlock, call_seq: int, result: ToolResult) -> None:
-        error = None
-        if result.is_error:
-            err = result.error
-            error = ToolErrorInfo(
-                code=err.code if err else "TOOL_FAILED", name=err.name if err else None
-            )
         self.session.append(
-            ToolResultEvent(
-                turn=self.turn,
-                step=self.step,
-                message=ToolResultMessage(
-                    id=self.rt.ids("msg"),
-                    call_id=call.id,
-                    content=result_blocks(result.content),
-                    is_error=result.is_error,
-                ),
-                error=error,
-                meta=result.meta,
-            ),
+            result_event(self.turn, self.step, call.id, result, self.rt.ids("msg")),
             surface_op="append",
             source_event_seqs=(call_seq,),
         )
