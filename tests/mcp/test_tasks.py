@@ -127,13 +127,13 @@ async def crash_while_the_task_runs(db: Path, state: Path) -> str:
             await proc.wait()
 
 
-async def test_after_a_crash_the_logged_handle_recovers_the_tasks_result(
+async def test_after_a_crash_recovery_gets_the_tasks_result_from_its_logged_handle(
     tmp_path: Path, state: Path, errlog: TextIO
 ) -> None:
     """The process dies while its call waits on a task; the task goes on and ends. A new
-    process resumes the session (the call repaired TOOL_OUTCOME_UNKNOWN: nothing else asks
-    a tool yet) and the MCP tool's recovery seam, given the call, finds the logged handle
-    and gets the task's real result from a new server process."""
+    process resumes the session: instead of TOOL_OUTCOME_UNKNOWN, the call's tool/result is
+    the task's real result (reconciled), fetched with the logged handle from a new server
+    process; a call without a handle is not the MCP tool's to answer."""
     db = tmp_path / "s.db"
     task_id = await crash_while_the_task_runs(db, state)
     (state / f"release-{task_id}").touch()
@@ -145,29 +145,27 @@ async def test_after_a_crash_the_logged_handle_recovers_the_tasks_result(
             resume_session_id="s", agent_options=AgentOptions(provider="mock", model="m")
         )
         agent = handle.agent
-        (repaired,) = events_of(agent.session, "tool/result")
-        assert repaired.data.error.code == "TOOL_OUTCOME_UNKNOWN"
         (created,) = events_of(agent.session, "mcp/task-created")
         assert created.data.task_id == task_id and created.data.call_id == "c1"
-        (call,) = [
-            c
-            for e in events_of(agent.session, "assistant/message")
-            for c in e.data.message.tool_calls
-        ]
-        exec = ToolExec(
-            call_id="c1",
-            name="x__job",
-            arguments={"text": "report"},
-            raw_arguments='{"text": "report"}',
-            signal=AbortController().signal,
-            agent=agent,
-        )
-        result = await installed._servers["x"].reconcile(call, exec)
-        assert result is not None and not result.is_error
-        text = [b.text for b in result.content if isinstance(b, TextBlock)]
+        (result,) = events_of(agent.session, "tool/result")
+        assert result.data.reconciled and result.data.error is None
+        text = [b.text for b in result.data.message.content if isinstance(b, TextBlock)]
         assert text[0].startswith("job done: report")
         # The server that answered is not the one that started the task.
         assert f"(server {task_id.split('-')[1]})" not in text[0]
+        assert compact(agent.session, only=("call(", "result(", "T-")) == [
+            "call(c1)",
+            "result(c1)",
+            "T-1:interrupted",
+        ]
+        exec = ToolExec(
+            call_id="c9",
+            name="x__job",
+            arguments={"text": "other"},
+            raw_arguments='{"text": "other"}',
+            signal=AbortController().signal,
+            agent=agent,
+        )
         unknown = ToolCallBlock(id="c9", name="x__job", arguments="{}")
         assert await installed._servers["x"].reconcile(unknown, exec) is None
     finally:

@@ -95,6 +95,11 @@ def result_from_mcp(result: types.CallToolResult) -> ToolResult:
     return ToolResult(content=blocks, meta=meta)
 
 
+def _may_run_as_task(spec: types.Tool) -> bool:
+    execution = spec.execution
+    return execution is not None and execution.task_support in ("optional", "required")
+
+
 class _Server:
     """One installed server: its connection and the registrations of its tools."""
 
@@ -146,6 +151,8 @@ class _Server:
                     parameters=schema,
                     execute=self._body(spec),
                     concurrency_safe=read_only,
+                    # A call the server may run as a task can learn its outcome at recovery.
+                    reconcile=self.reconcile if _may_run_as_task(spec) else None,
                 )
             except ToolDefinitionError as exc:
                 raise ToolDefinitionError(
