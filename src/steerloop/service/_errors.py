@@ -38,6 +38,8 @@ def to_api_error(exc: Exception) -> ApiError | None:
         if first["type"] in BODY_CODES:
             return ApiError(422, first["type"], first["msg"])
         where = ".".join(str(p) for p in first["loc"]) or "body"
+        if first["type"] == "string_unicode":  # pydantic's own refusal of a lone surrogate
+            return ApiError(422, "invalid_text", f"{where} contains a lone surrogate")
         return ApiError(422, "invalid_body", f"{where}: {first['msg']}")
     if isinstance(exc, SessionPersistenceError):
         return ApiError(500, "storage_error", str(exc))
