@@ -23,6 +23,7 @@ from urllib.parse import quote
 
 from sse_starlette import EventSourceResponse
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -34,9 +35,13 @@ from ..session._json import dumps, loads
 from ._bodies import CancelBody, CreateBody, DecisionBody, MessageBody
 from ._errors import ApiError, error_response, to_api_error
 from ._host import ServiceHost
+from ._hostcheck import HostCheckMiddleware, allowed_names
+from ._limits import Limits
+from ._origin import OriginCheckMiddleware, cors_middleware
 from ._page import page_routes
 from ._profile import Profile, check_profiles
 from ._source import FeedReader, FeedSource
+from ._streams import StreamLimitMiddleware
 from ._text import check_text
 
 __all__ = ["create_app"]
@@ -76,6 +81,9 @@ def create_app(
     send_timeout: float = 30.0,
     capacity: int = 100,
     drain_timeout: float = 10.0,
+    allowed_hosts: Sequence[str] = (),
+    allowed_origins: Sequence[str] = (),
+    limits: Limits | None = None,
 ) -> Starlette:
     """The service as a Starlette app (mountable in any ASGI host).
 
@@ -94,6 +102,13 @@ def create_app(
     is a drain: it claims nothing more, gives running turns ``drain_timeout`` seconds, then
     hands what still runs to another worker (as a takeover: repaired and continued).
 
+    The edge (README "Serve it"): a request whose ``Host`` is neither a loopback name nor
+    in ``allowed_hosts`` is 403, as is one from a browser page of a foreign origin (not the
+    server's own, not in ``allowed_origins``; CORS headers only for those). ``limits``
+    (``Limits()`` by default; kept as ``app.state.limits``) bounds SSE streams here; its
+    connection cap and head/body timeouts need the server's side: ``steerloop serve`` runs
+    uvicorn with ``_protocol.edge_protocol(app.state.limits)``.
+
     Raises:
         ValueError: a role the store cannot serve, or a bad argument.
     """
@@ -110,6 +125,14 @@ def create_app(
         raise ValueError("max_unconsumed, body_limit and capacity must be >= 1")
     if drain_timeout < 0:
         raise ValueError("drain_timeout must be >= 0")
+    allowed_names(allowed_hosts)  # refused now (ValueError), not at the first request
+    bounds = limits or Limits()
+    edge = [
+        Middleware(HostCheckMiddleware, allowed_hosts=allowed_hosts),
+        Middleware(OriginCheckMiddleware, allowed_origins=allowed_origins),
+        *cors_middleware(allowed_origins),
+        Middleware(StreamLimitMiddleware, limits=bounds),
+    ]
     ident = worker_id or f"{socket.gethostname()}:{os.getpid()}"
     state: dict[str, Any] = {}
 
@@ -309,11 +332,14 @@ def create_app(
         return JSONResponse({"ok": "host" in state, "role": role, "worker_id": ident})
 
     if role == "worker":  # drives agents; its HTTP surface is its health
-        return Starlette(
+        app = Starlette(
             routes=[Route("/healthz", healthz, methods=["GET"])],
             lifespan=lifespan,
+            middleware=edge,
             exception_handlers={404: _not_found, 405: _not_allowed},
         )
+        app.state.limits = bounds
+        return app
     routes = [
         Route("/healthz", healthz, methods=["GET"]),
         Route("/v1/sessions", endpoint(create_session), methods=["POST"]),
@@ -331,11 +357,14 @@ def create_app(
         Route("/v1/agui", endpoint(agui), methods=["POST"]),
         *page_routes(),  # the web chat: static assets, open like /healthz (they hold no secret)
     ]
-    return Starlette(
+    app = Starlette(
         routes=routes,
         lifespan=lifespan,
+        middleware=edge,
         exception_handlers={404: _not_found, 405: _not_allowed},
     )
+    app.state.limits = bounds  # the server's side of them: _protocol.edge_protocol
+    return app
 
 
 async def _pages(
