@@ -6,6 +6,7 @@ from __future__ import annotations
 from http import HTTPStatus
 
 from pydantic import ValidationError
+from starlette.requests import ClientDisconnect
 from starlette.responses import JSONResponse
 
 from ..errors import SessionPersistenceError
@@ -43,6 +44,8 @@ def to_api_error(exc: Exception) -> ApiError | None:
         return ApiError(422, "invalid_body", f"{where}: {first['msg']}")
     if isinstance(exc, SessionPersistenceError):
         return ApiError(500, "storage_error", str(exc))
+    if isinstance(exc, ClientDisconnect):  # gone (or cut off by the body deadline): no reader
+        return ApiError(400, "client_disconnected", "the client went away during the request")
     return None
 
 
