@@ -27,6 +27,7 @@ from ..agent._agent import Agent
 from ..errors import ApprovalError
 from ..messages import MessageSource, user_message
 from ..session._approvals import approval_state
+from ._agui_commands import apply_command
 from ._errors import ApiError, to_api_error
 from ._ledger import HTTP_SOURCE, Ledger, request_fingerprint
 
@@ -34,7 +35,10 @@ __all__ = ["APPROVAL_BY", "CommandKind", "LocalCommands"]
 
 log = logging.getLogger("steerloop.service")
 
-CommandKind = Literal["followup", "steer", "inject", "cancel", "approval"]
+CommandKind = Literal[
+    "followup", "steer", "inject", "cancel", "approval", "client_tools", "client_result", "state"
+]
+"""The HTTP commands, and the AG-UI ones (``_agui_commands.AGUI_COMMANDS``: a body each)."""
 APPROVAL_BY = "http"
 """``tool/approval-decided.by`` of a decision that came over HTTP."""
 
@@ -52,6 +56,7 @@ class Command:
     trace: Mapping[str, str] | None = None  # traceparent/tracestate of the request
     call_id: str | None = None  # kind "approval": the call decided, the decision, the reason
     decision: Literal["allow", "deny"] | None = None
+    body: Mapping[str, Any] | None = None  # the AG-UI kinds' (``_agui_input``)
     done: asyncio.Future[Applied] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
@@ -186,6 +191,14 @@ class LocalCommands:
 
     def _apply(self, session_id: str, queue: _Queue, agent: Agent, command: Command) -> Applied:
         ledger = self.ledger(session_id, agent)
+        if command.body is not None:
+            try:
+                apply_command(agent, command.kind, command.body)
+            except ValueError as exc:
+                # As on PostgreSQL: a command that no longer applies (an answer for a call
+                # that stopped waiting) changes nothing and does not stop the ones after it.
+                log.info("session %s: %s not applied: %s", session_id, command.kind, exc)
+            return {"cmd_seq": _next(queue, ledger)}, agent.session.next_seq - 1
         if command.kind == "approval":
             return self._decide(agent, queue, command)
         if command.kind == "cancel":

@@ -16,7 +16,7 @@ import socket
 import time
 import unicodedata
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
 from .._runtime import Runtime
@@ -27,9 +27,11 @@ from ..agent._handles import ASSISTANT_STREAM, SESSION_EVENT
 from ..errors import SessionPersistenceNotFoundError
 from ..llm.chunks import chunk_to_json
 from ..session._approvals import approval_state, pending_approvals
-from ..session._events import ApprovalRequested
+from ..session._deferred import pending_deferred
+from ..session._events import ApprovalRequested, SessionEvent
 from ..session._session import Session, SessionEventPayload
-from ._commands import APPROVAL_BY, Command, LocalCommands, not_waiting
+from ..session._state import fold_state
+from ._commands import APPROVAL_BY, Command, CommandKind, LocalCommands, not_waiting
 from ._errors import ApiError
 from ._profile import ORIGIN_KIND, Profile, origin_setup
 from ._source import Wakeup
@@ -44,6 +46,7 @@ __all__ = [
     "choose_profile",
     "frame_json",
     "require_found",
+    "shared_fields",
 ]
 
 log = logging.getLogger("steerloop.service")
@@ -358,7 +361,7 @@ class ServiceHost:
                 {"call_id": r.call_id, "name": r.name, "arguments": r.arguments, "reason": r.reason}
                 for r in await self.pending_approvals(session_id)
             ],
-        }
+        } | shared_fields(await self.log_events(session_id))
 
     async def listing(self) -> list[dict[str, Any]]:
         store = self.rt.sessions.persistence
@@ -414,6 +417,26 @@ class ServiceHost:
 
     async def _durable_through(self, session_id: str, agent: Agent, seq: int) -> None:
         await self._durable.through(session_id, agent.session, seq)
+
+    async def command(
+        self, session_id: str, kind: CommandKind, body: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """Apply one AG-UI command (``_agui_input.AGUI_COMMANDS``) in the session's order;
+        its answer once it is durable."""
+        return await self.commands.submit(session_id, Command(kind=kind, body=body))
+
+    async def log_events(self, session_id: str) -> tuple[SessionEvent, ...]:
+        """The session's log: the live agent's, else the store's."""
+        handle = self._handles.get(session_id)
+        if handle is not None:
+            return tuple(handle.agent.session.events)
+        store = self.rt.sessions.persistence
+        if store is None:
+            return ()
+        try:
+            return tuple(await store.load(session_id))
+        except SessionPersistenceNotFoundError:
+            return ()
 
     # --- approvals ------------------------------------------------------------------------
 
@@ -596,6 +619,18 @@ class _LocalReader:
         if self._open:
             self._open = False
             self._host.release_feed(self._session_id)
+
+
+def shared_fields(events: Sequence[SessionEvent]) -> dict[str, Any]:
+    """``state`` (the shared state document) and ``pending_client_calls`` (calls waiting
+    for a client's result) of ``GET /v1/sessions/{id}``, folded from the log."""
+    return {
+        "state": fold_state(events),
+        "pending_client_calls": [
+            {"call_id": d.call_id, "name": d.name, "arguments": d.arguments}
+            for d in pending_deferred(events)
+        ],
+    }
 
 
 def frame_json(frame: StreamFrame) -> dict[str, Any]:
