@@ -10,10 +10,12 @@ sending a header byte now and then (slowloris) hold 1,300 descriptors before any
   ``Retry-After``) at once, half-closed, and dropped when the peer closes or after a second
   (at most ``MAX_LINGERING`` at a time; past that, closed at once);
 * a head deadline: ``header_timeout`` seconds from the connection's opening, or from the
-  first byte of a later request on it, to a complete head;
+  first byte of a later request on it, to a complete head (a connection that sent nothing
+  by then is closed without an answer: it may be a client's connection opened ahead of use);
 * a body deadline: ``body_timeout`` seconds from the head to the end of the body.
 
-A missed deadline is answered 408 (when no response has begun) and the connection closed.
+A missed deadline is otherwise answered 408 (when no response has begun) and the connection
+closed.
 """
 
 from __future__ import annotations
@@ -64,6 +66,7 @@ class EdgeProtocol(H11Protocol):
         self._counted = False
         self._refused = False
         self._lingering = False
+        self._heard = False  # a byte of the current request arrived
 
     # --- the cap --------------------------------------------------------------------------
 
@@ -113,6 +116,7 @@ class EdgeProtocol(H11Protocol):
             return  # read and dropped: the peer has its answer and closes
         if self._phase is None and self.conn.their_state is h11.IDLE:
             self._arm("head")  # the first byte of the next request on this connection
+        self._heard = True
         super().data_received(data)
         self._follow()
 
@@ -127,6 +131,8 @@ class EdgeProtocol(H11Protocol):
         """Move the deadline along with the request: the head's until it has arrived, then
         the body's until it has, then none (the response is the server's own business)."""
         state = self.conn.their_state
+        if state is not h11.IDLE:
+            self._heard = False  # the next request's bytes are the next head's
         if state is h11.SEND_BODY:
             if self._phase != "body":
                 self._arm("body")
@@ -152,6 +158,12 @@ class EdgeProtocol(H11Protocol):
         if self.transport.is_closing():
             return
         limits = self.gate.limits
+        if phase == "head" and not self._heard:
+            # Nothing was sent: close without an answer, as an idle keep-alive connection is
+            # closed (a client that opened it ahead of use retries on a new one; an answer
+            # here would be read as the answer to its next request).
+            self.transport.close()
+            return
         if phase == "head":
             error = ApiError(
                 408,
