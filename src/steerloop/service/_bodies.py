@@ -21,16 +21,11 @@ from ._host import check_session_id
 from ._text import check_texts
 
 __all__ = [
-    "BODY_CODES",
     "CancelBody",
     "CreateBody",
     "DecisionBody",
     "MessageBody",
 ]
-
-BODY_CODES = frozenset({"invalid_text", "invalid_mode", "invalid_decision", "invalid_session_id"})
-"""Error types of these models that are answer codes of their own (else ``invalid_body``);
-their messages name the field themselves."""
 
 
 def _text(value: Any, info: ValidationInfo) -> Any:
@@ -53,7 +48,7 @@ def _one_of(code: str, name: str, allowed: tuple[str, ...]) -> Any:
     def check(value: Any) -> Any:
         if value not in allowed:
             shown = " or ".join(repr(a) for a in allowed)
-            raise PydanticCustomError(code, f"{name} must be {shown}, not {value!r}")
+            raise PydanticCustomError(code, f"{name} must be {shown}, not {repr(value)[:60]}")
         return value
 
     return BeforeValidator(check)

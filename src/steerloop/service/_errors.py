@@ -12,7 +12,11 @@ from starlette.responses import JSONResponse
 from ..errors import SessionPersistenceError
 from ..session._json import dumps
 
-__all__ = ["ApiError", "error_bytes", "error_response", "to_api_error"]
+__all__ = ["BODY_CODES", "ApiError", "error_bytes", "error_response", "to_api_error"]
+
+BODY_CODES = frozenset({"invalid_text", "invalid_mode", "invalid_decision", "invalid_session_id"})
+"""Error types of the request-body models (``_bodies``) that are answer codes of their own
+(else ``invalid_body``); their messages name the field themselves."""
 
 
 class ApiError(Exception):
@@ -33,8 +37,6 @@ def to_api_error(exc: Exception) -> ApiError | None:
     if isinstance(exc, ApiError):
         return exc
     if isinstance(exc, ValidationError):
-        from ._bodies import BODY_CODES
-
         first = exc.errors(include_url=False)[0]
         if first["type"] in BODY_CODES:
             return ApiError(422, first["type"], first["msg"])
