@@ -13,6 +13,13 @@ fork) writes anything, the Session appends, in this order:
 2. ``step/end`` if a step was open;
 3. ``turn/end{reason.kind: "interrupted"}``.
 
+One exception (``plan_restore``, used by resume): a turn whose open step only waits durably
+(``_waits``: client calls and input requests a transport can finish, the later calls never
+started) is not closed. Its wait is not over because a process died: the resumed agent
+re-enters the step, the answers become those calls' results, and the turn goes on — still
+closed exactly once, by the process that finishes it. A fork child, an abandoned activity
+and a log with anything else unanswered are repaired as above.
+
 The classification is the one in-step recovery uses (``conservative_result`` is shared with
 ``agent/_recovery.py``, C7.10-8). Committed events are never changed; a balanced log gets
 nothing.
@@ -41,6 +48,7 @@ from ._events import (
     TurnEndReason,
     TurnStart,
 )
+from ._waits import WaitingStep, waiting_step
 
 __all__ = [
     "NOT_STARTED_TEXT",
@@ -49,6 +57,7 @@ __all__ = [
     "check_structure",
     "conservative_result",
     "plan_repair",
+    "plan_restore",
 ]
 
 OUTCOME_UNKNOWN_TEXT = (
@@ -155,6 +164,10 @@ def plan_repair(events: Sequence[SessionEvent]) -> list[RepairEvent]:
         SessionCorruptError: damage before the last turn (``check_structure``).
     """
     check_structure(events)
+    return _closing(events)
+
+
+def _closing(events: Sequence[SessionEvent]) -> list[RepairEvent]:
     open_turn: int | None = None
     turn_index = 0
     for index, event in enumerate(events):
@@ -224,3 +237,18 @@ def plan_repair(events: Sequence[SessionEvent]) -> list[RepairEvent]:
         )
     )
     return out
+
+
+def plan_restore(events: Sequence[SessionEvent]) -> tuple[list[RepairEvent], WaitingStep | None]:
+    """What a resume appends before anything else, and the step it re-enters: a last turn
+    whose open step only waits durably stays open (``([], step)``); any other open turn is
+    repaired (``(plan_repair(events), None)``).
+
+    Raises:
+        SessionCorruptError: damage before the last turn (``check_structure``).
+    """
+    check_structure(events)
+    waiting = waiting_step(events)
+    if waiting is not None:
+        return [], waiting
+    return _closing(events), None
