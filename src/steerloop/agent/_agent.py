@@ -20,6 +20,7 @@ from ..messages import UserMessage
 from ..session._events import ApprovalRequested, SessionEvent, TurnEnd, TurnEndReason
 from ..session._input_events import InputAction, InputRequest
 from ..session._repair import plan_repair
+from ..session._waits import WaitingStep
 from ._approvals import Approvals, Decision
 from ._client_calls import ClientCalls
 from ._decisions import CompactPayload, ErrorPayload, StatusPayload
@@ -57,6 +58,7 @@ class Agent(metaclass=RuntimeOwned):
         meta: dict[str, Any] | None = None,
         pending: Mapping[str, list[UserMessage]] | None = None,
         host: object = None,
+        waiting: WaitingStep | None = None,
     ) -> None:
         self.id = session.id
         self.session = session
@@ -85,6 +87,9 @@ class Agent(metaclass=RuntimeOwned):
         # calls waiting for a client's result (AG-UI frontend tools)
         self.client_calls = ClientCalls(self.id, session, services.tools)
         self._state = SharedState(session)
+        # The step a crashed process left waiting durably (restore repair kept its turn
+        # open): the first driver takes it up instead of opening a turn (``_waits``).
+        self._waiting = waiting
 
     def __repr__(self) -> str:
         return f"<Agent {self.id} {self.phase.phase}>"
@@ -368,15 +373,27 @@ class Agent(metaclass=RuntimeOwned):
     def _status_changed(self, status: Literal["idle", "running"]) -> None:
         self.services.hooks.emit("agent/status", StatusPayload(self, status))
 
+    def take_up_waiting(self) -> None:
+        """Start the driver that takes up the turn a crashed process left waiting, if there
+        is one and nothing has started it yet (the factory, once the agent is live)."""
+        phase = self.phase
+        if self._waiting is not None and phase.phase == "idle" and phase.lifecycle == "live":
+            self._start_driver()
+
     def _start_driver(self) -> None:
-        """Open the first turn synchronously, then drive the rest in a task."""
-        from ._driver import open_turn, run_driver
+        """Open the first turn synchronously (or take up the one a crashed process left
+        waiting: its waits are armed before this returns), then drive the rest in a task."""
+        from ._driver import open_turn, reenter_turn, run_driver
 
         controller, previous = self.phase.begin_turn()
         state = None
         if not controller.signal.aborted:
             try:
-                state = open_turn(self, controller)
+                if self._waiting is not None:
+                    state = reenter_turn(self, controller, self._waiting)
+                    self._waiting = None
+                else:
+                    state = open_turn(self, controller)
             except Exception as exc:
                 self.report_error(0, 0, exc)
         if state is None:

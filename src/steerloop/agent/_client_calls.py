@@ -9,16 +9,18 @@ races the turn's signal: a cancel answers the call like any call cancelled in it
 earlier call has committed and no later one has started, so a waiting call is a clean point
 for a client to leave the run and come back with the result.
 
-The wait itself lives in the process that runs the turn; ``tool/deferred`` and the result
-are in the log. A crash closes the call as restore repair closes any started call
-(``TOOL_OUTCOME_UNKNOWN``); a result that arrives after that is not lost (the service
-sends it to the model as a message).
+The wait is durable: ``tool/deferred`` is in the log, so when the process dies while a call
+waits, restore repair keeps the turn open and the resumed agent (after a restart, or on the
+worker that takes the session over) waits again (``rearm``, from the log's record: nothing
+is appended) and commits the client's answer as that same call's ``tool/result``
+(``agent/_waits``). A result for a call that was closed otherwise (a cancel) is not lost
+either: the service sends it to the model as a message.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -28,6 +30,7 @@ from ..session._events import ToolDeferred
 from ..tools._define import Tool, ToolError, ToolExec, ToolResult, define_tool
 
 if TYPE_CHECKING:
+    from .._signal import AbortSignal
     from ..session._session import Session
     from ..tools._runtime import ToolRegistry
 
@@ -130,6 +133,20 @@ class ClientCalls:
         error = ToolError(CLIENT_ERROR, name) if is_error else None
         waiting.future.set_result(ToolResult(content=content, is_error=is_error, error=error))
 
+    def rearm(
+        self, record: ToolDeferred, signal: AbortSignal
+    ) -> Callable[[ToolExec], Awaitable[ToolResult]]:
+        """Wait again for the client's result of a call an earlier process deferred (its
+        ``tool/deferred`` is ``record``; nothing is appended); ``answer`` gives it from now
+        on. Returns the body that waits, to run in the call's place."""
+        future = self._register(record)
+        return lambda exec: self._result(exec, future)
+
+    def _register(self, record: ToolDeferred) -> asyncio.Future[ToolResult]:
+        future: asyncio.Future[ToolResult] = asyncio.get_running_loop().create_future()
+        self._waiting[record.call_id] = _Waiting(record, future)
+        return future
+
     async def _wait(self, arguments: Any, exec: ToolExec) -> ToolResult:
         record = ToolDeferred(
             turn=exec.turn,
@@ -138,10 +155,16 @@ class ClientCalls:
             name=exec.name,
             arguments=exec.raw_arguments,
         )
-        future: asyncio.Future[ToolResult] = asyncio.get_running_loop().create_future()
-        self._waiting[exec.call_id] = _Waiting(record, future)
+        future = self._register(record)
         try:
             self._session.append(record)
+        except BaseException:
+            self._waiting.pop(exec.call_id, None)
+            raise
+        return await self._result(exec, future)
+
+    async def _result(self, exec: ToolExec, future: asyncio.Future[ToolResult]) -> ToolResult:
+        try:
             return await exec.signal.race(future)
         finally:
             self._waiting.pop(exec.call_id, None)

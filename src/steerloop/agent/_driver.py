@@ -4,6 +4,10 @@ A turn writes ``turn/start`` before it claims input or assembles the prompt, the
 pre-step → step until a stop boundary finds nothing more to do. Every opened turn is
 closed by exactly one ``turn/end``; failures are contained here and reported through
 ``agent/error``, so ``when_idle`` never raises a turn's failure.
+
+A resumed agent whose log ends in a turn a crash left waiting durably (``_waits``) takes
+that turn up first (``reenter_turn``): its open step is re-entered, then the turn goes on
+and is closed here like any other — it was opened once, by the process that died.
 """
 
 from __future__ import annotations
@@ -18,16 +22,28 @@ from ..llm._types import LlmFailure
 from ..messages import MessageSource, TextBlock, UserMessage, user_message
 from ..prompt import RUNTIME_CONTEXT_PLUGIN
 from ..session._events import TurnEnd, TurnEndReason, TurnStart
+from ..session._waits import WaitingStep
 from ._decisions import PreStepDecision, PreStepPayload, TurnStoppingPayload
 from ._registry import initiator_context
-from ._step import TurnState, run_step
+from ._step import TurnState, resume_step, run_step
+from ._waits import arm
 
 if TYPE_CHECKING:
     from ._loop_agent import LoopAgent as Agent
 
-__all__ = ["TurnState", "failure_of", "open_turn", "run_driver"]
+__all__ = ["TurnState", "failure_of", "open_turn", "reenter_turn", "run_driver"]
 
 _CONTEXT_SOURCE = MessageSource(kind="plugin", plugin=RUNTIME_CONTEXT_PLUGIN)
+
+
+def reenter_turn(agent: Agent, controller: AbortController, step: WaitingStep) -> TurnState:
+    """Take up the turn a crashed process left waiting in ``step`` (``_waits``): no
+    ``turn/start`` and no claim (the log has them); its waits are armed again now,
+    synchronously, so an answer that comes before the driver runs is not missed."""
+    with initiator_context(agent):
+        state = TurnState(step.turn, controller.signal, step=step.step, max_tokens=step.max_tokens)
+        state.reentry = arm(agent, step, controller.signal)
+        return state
 
 
 def open_turn(agent: Agent, controller: AbortController) -> TurnState:
@@ -109,54 +125,28 @@ async def _turn_body(agent: Agent, state: TurnState) -> TurnEndReason:
     rt = agent.services
     signal = state.signal
     owes_request = False
-    claimed = state.claimed
-    first = True
+    claimed: list[UserMessage] | None = state.claimed
     while True:
-        # Checked before a later claim too, so an abort never takes kept input (C7.8-4).
-        signal.throw_if_aborted()
-        if not first:
-            claimed = agent.inbox.claim("next-step", state.turn)  # the turn's own came first
-        first = False
-        prompt = await rt.prompt.assemble(agent)
-        signal.throw_if_aborted()
-        context_text = ""
-        if rt.prompt.has_context_sections():
-            context_text = await rt.prompt.render_context(agent)
-            signal.throw_if_aborted()
-        batch = tuple(claimed)
-        include_context = bool(batch) or owes_request
-
-        async def default(
-            batch: tuple[UserMessage, ...] = batch,
-            include_context: bool = include_context,
-            context_text: str = context_text,
-        ) -> PreStepDecision:
-            messages = list(batch)
-            if include_context:
-                snapshot = _context_snapshot(agent, context_text)
-                if snapshot is not None:
-                    messages.append(snapshot)
-            return PreStepDecision.enter(messages)
-
-        if rt.hooks.has("agent/pre-step"):
-            decision = await rt.hooks.waterfall(
-                "agent/pre-step",
-                PreStepPayload(agent, batch, state.turn, state.step + 1, signal),
-                default,
-            )
+        if state.reentry is not None:
+            # Before any abort check: a re-entered step is open in the log, so it runs
+            # whatever happens (a cancel answers its waits) and ends with its step/end.
+            reentry, state.reentry = state.reentry, None
+            claimed = None  # the turn's own claim was made by the process that opened it
+            outcome = await resume_step(agent, state, reentry)
         else:
-            decision = await default()
-        signal.throw_if_aborted()
-        if not isinstance(decision, PreStepDecision):
-            raise TypeError(f"agent/pre-step must return a PreStepDecision, not {decision!r}")
-        if decision.kind == "reject":
-            return TurnEndReason(kind="blocked", detail=decision.reason)
-        if not decision.messages and not owes_request:
-            return _stop_reason(state)
-        state.step += 1
-        outcome = await run_step(
-            agent, state, decision.messages, prompt, decision.starts_request_series
-        )
+            # Checked before a later claim too, so an abort never takes kept input (C7.8-4).
+            signal.throw_if_aborted()
+            if claimed is None:
+                claimed = agent.inbox.claim("next-step", state.turn)
+            admitted = await _pre_step(agent, state, tuple(claimed), owes_request)
+            claimed = None
+            if isinstance(admitted, TurnEndReason):
+                return admitted
+            decision, prompt = admitted
+            state.step += 1
+            outcome = await run_step(
+                agent, state, decision.messages, prompt, decision.starts_request_series
+            )
         if outcome == "max-tokens":
             state.max_tokens = True
         if outcome is None:
@@ -174,6 +164,47 @@ async def _turn_body(agent: Agent, state: TurnState) -> TurnEndReason:
         if agent.inbox.next_step:
             continue
         return _stop_reason(state)
+
+
+async def _pre_step(
+    agent: Agent, state: TurnState, batch: tuple[UserMessage, ...], owes_request: bool
+) -> tuple[PreStepDecision, str] | TurnEndReason:
+    """Assemble the prompt and ask ``agent/pre-step`` about ``batch``: the admitted step's
+    decision and prompt, or how the turn ends (rejected, or nothing left to do)."""
+    rt = agent.services
+    signal = state.signal
+    prompt = await rt.prompt.assemble(agent)
+    signal.throw_if_aborted()
+    context_text = ""
+    if rt.prompt.has_context_sections():
+        context_text = await rt.prompt.render_context(agent)
+        signal.throw_if_aborted()
+    include_context = bool(batch) or owes_request
+
+    async def default() -> PreStepDecision:
+        messages = list(batch)
+        if include_context:
+            snapshot = _context_snapshot(agent, context_text)
+            if snapshot is not None:
+                messages.append(snapshot)
+        return PreStepDecision.enter(messages)
+
+    if rt.hooks.has("agent/pre-step"):
+        decision = await rt.hooks.waterfall(
+            "agent/pre-step",
+            PreStepPayload(agent, batch, state.turn, state.step + 1, signal),
+            default,
+        )
+    else:
+        decision = await default()
+    signal.throw_if_aborted()
+    if not isinstance(decision, PreStepDecision):
+        raise TypeError(f"agent/pre-step must return a PreStepDecision, not {decision!r}")
+    if decision.kind == "reject":
+        return TurnEndReason(kind="blocked", detail=decision.reason)
+    if not decision.messages and not owes_request:
+        return _stop_reason(state)
+    return decision, prompt
 
 
 def _stop_reason(state: TurnState) -> TurnEndReason:

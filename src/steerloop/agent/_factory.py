@@ -32,7 +32,7 @@ from .._signal import AbortController
 from ..errors import AbortedError, SessionConflictError, SessionPersistenceNotFoundError
 from ..messages import UserMessage
 from ..session._codec import checked_inbox
-from ..session._repair import plan_repair
+from ..session._repair import plan_restore
 from ..session._session import Session
 from ..session._store import BufferedWriter
 from ..tools._define import Tool
@@ -431,8 +431,9 @@ class AgentRegistry:
             )
             # Restore repair (C7.2-9) comes first; a call whose outcome is unknown is offered
             # to its tool's reconcile before (tools the runtime has now: setup comes later,
-            # and whatever it appends must follow the repair).
-            fixes = plan_repair(seed) if seed else []
+            # and whatever it appends must follow the repair). A turn whose open step only
+            # waits durably is kept open: the agent takes it up once live (``_waits``).
+            fixes, waiting = plan_restore(seed) if seed else ([], None)
             reconciling = any(is_unknown(fix.data) for fix in fixes)
             if not reconciling:
                 session.close_seed(fixes)
@@ -444,6 +445,7 @@ class AgentRegistry:
                 meta=meta,
                 pending=pending,
                 host=self._host,
+                waiting=waiting,
             )
             if reconciling:
                 await close_seed_reconciled(agent, seed, fixes)
@@ -494,6 +496,7 @@ class AgentRegistry:
             raise
         lifecycle.published.set_result(None)
         agent.phase.converge()
+        agent.take_up_waiting()
         return handle
 
     # --- teardown --------------------------------------------------------------------

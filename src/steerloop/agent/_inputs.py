@@ -8,26 +8,40 @@ in ``answer`` (``agent.answer_input``).
 
 A wait ends with its answer, or when the call's signal aborts: the request is then answered
 ``cancel`` (``by`` is ``None``) so the log says what the server was told.
+
+A transport that can finish a call after a restart (the 2026-07-28 stateless rounds) records
+opaque ``resume`` state in ``input/requested`` and registers an ``InputResumer`` for its
+server (``LoopServices.resumers``). Then the wait survives the process: restore repair keeps
+the turn open, the resumed agent waits for the answer again (``rearm``; nothing is
+appended) and hands it to the resumer, whose result is the call's (``agent/_waits``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from jsonschema import Draft202012Validator, FormatChecker, SchemaError
 
+from .._hooks import Disposer
 from ..errors import InputError, SessionStorageError
 from ..session._input_events import InputAction, InputAnswered, InputRequest
 from ..session._inputs import input_state
+from ..tools._define import ToolExec, ToolResult
 
 if TYPE_CHECKING:
     from .._signal import AbortSignal
     from ..session._session import Session
 
-__all__ = ["Inputs", "check_input_schema"]
+__all__ = ["InputResumer", "InputResumers", "Inputs", "check_input_schema"]
+
+InputResumer = Callable[[InputRequest, InputAnswered, ToolExec], Awaitable[ToolResult]]
+"""Finishes a call after a restart: given the request (its ``resume`` state), the person's
+answer and the call's ``ToolExec`` (its signal, agent, ids), it returns the call's result.
+It runs as the call's body would: an ``AbortedError`` after a cancel becomes ``ABORTED``,
+another exception ``TOOL_FAILED``; it may ask again (``input/requested`` for the same call)."""
 
 _ACTIONS = ("accept", "decline", "cancel")
 
@@ -63,6 +77,33 @@ class _Waiting:
         self.answered = answered
 
 
+class InputResumers:
+    """The resumer of each server whose transport records ``resume`` state (one runtime's)."""
+
+    def __init__(self) -> None:
+        self._by_server: dict[str, InputResumer] = {}
+
+    def register(self, server: str, resumer: InputResumer) -> Disposer:
+        """Make ``resumer`` finish the calls of ``server`` whose input waits outlived their
+        process; returns its disposer.
+
+        Raises:
+            ValueError: ``server`` has a resumer already.
+        """
+        if server in self._by_server:
+            raise ValueError(f"server {server!r} already has an input resumer")
+        self._by_server[server] = resumer
+
+        def dispose() -> None:
+            if self._by_server.get(server) is resumer:
+                del self._by_server[server]
+
+        return Disposer(dispose)
+
+    def get(self, server: str) -> InputResumer | None:
+        return self._by_server.get(server)
+
+
 class Inputs:
     """The pending input requests of one agent (``agent.pending_inputs``)."""
 
@@ -93,9 +134,7 @@ class Inputs:
         """
         if request.id in self._waiting:
             raise ValueError(f"input request {request.id!r} is already waiting")
-        validator = None if request.schema is None else check_input_schema(request.schema)
-        answered: asyncio.Future[InputAnswered] = asyncio.get_running_loop().create_future()
-        self._waiting[request.id] = _Waiting(request, signal, validator, answered)
+        answered = self._register(request, signal)
         try:
             seq = self._session.append(request).seq
         except BaseException:
@@ -103,19 +142,35 @@ class Inputs:
             raise
         return seq, answered
 
-    def adopt(self, request: InputRequest, signal: AbortSignal) -> asyncio.Future[InputAnswered]:
-        """Wait again for a request an earlier process logged and that is still pending in
-        this agent's log (``pending_inputs``); nothing is appended.
+    def _register(
+        self, request: InputRequest, signal: AbortSignal
+    ) -> asyncio.Future[InputAnswered]:
+        validator = None if request.schema is None else check_input_schema(request.schema)
+        answered: asyncio.Future[InputAnswered] = asyncio.get_running_loop().create_future()
+        self._waiting[request.id] = _Waiting(request, signal, validator, answered)
+        return answered
+
+    def rearm(self, request: InputRequest, signal: AbortSignal) -> asyncio.Future[InputAnswered]:
+        """Register the wait for a request an earlier process logged and that is still
+        pending in this agent's log, without appending anything; ``outcome`` awaits it.
 
         Raises:
-            ValueError: ``request`` is not pending in the log, or is already waited for.
+            ValueError: ``request`` is not pending in the log, or is already waited for, or
+                its schema is not a JSON schema of an object.
         """
         state = input_state(self._session.events, request.id)
         if state != "pending" or request.id in self._waiting:
             raise ValueError(f"input request {request.id!r} cannot be adopted: it is {state}")
-        validator = None if request.schema is None else check_input_schema(request.schema)
-        answered: asyncio.Future[InputAnswered] = asyncio.get_running_loop().create_future()
-        self._waiting[request.id] = _Waiting(request, signal, validator, answered)
+        return self._register(request, signal)
+
+    def adopt(self, request: InputRequest, signal: AbortSignal) -> asyncio.Future[InputAnswered]:
+        """``rearm``, for a caller that awaits the future itself: the wait is released when
+        the future is done or ``signal`` aborts.
+
+        Raises:
+            ValueError: ``request`` is not pending in the log, or is already waited for.
+        """
+        answered = self.rearm(request, signal)
 
         def release(_: object) -> None:
             self._waiting.pop(request.id, None)
@@ -129,15 +184,22 @@ class Inputs:
         """``request`` it, then wait for its answer; an abort of ``signal`` answers it
         ``cancel`` (written, unless the session takes no more events) and ends the wait."""
         _seq, answered = self.request(request, signal)
+        return await self.outcome(request.id, answered, signal)
+
+    async def outcome(
+        self, input_id: str, answered: asyncio.Future[InputAnswered], signal: AbortSignal
+    ) -> InputAnswered:
+        """Wait for a registered request's answer; an abort of ``signal`` answers it
+        ``cancel`` (written, unless the session takes no more events) and ends the wait."""
         try:
             return await signal.race(answered)
         except BaseException:
             if not answered.done():
                 with contextlib.suppress(SessionStorageError):  # a sealed session: gone
-                    self.answer(request.id, "cancel", None, None, closing=True)
+                    self.answer(input_id, "cancel", None, None, closing=True)
             raise
         finally:
-            self._waiting.pop(request.id, None)
+            self._waiting.pop(input_id, None)
 
     def answer(
         self,

@@ -13,7 +13,9 @@ from ..tools._agent_ref import AgentRef
 
 if TYPE_CHECKING:
     from ._approvals import Approvals
+    from ._client_calls import ClientCalls
     from ._inbox import Inbox
+    from ._inputs import Inputs
     from ._options import AgentOptions
     from ._phase import PhaseMachine
     from ._request import RequestBuilder
@@ -42,5 +44,9 @@ class LoopAgent(AgentRef, Protocol):
     def phase(self) -> PhaseMachine: ...
     @property
     def approvals(self) -> Approvals: ...
+    @property
+    def client_calls(self) -> ClientCalls: ...
+    @property
+    def inputs(self) -> Inputs: ...
 
     def report_error(self, turn: int, step: int, error: BaseException) -> None: ...

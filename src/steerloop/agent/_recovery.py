@@ -22,6 +22,7 @@ from ..session._events import (
     ToolResultEvent,
 )
 from ..session._repair import NOT_STARTED_TEXT, OUTCOME_UNKNOWN_TEXT, conservative_result
+from ..session._waits import WaitingStep
 from ._reconcile import reconcile_call
 
 if TYPE_CHECKING:
@@ -52,6 +53,14 @@ class ToolCallTracker:
             self.call_seqs[data.call_id] = event.seq
         elif isinstance(data, ToolResultEvent):
             self.answered.add(data.message.call_id)
+
+    def take_up(self, step: WaitingStep) -> None:
+        """Start from what the log says of a re-entered step (``_waits``): its calls, the
+        ones answered, the ones started."""
+        self.requested = list(step.calls)
+        self.message_seq = step.message_seq
+        self.call_seqs.update((w.call.call_id, w.call_seq) for w in step.waits)
+        self.answered.update(c.id for c in step.calls[: step.committed])
 
     def close(self) -> None:
         self._session.unobserve(self._see)

@@ -26,6 +26,11 @@ Design notes:
   ``tool/call`` + ``ABORTED_BEFORE_DISPATCH`` back to back; then ``AbortedError``.
 * A failure of the scheduler's own steps stops new starts, waits for started bodies and
   raises; the step's recovery answers whatever was not committed.
+* ``resume`` takes up a step a crashed process left waiting (``_waits``): the committed
+  results stay, each durable wait runs its re-armed body as a started call, every one of
+  them commits (model order) before a later call starts — as behind an exclusive call —
+  and the calls never started start as usual. A wait this process cannot finish is
+  answered as recovery answers a started call (reconciled, else unknown).
 """
 
 from __future__ import annotations
@@ -44,7 +49,9 @@ from ..session._events import (
     ApprovalDecided,
     ApprovalRequested,
     ToolCallEvent,
+    ToolResultEvent,
 )
+from ..session._repair import conservative_result
 from ..tools._define import Tool, ToolDecision, ToolExec, ToolResult
 from ..tools._runtime import (
     UNVALIDATED,
@@ -54,11 +61,14 @@ from ..tools._runtime import (
     error_result,
     parse_arguments,
     result_event,
+    run_continued,
 )
 from ._gate import DispatchGate
+from ._reconcile import reconcile_call
 
 if TYPE_CHECKING:
     from ._loop_agent import LoopAgent as Agent
+    from ._waits import Reentry
 
 __all__ = ["ToolScheduler", "parse_arguments"]
 
@@ -66,12 +76,14 @@ _UNSET = object()
 
 
 class _Slot:
-    __slots__ = ("call_seq", "exec", "result")
+    __slots__ = ("call_seq", "event", "exec", "result")
 
     def __init__(self) -> None:
         self.exec: ToolExec | None = None
         self.call_seq = 0
         self.result: ToolResult | None = None
+        # A lost wait's answer, written as recovery writes it (no post-execute).
+        self.event: ToolResultEvent | None = None
 
 
 class ToolScheduler:
@@ -94,6 +106,30 @@ class ToolScheduler:
 
     async def run(self, calls: tuple[ToolCallBlock, ...]) -> bool:
         """Run ``calls``; returns whether a committed result concluded the turn."""
+        self._prepare(calls)
+        return await self._drive(0)
+
+    async def resume(self, reentry: Reentry) -> bool:
+        """Take up the calls of a step a crashed process left waiting (``_waits``); returns
+        whether a committed result concluded the turn."""
+        step = reentry.step
+        self._prepare(step.calls)
+        self.cursor = step.committed
+        lost: list[tuple[int, ToolCallEvent]] = []
+        for offset, (wait, body) in enumerate(zip(step.waits, reentry.bodies, strict=True)):
+            index = step.committed + offset
+            slot = self.slots[index]
+            slot.call_seq = wait.call_seq
+            exec = slot.exec = self._exec(index)
+            if body is None:
+                lost.append((index, wait.call))
+                continue
+            task = asyncio.get_running_loop().create_task(run_continued(exec, body))
+            self.running[task] = index
+            task.add_done_callback(self._on_done)
+        return await self._drive(step.committed + len(step.waits), lost)
+
+    def _prepare(self, calls: tuple[ToolCallBlock, ...]) -> None:
         self.calls = calls
         self.parsed = [parse_arguments(c.arguments) for c in calls]
         self.slots = [_Slot() for _ in calls]
@@ -102,8 +138,18 @@ class ToolScheduler:
         self.running: dict[asyncio.Task[ToolResult], int] = {}
         self.finished: collections.deque[asyncio.Task[ToolResult]] = collections.deque()
         self.wakeup: asyncio.Future[None] | None = None
-        started = 0
+
+    async def _drive(
+        self, started: int, lost: list[tuple[int, ToolCallEvent]] | None = None
+    ) -> bool:
+        """Start the calls from ``started`` on, after the ones already running (re-armed
+        waits, and ``lost`` ones answered as recovery would) have committed."""
+        calls = self.calls
         try:
+            if lost:
+                await self._answer_lost(lost)
+            if self.running or lost:
+                await self._wait_all()
             cap: int | None = None
             while started < len(calls) and not self.signal.aborted:
                 # Classify again after every wait: a commit in between may re-register tools.
@@ -163,10 +209,23 @@ class ToolScheduler:
         except Exception:
             return False
 
+    def _exec(self, index: int) -> ToolExec:
+        call = self.calls[index]
+        return ToolExec(
+            call_id=call.id,
+            name=call.name,
+            arguments=self.parsed[index][0],
+            raw_arguments=call.arguments,
+            signal=self.signal,
+            agent=self.agent,
+            turn=self.turn,
+            step=self.step,
+        )
+
     async def _start(self, index: int, *, safe: bool) -> None:
         call = self.calls[index]
         slot = self.slots[index]
-        args, parse_error = self.parsed[index]
+        parse_error = self.parsed[index][1]
         slot.call_seq = self.session.append(
             ToolCallEvent(
                 turn=self.turn,
@@ -176,16 +235,7 @@ class ToolScheduler:
                 arguments=call.arguments,
             ),
         ).seq
-        exec = slot.exec = ToolExec(
-            call_id=call.id,
-            name=call.name,
-            arguments=args,
-            raw_arguments=call.arguments,
-            signal=self.signal,
-            agent=self.agent,
-            turn=self.turn,
-            step=self.step,
-        )
+        exec = slot.exec = self._exec(index)
         tool = self._tool(index)
         cached = self.validated.get(index)
         validated = cached[1] if cached is not None and cached[0] is tool else UNVALIDATED
@@ -293,9 +343,26 @@ class ToolScheduler:
             await asyncio.wait(self.running)
             self.running.clear()
 
+    async def _answer_lost(self, lost: list[tuple[int, ToolCallEvent]]) -> None:
+        """The answers of waits this process cannot finish: the tool's reconcile, else
+        ``TOOL_OUTCOME_UNKNOWN`` (as recovery answers a started call)."""
+        answers = await asyncio.gather(*(reconcile_call(self.agent, call) for _, call in lost))
+        for (index, _call), answer in zip(lost, answers, strict=True):
+            slot = self.slots[index]
+            slot.event = answer or conservative_result(
+                self.turn, self.step, self.calls[index], slot.call_seq
+            )
+
     async def _commit_ready(self) -> None:
-        while self.cursor < len(self.slots) and self.slots[self.cursor].result is not None:
-            slot = self.slots[self.cursor]
+        while self.cursor < len(self.slots) and (
+            (slot := self.slots[self.cursor]).result is not None or slot.event is not None
+        ):
+            if slot.event is not None:
+                self.session.append(
+                    slot.event, surface_op="append", source_event_seqs=(slot.call_seq,)
+                )
+                self.cursor += 1
+                continue
             assert slot.exec is not None and slot.result is not None
             result, contexts = await self.rt.pipeline.finalize(slot.exec, slot.result)
             self._append_result(self.calls[self.cursor], slot.call_seq, result)

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .._hooks import HookBus
 from .._ids import Clock
 from ..llm._runtime import LlmService
 from ..prompt import SystemPromptService
 from ..tools._runtime import ToolPipeline, ToolRegistry
+from ._inputs import InputResumers
 
 __all__ = ["LoopLimits", "LoopServices"]
 
@@ -44,3 +45,6 @@ class LoopServices:
     limits: LoopLimits
     # Frame revisions: process-local, one counter per runtime, never persisted (C7.6-19).
     revisions: itertools.count[int]
+    # How a transport finishes, in a new process, a call whose input wait outlived the one
+    # that started it (``agent/_inputs``, ``agent/_waits``).
+    resumers: InputResumers = field(default_factory=InputResumers)

@@ -4,11 +4,15 @@
 (``_attempt``); an ``Aborted`` outcome raises; a settled message's tool calls run as one
 group (``_scheduler``); on any exit the step is recovered (every requested call answered,
 ``_recovery``) and closed with ``step/end``.
+
+``resume_step`` re-enters a step a crashed process left waiting (``_waits``): no
+``step/start`` (the log has it), no attempt (its message is in the log); the tool group is
+taken up where it was, and the step ends as any step does.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
@@ -24,8 +28,9 @@ from ._settle import Aborted, Retry
 
 if TYPE_CHECKING:
     from ._loop_agent import LoopAgent as Agent
+    from ._waits import Reentry
 
-__all__ = ["StepOutcome", "TurnState", "run_step"]
+__all__ = ["StepOutcome", "TurnState", "resume_step", "run_step"]
 
 StepOutcome = Literal["completed", "max-tokens"] | None  # None: the turn owes a request
 
@@ -41,6 +46,7 @@ class TurnState:
     step: int = 0
     max_tokens: bool = False
     failed_in_step: bool = False
+    reentry: Reentry | None = None  # the waiting step a resumed turn re-enters first
 
 
 async def run_step(
@@ -63,9 +69,8 @@ async def run_step(
         starts_series=starts_series,
     )
     ctx.session.append(StepStart(turn=ctx.turn, step=ctx.step))
-    tracker = ToolCallTracker(ctx.session)
-    failure: BaseException | None = None
-    try:
+
+    async def body() -> StepOutcome:
         ctx.signal.throw_if_aborted()
         first = True
         while isinstance(outcome := await attempt(ctx, first), Retry):
@@ -76,17 +81,45 @@ async def run_step(
             return outcome.kind
         concluded = await ToolScheduler(agent, ctx.turn, ctx.step, ctx.signal).run(outcome.calls)
         return "completed" if concluded else None
+
+    return await _closed(agent, state, ToolCallTracker(ctx.session), body)
+
+
+async def resume_step(agent: Agent, state: TurnState, reentry: Reentry) -> StepOutcome:
+    """Take up step ``state.step`` where a crashed process left it waiting; ``None`` when
+    tool results await a request (always, unless a result concludes the turn)."""
+    tracker = ToolCallTracker(agent.session)
+    tracker.take_up(reentry.step)
+
+    async def body() -> StepOutcome:
+        scheduler = ToolScheduler(agent, state.turn, state.step, state.signal)
+        return "completed" if await scheduler.resume(reentry) else None
+
+    return await _closed(agent, state, tracker, body)
+
+
+async def _closed(
+    agent: Agent,
+    state: TurnState,
+    tracker: ToolCallTracker,
+    body: Callable[[], Awaitable[StepOutcome]],
+) -> StepOutcome:
+    """Run the step's ``body``; on any exit, recover its calls and write ``step/end``."""
+    session = agent.session
+    failure: BaseException | None = None
+    try:
+        return await body()
     except BaseException as exc:
         # Every exit closes the step: a host exception (Ctrl-C, exit, cancellation of
         # the driver task) answers the open calls too before it goes on.
         failure = exc
         late: BaseException | None = None
-        if not ctx.signal.aborted:
+        if not state.signal.aborted:
             state.failed_in_step = True
             if not escapes(exc):  # unknown outcomes a tool can reconcile (C7.10-1)
                 late = await tracker.reconcile(agent)
         try:
-            tracker.recover(ctx.turn, ctx.step)
+            tracker.recover(state.turn, state.step)
         except Exception as repair_exc:
             failure = BaseExceptionGroup("step failed and recovery failed", [exc, repair_exc])
             raise failure from None
@@ -97,7 +130,7 @@ async def run_step(
     finally:
         tracker.close()
         try:
-            ctx.session.append(StepEnd(turn=ctx.turn, step=ctx.step))
+            session.append(StepEnd(turn=state.turn, step=state.step))
         except Exception as end_exc:
             if failure is None:
                 raise

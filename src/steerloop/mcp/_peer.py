@@ -10,9 +10,11 @@ The seam for a transport that drives the 2026-07-28 input rounds itself (to fini
 after a restart, on whichever process owns the session then): it calls
 ``Peer.elicit(params, resume=state)`` from the calling task, which records ``state`` (its
 ``requestState`` and the round's key, say) in ``input/requested.resume`` and returns the
-person's answer. After a restart ``pending_inputs(session.events)`` lists the requests still
-open with their ``resume``, and ``agent.inputs.adopt(request, signal)`` waits for the answer
-to one of them again (``agent.answer_input`` answers it as before).
+person's answer. Such a request is a durable wait (``session/_waits``): after a restart,
+restore repair keeps its call open, the resumed agent waits for the answer again
+(``agent.answer_input`` answers it as before) and hands it with ``resume`` to the
+``InputResumer`` the transport registered for its server
+(``rt.loop_services.resumers.register(name, resumer)``), whose result is the call's.
 """
 
 from __future__ import annotations

@@ -6,7 +6,9 @@ call whose body had started, ``TOOL_NOT_STARTED`` for one that never ran, includ
 held for an approval nobody decided) and ``turn/end{interrupted}``. With
 ``on_takeover="continue"`` the new owner then sends the model a plugin-sourced followup built
 here, so the model knows which calls' effects are uncertain and carries on. Store-agnostic: it
-reads only the events.
+reads only the events. A turn that was only waiting durably (a frontend tool's call, an input
+request its transport can finish) is not repaired but taken up by the new owner, so there is
+nothing to tell the model and no message is sent.
 """
 
 from __future__ import annotations

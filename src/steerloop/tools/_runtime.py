@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,7 +16,7 @@ from .._cancel import escapes
 from .._hooks import Disposer, HookBus
 from .._records import fast_init
 from .._signal import AbortController
-from ..errors import AbortedError
+from ..errors import AbortedError, SessionPersistenceError
 from ..llm._types import ToolSchema
 from ..messages import Block, TextBlock, ToolResultMessage, UserMessage, check_json
 from ..session._events import ApprovalRequested, ToolErrorInfo, ToolResultEvent
@@ -34,6 +34,7 @@ __all__ = [
     "parse_arguments",
     "result_blocks",
     "result_event",
+    "run_continued",
 ]
 
 #: Deepest nesting of containers accepted in tool arguments (the top-level object is 1).
@@ -378,6 +379,26 @@ class ToolPipeline:
                     )
         self._hooks.emit("tools/result", ToolHookPayload(exec, result))
         return result, contexts
+
+
+async def run_continued(exec: ToolExec, body: Callable[[ToolExec], Awaitable[Any]]) -> ToolResult:
+    """Run ``body`` in place of the body of a call an earlier process started (a durable
+    wait: it waits for what that body was waiting for). Its outcome maps as ``dispatch``
+    maps a body's — an exception is ``TOOL_FAILED``, a cancel ``ABORTED`` — but it runs even
+    when the call is already cancelled: the call did start, and the wait must answer the
+    cancel itself. A refused fence (``SessionPersistenceError``: the session is no longer
+    ours to write) is raised, as the scheduler raises a refused gate."""
+    try:
+        result = _normalise(await body(exec))
+    except BaseException as exc:
+        if escapes(exc) or isinstance(exc, SessionPersistenceError):
+            raise
+        if exec.signal.aborted:
+            return _aborted(exc)
+        return error_result("TOOL_FAILED", _describe(exc), type(exc).__name__)
+    if exec.signal.aborted:
+        return result if result.is_error else _aborted(None)
+    return result
 
 
 def denied(reason: str | None) -> ToolResult:
