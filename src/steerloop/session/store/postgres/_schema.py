@@ -23,7 +23,7 @@ __all__ = [
     "migrate",
 ]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """Version of the table layout (``steerloop_schema_version``)."""
 
 
@@ -137,6 +137,15 @@ _MIGRATIONS: dict[int, str] = {
         frame json NOT NULL,
         PRIMARY KEY (session_id, after_seq, n)
     );
+    """,
+    # v3: the AG-UI command kinds (a run's client tools, a client tool's result, the state
+    # document), which v2's check refused: a frontend tool could not be used through a worker.
+    3: """
+    ALTER TABLE {commands} DROP CONSTRAINT steerloop_commands_kind_check;
+    ALTER TABLE {commands} ADD CONSTRAINT steerloop_commands_kind_check CHECK (kind IN (
+        'followup', 'steer', 'inject', 'cancel', 'approval', 'dispose',
+        'client_tools', 'client_result', 'state'
+    ));
     """,
 }
 
