@@ -93,3 +93,37 @@ def wire(event: Any) -> dict[str, Any]:
     out: dict[str, Any] = json.loads(event.model_dump_json(by_alias=True, exclude_none=True))
     out.pop("timestamp", None)
     return out
+
+
+PICK = {
+    "name": "pick_color",
+    "description": "Ask the user to pick a color",
+    "parameters": {"type": "object", "properties": {"hint": {"type": "string"}}},
+}
+"""A client tool (the frontend runs it; its call is an interrupt until the client answers)."""
+
+
+def client_result(thread: str, run: str, first: str, call_id: str, result: str) -> dict[str, Any]:
+    """The client's run after it ran ``PICK`` for ``call_id``: its thread (the user message
+    ``first``, the tool's result) and the ``resume`` of the interrupt."""
+    return run_input(
+        thread,
+        run,
+        user("u1", first),
+        {"id": f"tr-{call_id}", "role": "tool", "toolCallId": call_id, "content": result},
+        tools=[PICK],
+        resume=[{"interruptId": call_id, "status": "resolved"}],
+    )
+
+
+def assert_client_result_run(events: list[Any], call_id: str, content: str) -> None:
+    """``events`` is the run that brought the client's result for the waiting ``call_id``:
+    the step that waited closes with its ``TOOL_CALL_RESULT``, the next step answers, the run
+    succeeds."""
+    assert shape(events) == [
+        "RUN_STARTED", "MESSAGES_SNAPSHOT", "STATE_SNAPSHOT", "STEP_STARTED",
+        "TOOL_CALL_RESULT", "STEP_FINISHED", "STEP_STARTED", "TEXT_MESSAGE_START",
+        "TEXT_MESSAGE_CONTENT", "TEXT_MESSAGE_END", "STEP_FINISHED", "RUN_FINISHED",
+    ]  # fmt: skip
+    assert (events[4].tool_call_id, events[4].content) == (call_id, content)
+    assert wire(events[-1])["outcome"] == {"type": "success"}

@@ -8,6 +8,8 @@ over answers alike:
 * the last message is a user message ``gate NAME`` → a call of the tool ``gate`` (call id
   ``call-NAME``);
 * the last message is ``sleep MS`` → a call of the tool ``sleep`` (call id ``nap-<n>``);
+* the last message is ``pick NAME`` → a call of the client's tool ``pick_color`` (call id
+  ``pick-NAME``; the client declares the tool in its AG-UI run);
 * the last message is a tool result → text ``after tools``;
 * anything else → text ``echo <text>``.
 
@@ -64,6 +66,9 @@ def decide(request: GenerateRequest) -> list[StreamChunk]:
     if text.startswith("gate "):
         name = text.split()[1]
         return tool_call_response(f"call-{name}", "gate", {"name": name})
+    if text.startswith("pick "):
+        name = text.split()[1]
+        return tool_call_response(f"pick-{name}", "pick_color", {"hint": name})
     if text.startswith("sleep "):
         return tool_call_response(
             f"nap-{os.getpid()}-{next(_naps)}", "sleep", {"ms": int(text.split()[1])}

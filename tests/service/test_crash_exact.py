@@ -30,8 +30,15 @@ class Server:
     """One ``steerloop serve`` process at a time on a fixed port and SQLite file; ``kill``
     SIGKILLs it, ``start`` starts the next."""
 
-    def __init__(self, tmp_path: Path) -> None:
+    def __init__(
+        self,
+        tmp_path: Path,
+        profiles: str = "tests.service.crashprofiles:profiles",
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.tmp_path = tmp_path
+        self.profiles = profiles
+        self.env = env or {}
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             self.port = int(probe.getsockname()[1])
@@ -41,7 +48,9 @@ class Server:
 
     async def start(self) -> None:
         self.starts += 1
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT)]))
+        env = dict(
+            os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT)]), **self.env
+        )
         with (self.tmp_path / f"server-{self.starts}.log").open("wb") as out:
             self.proc = subprocess.Popen(
                 [
@@ -54,7 +63,7 @@ class Server:
                     "--port",
                     str(self.port),
                     "--profiles",
-                    "tests.service.crashprofiles:profiles",
+                    self.profiles,
                 ],
                 cwd=self.tmp_path,
                 env=env,
@@ -82,9 +91,11 @@ class Server:
 
 
 @contextlib.asynccontextmanager
-async def serving(tmp_path: Path) -> AsyncIterator[tuple[Server, httpx.AsyncClient]]:
+async def serving(
+    tmp_path: Path, profiles: str = "tests.service.crashprofiles:profiles", **env: str
+) -> AsyncIterator[tuple[Server, httpx.AsyncClient]]:
     """A started ``Server`` and a client of its port (which outlives each process)."""
-    server = Server(tmp_path)
+    server = Server(tmp_path, profiles, env)
     await server.start()
     try:
         async with httpx.AsyncClient(base_url=server.url, timeout=10) as client:
