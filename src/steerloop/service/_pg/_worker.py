@@ -30,7 +30,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,7 +42,6 @@ from ...agent._decisions import StatusPayload
 from ...agent._factory import AgentHandle
 from ...errors import SessionConflictError, SessionPersistenceError
 from ...messages import user_message
-from ...session._events import InboxSpliced, SessionEvent
 from ...session._session import SessionEventPayload
 from ...session.store.postgres._store import PostgresStore
 from ...session.store.postgres._writer import PostgresWriter
@@ -578,24 +577,20 @@ class Worker:
                 return
             try:
                 message = user_message(content, id=message_id)
-                message_id = message.id
-                before = agent.session.next_seq
                 if kind == "followup":
-                    agent.followup(message)
+                    seq = agent.followup(message)
                 elif kind == "steer":
-                    agent.steer(message)
+                    seq = agent.steer(message)
                 else:
-                    agent.inject(message)
+                    seq = agent.inject(message)
             except ValueError:
                 log.exception("session %s: command %d refused", session_id, cmd_seq)
                 await self._consume_fenced(session_id, cmd_seq, writer)
                 return
-            seq = _splice_seq(agent.session.events, before, message_id)
-            if seq is None:  # no event carries it (should not happen): consume on its own
-                await self._consume_fenced(session_id, cmd_seq, writer)
-                return
+            # The consumption rides on the splice's own batch (fence, event and consumption
+            # commit together or not at all).
             writer.attach(seq, self._consume_sql, session_id, cmd_seq, seq)
-            resident.seen_ids.add(message_id)
+            resident.seen_ids.add(message.id)
         elif kind == "cancel":
             # At most once: consumed (fenced) before it is applied.
             if await self._consume_fenced(session_id, cmd_seq, writer):
@@ -743,11 +738,3 @@ class Worker:
         except Exception:
             log.exception("worker %s: after unloading %s", self.worker_id, session_id)
 
-
-def _splice_seq(events: Sequence[SessionEvent], before: int, message_id: str) -> int | None:
-    """The seq of the splice (at or after ``before``) that inserted ``message_id``."""
-    for event in events[before - 1 :]:
-        data = event.data
-        if isinstance(data, InboxSpliced) and any(m.id == message_id for m in data.inserted):
-            return int(event.seq)
-    return None
