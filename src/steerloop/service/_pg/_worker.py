@@ -737,4 +737,3 @@ class Worker:
                 )
         except Exception:
             log.exception("worker %s: after unloading %s", self.worker_id, session_id)
-
