@@ -41,6 +41,7 @@ from ..session._state import fold_state
 from ._agui_commands import apply_command
 from ._profile import ORIGIN_KIND, Profile, origin_setup
 from ._source import Wakeup
+from ._trace import continue_caller_trace
 
 __all__ = [
     "MAX_SESSION_ID",
@@ -552,8 +553,7 @@ class ServiceHost:
             )
             return
         message = user_message(command.content, id=command.message_id)
-        if command.trace is not None:
-            _link_trace(agent, command.trace)
+        continue_caller_trace(agent, command.trace, message.id)
         if command.kind == "followup":
             agent.followup(message)
         elif command.kind == "steer":
@@ -796,12 +796,3 @@ def frame_json(frame: StreamFrame) -> dict[str, Any]:
     if frame.chunk is not None:
         body["chunk"] = chunk_to_json(frame.chunk)
     return body
-
-
-def _link_trace(agent: Agent, headers: Mapping[str, str]) -> None:
-    """Link the agent's next turn span to the caller's trace (a no-op without the otel extra)."""
-    try:
-        from ..telemetry import link_next_turn
-    except ImportError:
-        return
-    link_next_turn(agent, headers)

@@ -48,6 +48,7 @@ from ...session.store.postgres._writer import PostgresWriter
 from .._agui_commands import AGUI_COMMANDS, apply_command
 from .._profile import Profile, origin_setup
 from .._takeover import takeover_message
+from .._trace import continue_caller_trace
 from ._control import ControlConnection
 from ._feed import LivePublisher
 from ._sweeper import Sweeper
@@ -577,6 +578,7 @@ class Worker:
                 return
             try:
                 message = user_message(content, id=message_id)
+                continue_caller_trace(agent, body.get("trace"), message.id)
                 if kind == "followup":
                     seq = agent.followup(message)
                 elif kind == "steer":
