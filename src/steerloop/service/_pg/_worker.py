@@ -151,7 +151,7 @@ class Worker:
         await control.start()
         self.control = control
         self.store.owner_key = control.key
-        self._sweeper = Sweeper(self._pool, self.t, control)
+        self._sweeper = Sweeper(self._pool, self.t, control, dsn=self.store.dsn)
         self._sweeper.start()
         self._wake = True
         self._kick.set()
