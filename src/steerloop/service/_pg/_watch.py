@@ -94,13 +94,26 @@ class LockWatch:
             except Exception:
                 conn.terminate()
 
-    async def _run(self) -> None:
+    async def _connect(self) -> Any:
+        """A connection whose backend notices a vanished client even while it waits for the
+        lock (``client_connection_check_interval``, PostgreSQL 14+): a watching process that
+        dies must not leave a backend queued for the lock as long as its holder lives. An
+        older server refuses the setting: it gets a plain connection."""
+        settings = {"application_name": self.application_name}
         try:
-            conn = await self._pg.connect(
+            return await self._pg.connect(
                 self._dsn,
                 timeout=self._connect_timeout,
-                server_settings={"application_name": self.application_name},
+                server_settings={**settings, "client_connection_check_interval": "1000"},
             )
+        except self._pg.PostgresError:
+            return await self._pg.connect(
+                self._dsn, timeout=self._connect_timeout, server_settings=settings
+            )
+
+    async def _run(self) -> None:
+        try:
+            conn = await self._connect()
         except Exception as exc:
             log.info("lock watch %s:%s: cannot connect (%s)", self.ns, self.key, exc)
             return
