@@ -22,6 +22,7 @@ from .._runtime import Runtime
 from ..errors import SessionPersistenceError, SessionStorageError
 from ..llm.retry import install_retry
 from ..session._json import dumps, loads
+from ._fanout import SharedFeeds, event_json, event_sse
 from ._host import ApiError, ServiceHost
 from ._page import page_routes
 from ._profile import Profile, check_profiles
@@ -148,7 +149,11 @@ def create_app(
                         pg_store, rt if role != "api" else None, name=ident
                     )
                 state["host"] = host
-                state["source"] = host if pg_feed is None else pg_feed.source
+                # One read per session per process, fanned out to its readers.
+                source: FeedSource = (
+                    pg_feed.source if pg_feed is not None else cast(ServiceHost, host)
+                )
+                state["source"] = SharedFeeds(source)
                 try:
                     yield
                 finally:
@@ -287,7 +292,7 @@ def create_app(
         body = await _json_body(request, body_limit)
         return sse(await start_run(host, source_of(), _pages, body))
 
-    def sse(items: AsyncGenerator[dict[str, Any]]) -> Response:
+    def sse(items: AsyncGenerator[dict[str, Any] | bytes]) -> Response:
         return EventSourceResponse(
             _one_per_turn(items),
             ping=ping_seconds,
@@ -363,8 +368,8 @@ async def _pages(
 
 
 async def _one_per_turn(
-    items: AsyncGenerator[dict[str, Any]],
-) -> AsyncGenerator[dict[str, Any]]:
+    items: AsyncGenerator[dict[str, Any] | bytes],
+) -> AsyncGenerator[dict[str, Any] | bytes]:
     """``items`` for the SSE response, one per turn of the event loop.
 
     The server writes each item to the socket at once (uvicorn's ``send`` does not suspend),
@@ -389,7 +394,7 @@ async def _retry_later(reader: FeedReader, exc: Exception) -> None:
 
 async def _feed(
     source: FeedSource, session_id: str, seq: int, n: int
-) -> AsyncGenerator[dict[str, Any]]:
+) -> AsyncGenerator[dict[str, Any] | bytes]:
     """The SSE feed: durable events after ``seq`` (``id`` = seq), then live frames of the
     open step after ``n`` (``event: stream``, ``id`` = ``seq:n``)."""
     reader = source.subscribe(session_id)  # before the first read: no wake-up is missed
@@ -399,7 +404,11 @@ async def _feed(
             if kind == "caught-up":
                 continue
             if kind == "event":
-                yield {"event": body["type"], "id": str(at), "data": dumps(body)} | retry
+                shared = None if retry else event_sse(body)
+                if shared is not None:
+                    yield shared  # encoded once for every reader of the session
+                else:
+                    yield {"event": body["type"], "id": str(at), "data": event_json(body)} | retry
             else:
                 yield {"event": "stream", "id": f"{at}:{number}", "data": dumps(body)} | retry
             retry = {}
