@@ -204,6 +204,12 @@ class Sweeper:
                 async with asyncio.timeout(self.period):
                     await self._again.wait()  # a watch proved a death, or close()
 
+    def prove(self, key: int) -> None:
+        """``key``'s worker is gone for certain (e.g. this worker's own previous key after it
+        lost its control connection): when this sweeper leads, its leases are revoked at
+        once, without the grace."""
+        self._on_dead(key)
+
     def _on_dead(self, key: int) -> None:
         """A watch got the lock of ``key`` (a worker's, or the dead leader's): its holder is
         gone for certain; sweep now (never blocks)."""

@@ -389,6 +389,8 @@ class Worker:
         while not self._closing:
             try:
                 await self._register()
+                if old is not None and self._sweeper is not None:
+                    self._sweeper.prove(old.key)  # should it lead: no grace for itself
                 return
             except Exception:
                 log.exception("worker %s: registering again failed", self.worker_id)
