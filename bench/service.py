@@ -28,6 +28,10 @@ children in ``bench/_service_procs.py``):
   (one LISTEN connection); from the stamp to the splice arriving on SSE here.
 * scripted-turn throughput with 1, 2 and 4 processes (Runtime + PostgresStore) on one
   database, with the ratio to one process.
+* fan-out (``--only fan-out`` runs just this): send→visible of a probe session on one
+  ``--role all`` server while another session, busy (2 injects/s), has ``--readers`` SSE
+  readers (default 400, in a child process) against none, alternating in 3 rounds; the
+  feed's reads per second (scans of the schema's events and live tables).
 """
 
 from __future__ import annotations
@@ -775,6 +779,11 @@ async def main() -> None:
             await send_to_owner(pg, schema, args.workers, args.rate, args.seconds, 0)
             await send_to_owner(pg, schema, args.workers, args.rate, args.seconds, 2)
             await cross_process_sse(pg, args.workers, 5, args.rate, args.seconds)
+            fan = f"bench_fan_{uuid.uuid4().hex[:8]}"
+            try:
+                await fan_out(f"{args.postgres}{sep}schema={fan}", fan, args.readers)
+            finally:
+                await drop_schema(args.postgres, fan)
             await turn_scaling(pg, [1, 2, 4], 5.0, 8)
             await turn_scaling(pg, [1, 2, 4], 5.0, 8, notify=False)
         finally:

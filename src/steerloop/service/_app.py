@@ -377,12 +377,23 @@ async def _one_per_turn(
     it at the first failed write (or a read of the reset), but the server marks the request
     disconnected, and sse-starlette ends the stream, only in a later turn of the loop; each
     write in between lands on a closed transport (asyncio logs ``socket.send() raised
-    exception.`` from the fifth on). Yielding to the loop after each item lets that report
-    run before the next write: the server drops the write and the stream ends."""
+    exception.`` from the fifth on). A turn of the loop between two writes lets that report
+    run first: the server drops the write and the stream ends. Only an item ready at once
+    needs one made for it; one that came after the feed waited had it (hundreds of readers
+    of one session each take one event per wake: no extra turn each)."""
+    loop = asyncio.get_running_loop()
+    turned = [True]
+
+    def mark() -> None:
+        turned[0] = True
+
     async with contextlib.aclosing(items):
         async for item in items:
+            if not turned[0]:
+                await asyncio.sleep(0)  # the previous write's report runs first
+            turned[0] = False
+            loop.call_soon(mark)  # runs at the loop's next turn, whoever causes it
             yield item
-            await asyncio.sleep(0)
 
 
 async def _retry_later(reader: FeedReader, exc: Exception) -> None:
