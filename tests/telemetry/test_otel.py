@@ -724,6 +724,18 @@ CALLER_A = ("0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331")
 CALLER_B = ("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7")
 
 
+def waiting_tool(release: asyncio.Event) -> Any:
+    """A tool ``wait`` whose calls return once ``release`` is set (a turn held open)."""
+
+    async def wait_tool(args: Any, exec: ToolExec) -> str:
+        await release.wait()
+        return "ok"
+
+    return define_tool(
+        name="wait", description="waits", parameters={"type": "object"}, execute=wait_tool
+    )
+
+
 def traceparent(caller: tuple[str, str]) -> dict[str, str]:
     return {"traceparent": f"00-{caller[0]}-{caller[1]}-01"}
 
@@ -741,15 +753,7 @@ async def test_the_turn_a_traced_message_causes_is_a_child_of_the_caller(
     links back to the earlier caller."""
     otel.install(h.rt)
     release = asyncio.Event()
-
-    async def wait_tool(args: Any, exec: ToolExec) -> str:
-        await release.wait()
-        return "ok"
-
-    h.rt.tools.register(
-        define_tool(name="wait", description="waits", parameters={"type": "object"},
-                    execute=wait_tool)
-    )  # fmt: skip
+    h.rt.tools.register(waiting_tool(release))
     agent = await h.agent(
         text_response("one"),
         tool_call_response("c1", "wait", {}),
@@ -788,15 +792,7 @@ async def test_a_traced_steer_into_a_running_turn_links_it(h: Harness, otel: Ote
     that turn: it becomes a link of it, and the session's next turn links to it too."""
     otel.install(h.rt)
     release = asyncio.Event()
-
-    async def wait_tool(args: Any, exec: ToolExec) -> str:
-        await release.wait()
-        return "ok"
-
-    h.rt.tools.register(
-        define_tool(name="wait", description="waits", parameters={"type": "object"},
-                    execute=wait_tool)
-    )  # fmt: skip
+    h.rt.tools.register(waiting_tool(release))
     agent = await h.agent(
         tool_call_response("c1", "wait", {}), text_response("steered"), text_response("next")
     )
