@@ -29,6 +29,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "steerloop._hooks",
         "steerloop._owned",
         "steerloop._redact",
+        "steerloop._media",
+        "steerloop._binary",
         "steerloop.messages",
         "steerloop._model",
     ),
