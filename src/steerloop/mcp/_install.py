@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import re
 from collections.abc import Awaitable, Callable, Sequence
@@ -16,10 +15,11 @@ from .._hooks import Disposer
 from ..agent._decisions import RequestPayload
 from ..errors import ToolDefinitionError
 from ..llm._types import CallConfig
-from ..messages import Block, TextBlock
+from ..messages import Block
 from ..tools import Tool, ToolError, ToolExec, ToolResult, define_tool
 from ._config import MCPServer
 from ._connection import Connection
+from ._content import block_from_mcp
 
 if TYPE_CHECKING:
     from .._runtime import Runtime
@@ -35,14 +35,8 @@ def tool_name(server: str, tool: str) -> str:
 
 
 def result_from_mcp(result: types.CallToolResult) -> ToolResult:
-    """An MCP tool result as a steerloop one (text as text, other content as its JSON)."""
-    blocks: list[Block] = []
-    for item in result.content:
-        if isinstance(item, types.TextContent):
-            blocks.append(TextBlock(item.text))
-        else:
-            dumped = item.model_dump(mode="json", by_alias=True, exclude_none=True)
-            blocks.append(TextBlock(json.dumps(dumped, ensure_ascii=False)))
+    """An MCP tool result as a steerloop one (``block_from_mcp`` for each item)."""
+    blocks: list[Block] = [block_from_mcp(item) for item in result.content]
     meta = None
     if result.structured_content is not None:
         meta = {"structured_content": result.structured_content}

@@ -11,6 +11,7 @@ import jsonschema
 import pydantic
 from typing_extensions import TypeVar
 
+from .._media import MODALITIES
 from ..errors import ToolDefinitionError
 from ..messages import Block, UserMessage
 from ._agent_ref import AgentRef
@@ -67,6 +68,9 @@ class ToolExec:
     turn: int = 0
     step: int = 0
     deferred: list[UserMessage] = field(default_factory=list)
+    input_modalities: frozenset[str] = MODALITIES
+    """What the model that made the call accepts (``"text"``, ``"image"``, ``"file"``): a
+    result block it does not is replaced by a note saying so."""
 
     def defer_context(self, message: UserMessage) -> None:
         """Queue ``message`` for the next step, once this call's result has committed."""
