@@ -16,6 +16,7 @@ from steerloop import (
     AgentOptions,
     ImageBlock,
     Runtime,
+    SessionCorruptError,
     SessionPersistenceNotFoundError,
     SessionStorageError,
     TextBlock,
@@ -231,3 +232,21 @@ async def test_a_reference_to_a_blob_the_store_does_not_hold_is_refused(
     with pytest.raises(SessionStorageError):
         await writer.close()
     assert await rows(backend, backend.open(), "s-x") == []
+
+
+async def test_a_malformed_stored_reference_is_corruption_naming_the_seq() -> None:
+    """Hostile rows: a reference whose hash is not a hash (or that carries bytes inline) is
+    refused by the codec, naming the seq."""
+    store = MemoryStore()
+    good = user_message([ImageBlock("image/png", BIG)])
+    event = SessionEvent(seq=1, time=1, type="user/message", data=good).to_json()
+    bad = {**event, "data": {**event["data"], "content": [{**event["data"]["content"][0]}]}}
+    bad["data"]["content"][0]["blob"] = "sha256:../../etc"
+    store.put_raw("s-1", [bad])
+    with pytest.raises(SessionCorruptError, match=r"seq 1.*not a blob hash"):
+        await store.load("s-1")
+    inline = {**event, "data": {**event["data"], "content": [{**event["data"]["content"][0]}]}}
+    inline["data"]["content"][0]["data"] = "iVBORw0KGgo="
+    store.put_raw("s-1", [inline])
+    with pytest.raises(SessionCorruptError, match=r"seq 1.*unknown image block field"):
+        await store.load("s-1")
