@@ -59,7 +59,7 @@ def test_from_path_reads_the_type_from_the_bytes(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="is not a PNG, JPEG, GIF or WEBP image"):
         ImageBlock.from_path(tmp_path / "notes.md")
     (tmp_path / "big.png").write_bytes(png(64, 64, noise=True))
-    with pytest.raises(ValueError, match="larger than 1.0 KiB"):
+    with pytest.raises(ValueError, match=r"larger than 1\.0 KiB"):
         ImageBlock.from_path(tmp_path / "big.png", max_bytes=1024)
 
 
@@ -88,6 +88,7 @@ def test_from_path_reads_the_type_from_the_bytes(tmp_path: Path) -> None:
         (lambda: FileBlock("application/zip", b"PK"), "unsupported file type"),
         (lambda: FileBlock("application/pdf", b"%PS-Adobe"), "not a PDF"),
         (lambda: FileBlock("text/plain", b"\xff\xfe"), "not UTF-8"),
+        (lambda: FileBlock("text/plain", b"a\x00b"), "NUL bytes"),
     ],
 )
 def test_hostile_blocks_are_refused(make: object, error: str) -> None:

@@ -27,7 +27,14 @@ from ._media import (
     sniff_image,
 )
 
-__all__ = ["BinaryBlock", "FileBlock", "ImageBlock", "binary_from_json", "binary_to_json"]
+__all__ = [
+    "BinaryBlock",
+    "FileBlock",
+    "ImageBlock",
+    "binary_from_json",
+    "binary_to_json",
+    "modality_of",
+]
 
 _MAX_URL = 8192
 _MAX_NAME = 255
@@ -129,6 +136,8 @@ class FileBlock:
                 data.decode("utf-8")
             except UnicodeDecodeError as exc:
                 raise ValueError(f"{self.media_type} file data is not UTF-8: {exc}") from None
+            if b"\0" in data:
+                raise ValueError(f"{self.media_type} file data holds NUL bytes (it is binary)")
 
     @classmethod
     def from_path(cls, path: str | os.PathLike[str], *, max_bytes: int | None = None) -> FileBlock:
@@ -147,6 +156,8 @@ class FileBlock:
                 data.decode("utf-8")
             except UnicodeDecodeError:
                 raise ValueError(f"{name} is neither a PDF nor UTF-8 text") from None
+            if b"\0" in data:
+                raise ValueError(f"{name} is neither a PDF nor UTF-8 text (it holds NUL bytes)")
             media_type = "text/plain"
         return cls(media_type, data, name)
 
@@ -162,6 +173,14 @@ class FileBlock:
 
 
 BinaryBlock: TypeAlias = ImageBlock | FileBlock
+
+
+def modality_of(block: BinaryBlock) -> str:
+    """What a model must accept to take ``block``: ``"image"``, ``"file"`` (a PDF), or
+    ``"text"`` for a text file (every adapter sends it as text)."""
+    if isinstance(block, ImageBlock):
+        return "image"
+    return "text" if is_text_media_type(block.media_type) else "file"
 
 
 def _settle_content(block: BinaryBlock, kind: str) -> None:

@@ -7,7 +7,14 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, TypeAlias
 
-from ._binary import BinaryBlock, FileBlock, ImageBlock, binary_from_json, binary_to_json
+from ._binary import (
+    BinaryBlock,
+    FileBlock,
+    ImageBlock,
+    binary_from_json,
+    binary_to_json,
+    modality_of,
+)
 from ._ids import new_id
 from ._records import fast_init
 
@@ -30,6 +37,7 @@ __all__ = [
     "blocks_of",
     "message_from_json",
     "message_to_json",
+    "modality_of",
     "user_message",
 ]
 

@@ -70,8 +70,19 @@ async def test_a_file_for_a_model_without_files_is_refused(h: Harness) -> None:
     await settle(agent)
     error = last_reason(agent).error
     assert error.code == "UNSUPPORTED_INPUT"
-    assert "does not accept files: file spec.pdf (application/pdf," in error.message
+    assert "does not accept files (PDF): file spec.pdf (application/pdf," in error.message
     assert h.adapter.requests == []
+
+
+async def test_a_text_file_needs_only_text(h: Harness) -> None:
+    """A text file is sent as text by every adapter: a text-only model takes it."""
+    h.adapter.model_info = TEXT_ONLY
+    agent = await h.agent(text_response("read"))
+    notes = FileBlock("text/markdown", b"# notes", "notes.md")
+    agent.followup(user_message([TextBlock("see"), notes]))
+    await settle(agent)
+    assert last_reason(agent).kind == "completed"
+    assert h.adapter.requests[0].messages[-1].content == (TextBlock("see"), notes)
 
 
 async def test_an_image_in_the_history_is_refused_for_a_text_model(h: Harness) -> None:

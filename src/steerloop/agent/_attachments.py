@@ -8,11 +8,11 @@ from collections.abc import Sequence
 from .._media import AttachmentLimits, human_size
 from ..errors import LlmError
 from ..llm._types import LlmFailure
-from ..messages import FileBlock, ImageBlock, Message, ToolResultMessage
+from ..messages import FileBlock, ImageBlock, Message, ToolResultMessage, modality_of
 
 __all__ = ["check_limits", "refuse_unsupported"]
 
-_KINDS = {"image": "images", "file": "files"}
+_KINDS = {"image": "images", "file": "files (PDF)", "text": "text"}
 
 
 def check_limits(message: Message, limits: AttachmentLimits) -> None:
@@ -46,7 +46,7 @@ def refuse_unsupported(
     does not accept (``where`` says which messages these are)."""
     for message in messages:
         for block in message.content:
-            if isinstance(block, ImageBlock | FileBlock) and block.type not in accepted:
+            if isinstance(block, ImageBlock | FileBlock) and modality_of(block) not in accepted:
                 owner = (
                     f"the result of tool call {message.call_id}"
                     if isinstance(message, ToolResultMessage)
@@ -55,7 +55,8 @@ def refuse_unsupported(
                 raise LlmError(
                     LlmFailure(
                         message=(
-                            f"{model} does not accept {_KINDS[block.type]}: {block.describe()} "
+                            f"{model} does not accept {_KINDS[modality_of(block)]}: "
+                            f"{block.describe()} "
                             f"in {owner} ({where}); nothing was sent"
                         ),
                         code="UNSUPPORTED_INPUT",

@@ -40,9 +40,10 @@ from ..errors import SteerloopError
 from ..goals import GoalError, install_goals
 from ..llm._types import CallConfig
 from ..llm.config import ProviderConfigError
-from ..messages import user_message
+from ..messages import FileBlock, ImageBlock, user_message
 from ..session._session import SessionEventPayload
 from ..tools._define import ToolExec
+from ._attach import attachment_labels, load_attachment, with_attachments
 from ._chat_view import ChatView, Fragments, Screen, help_table, tools_table
 from ._render import EventRenderer, format_args, summarise
 from ._session_setup import LiveOptions, open_live, output_cap, resolve_route
@@ -104,10 +105,12 @@ class _Chat:
         self.asks: list[tuple[str, asyncio.Future[bool]]] = []
         self.last_interrupt = -_QUIT_WINDOW
         self.quitting = False
+        self.attached: list[ImageBlock | FileBlock] = []  # /attach: go with the next message
         self._commands: dict[str, Callable[[str], Awaitable[None]]] = {
             "/queue": self._queue,
             "/send": self._send,
             "/inject": self._inject,
+            "/attach": self._attach,
             "/sessions": self._sessions,
             "/resume": self._resume,
             "/fork": self._fork,
@@ -293,11 +296,13 @@ class _Chat:
             except (SteerloopError, ValueError, RuntimeError) as exc:
                 self._error(f"{name}: {exc}")
             return
+        message = with_attachments(line, self.attached)
         if self.agent.status == "running":
-            self.agent.steer(user_message(line))
+            self.agent.steer(message)
             self.screen.print(Text(f"steering: {summarise(line, 100)}", style="dim"))
         else:
-            self.agent.followup(user_message(line))
+            self.agent.followup(message)
+        self.attached = []
 
     def _error(self, message: str) -> None:
         self.screen.print(Text.assemble(("error: ", "red"), message))
@@ -351,6 +356,16 @@ class _Chat:
         for message in parked:
             self.agent.followup(message)
         self._note(f"sending {len(parked)} queued message{'s' if len(parked) > 1 else ''}")
+
+    async def _attach(self, path: str) -> None:
+        """Stage a file for the next message (``/attach`` alone lists what is staged)."""
+        if not path:
+            labels = attachment_labels(self.attached)
+            self._note("attached: " + " ".join(labels) if labels else "nothing is attached")
+            return
+        block = load_attachment(path)
+        self.attached.append(block)
+        self._note(f"attached {block.describe()}: it goes with your next message")
 
     async def _inject(self, text: str) -> None:
         if not text:

@@ -10,7 +10,15 @@ fails the call (it could not be stored).
 from __future__ import annotations
 
 from .._media import AttachmentLimits, human_size
-from ..messages import Block, FileBlock, ImageBlock, ReasoningBlock, TextBlock, ToolCallBlock
+from ..messages import (
+    Block,
+    FileBlock,
+    ImageBlock,
+    ReasoningBlock,
+    TextBlock,
+    ToolCallBlock,
+    modality_of,
+)
 from ._define import ToolError, ToolExec, ToolResult
 
 __all__ = ["fit_result"]
@@ -60,8 +68,8 @@ def fit_result(result: ToolResult, exec: ToolExec, limits: AttachmentLimits) -> 
 def _refusal(
     block: ImageBlock | FileBlock, accepted: frozenset[str], limits: AttachmentLimits, total: int
 ) -> str | None:
-    if block.type not in accepted:
-        return f"the model does not accept {block.type}s"
+    if modality_of(block) not in accepted:
+        return f"the model does not accept {modality_of(block)}s"
     size = block.size or 0
     if size > limits.block_bytes:
         return f"it is over the limit of {human_size(limits.block_bytes)} per attachment"
