@@ -44,6 +44,7 @@ def test_blocks() -> None:
     text = FileBlock("text/plain", b"x" * 400, "a.txt")
     assert binary_tokens(text) == 0  # counted as its 400 characters instead
     stored = block_from_json(block_to_json(ImageBlock("image/png", png(201, 200))))
+    assert isinstance(stored, ImageBlock)
     assert binary_tokens(stored) == IMAGE_CEILING  # no bytes at hand: the ceiling
     assert binary_tokens(ImageBlock("image/png", url="https://x/y.png")) == IMAGE_CEILING
     broken = FileBlock("application/pdf", b"%PDF-1.7 not really", "x.pdf")
