@@ -10,17 +10,42 @@ the same to the model and works with every OpenAI-compatible server).
 from __future__ import annotations
 
 import base64
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from .._media import is_text_media_type
-from ..messages import FileBlock, ImageBlock
+from ..messages import Block, FileBlock, ImageBlock, TextBlock
 
 __all__ = [
     "anthropic_part",
     "chat_part",
+    "content_parts",
     "file_label",
+    "has_binary",
     "responses_part",
 ]
+
+
+def has_binary(blocks: Iterable[Block]) -> bool:
+    """Whether ``blocks`` hold an image or a file (else a message stays a plain string)."""
+    return any(isinstance(b, ImageBlock | FileBlock) for b in blocks)
+
+
+def content_parts(
+    blocks: Iterable[Block],
+    text_type: str,
+    binary_part: Callable[[ImageBlock | FileBlock], dict[str, Any]],
+) -> list[dict[str, Any]]:
+    """A message's text and attachments as a format's content parts, in order."""
+    parts: list[dict[str, Any]] = []
+    for block in blocks:
+        if isinstance(block, TextBlock):
+            if block.text:
+                parts.append({"type": text_type, "text": block.text})
+        elif isinstance(block, ImageBlock | FileBlock):
+            parts.append(binary_part(block))
+    return parts
+
 
 _DEFAULT_NAMES = {"application/pdf": "attachment.pdf"}
 

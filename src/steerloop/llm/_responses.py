@@ -21,8 +21,6 @@ from openai.resources.responses import AsyncResponses
 
 from ..messages import (
     AssistantMessage,
-    FileBlock,
-    ImageBlock,
     Message,
     ReasoningBlock,
     SystemMessage,
@@ -34,7 +32,7 @@ from ..messages import (
 from ._failures import classify
 from ._http import redact
 from ._openai_shared import REASONING_MODELS, failure_from_exception, open_client, resolve_known
-from ._parts import responses_part
+from ._parts import content_parts, has_binary, responses_part
 from ._provider_stream import error_finish, provider_stream
 from ._types import GenerateRequest, LlmFailure, ModelInfo, TokenUsage
 from .chunks import (
@@ -209,16 +207,9 @@ def _input_content(blocks: tuple[Any, ...]) -> str | list[dict[str, Any]]:
     """Text alone as a string (as before images); with images or files, ``input_text`` /
     ``input_image`` / ``input_file`` parts in order (a function call's output takes the same
     list)."""
-    if not any(isinstance(b, ImageBlock | FileBlock) for b in blocks):
+    if not has_binary(blocks):
         return _text(blocks)
-    parts: list[dict[str, Any]] = []
-    for block in blocks:
-        if isinstance(block, TextBlock):
-            if block.text:
-                parts.append({"type": "input_text", "text": block.text})
-        elif isinstance(block, ImageBlock | FileBlock):
-            parts.append(responses_part(block))
-    return parts
+    return content_parts(blocks, "input_text", responses_part)
 
 
 _REASONING_FIELDS = frozenset({"id", "type", "summary", "content", "encrypted_content"})

@@ -40,7 +40,7 @@ from ._openai_shared import (
     resolve_known,
     responses_first,
 )
-from ._parts import chat_part
+from ._parts import chat_part, content_parts, has_binary
 from ._provider_stream import provider_stream
 from ._responses import OpenAIResponsesAdapter
 from ._types import GenerateRequest, LlmFailure, ModelInfo, TokenUsage
@@ -406,16 +406,7 @@ def _messages(request: GenerateRequest, replay: ReasoningReplay) -> list[dict[st
 
 def _user_content(blocks: tuple[Any, ...]) -> str | list[dict[str, Any]]:
     """Text alone as a string (as before images); with images or files, the parts in order."""
-    if not any(isinstance(b, ImageBlock | FileBlock) for b in blocks):
-        return _text(blocks)
-    parts: list[dict[str, Any]] = []
-    for block in blocks:
-        if isinstance(block, TextBlock):
-            if block.text:
-                parts.append({"type": "text", "text": block.text})
-        elif isinstance(block, ImageBlock | FileBlock):
-            parts.append(chat_part(block))
-    return parts
+    return content_parts(blocks, "text", chat_part) if has_binary(blocks) else _text(blocks)
 
 
 def _tool_attachments(message: ToolResultMessage) -> list[dict[str, Any]]:
