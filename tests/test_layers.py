@@ -52,6 +52,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "steerloop.mcp",
         "steerloop.telemetry",
         "steerloop.service",
+        "steerloop.evals",
     ),
     ("steerloop.cli",),
 )
