@@ -60,7 +60,7 @@ class Runtime:
         ids: IdFactory = new_id,
         attachments: AttachmentLimits = DEFAULT_LIMITS,
     ) -> None:
-        self._limits = LoopLimits(_check_parallel(max_parallel_tool_calls), attachments)
+        self._limits = LoopLimits(_check_parallel(max_parallel_tool_calls), attachments=attachments)
         self.clock = clock
         self.store = store
         self.hooks = HookBus()

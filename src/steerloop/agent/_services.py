@@ -23,12 +23,17 @@ __all__ = ["LoopLimits", "LoopServices"]
 class LoopLimits:
     """Limits the host may change while agents run (read when a tool group begins)."""
 
-    __slots__ = ("attachments", "max_parallel_tool_calls")
+    __slots__ = ("attachments", "max_parallel_tool_calls", "reconcile_timeout")
 
     def __init__(
-        self, max_parallel_tool_calls: int, attachments: AttachmentLimits = DEFAULT_LIMITS
+        self,
+        max_parallel_tool_calls: int,
+        reconcile_timeout: float = 10.0,
+        attachments: AttachmentLimits = DEFAULT_LIMITS,
     ) -> None:
         self.max_parallel_tool_calls = max_parallel_tool_calls
+        self.reconcile_timeout = reconcile_timeout
+        """Seconds a tool's ``reconcile`` may take at recovery before the call stays unknown."""
         self.attachments = attachments
 
 
