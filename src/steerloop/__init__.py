@@ -58,7 +58,7 @@ from .messages import (
     UserMessage,
     user_message,
 )
-from .session import Session, SessionEvent, TurnEndReason
+from .session import InputRequest, Session, SessionEvent, TurnEndReason
 from .tools import (
     PostExecute,
     Tool,
@@ -86,6 +86,7 @@ __all__ = [
     "FileBlock",
     "ImageBlock",
     "Inbox",
+    "InputRequest",
     "LlmError",
     "LlmFailure",
     "Message",
