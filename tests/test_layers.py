@@ -28,7 +28,10 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "steerloop._records",
         "steerloop._hooks",
         "steerloop._owned",
+        "steerloop._procs",
         "steerloop._redact",
+        "steerloop._media",
+        "steerloop._binary",
         "steerloop.messages",
         "steerloop._model",
     ),
@@ -50,6 +53,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "steerloop.mcp",
         "steerloop.telemetry",
         "steerloop.service",
+        "steerloop.evals",
     ),
     ("steerloop.cli",),
 )

@@ -12,7 +12,7 @@ function-local imports included):
    recovery, registry; it sees the runtime only as the ``LoopServices`` record
 6. ``_runtime`` — the composition root, the only module that wires every layer
 7. plugins on the public hooks — ``llm.retry``, ``llm.config``, ``goals``, ``subagents``,
-   ``workspace``, ``mcp``, ``telemetry``, ``context``, ``service``, ``testing``
+   ``workspace``, ``mcp``, ``telemetry``, ``context``, ``service``, ``testing``, ``evals``
 8. ``cli``
 """
 
@@ -46,6 +46,8 @@ from .llm import CallConfig, LlmFailure, RetryPolicy
 from .messages import (
     AssistantMessage,
     Block,
+    FileBlock,
+    ImageBlock,
     Message,
     MessageSource,
     ReasoningBlock,
@@ -56,7 +58,7 @@ from .messages import (
     UserMessage,
     user_message,
 )
-from .session import Session, SessionEvent, TurnEndReason
+from .session import InputRequest, Session, SessionEvent, TurnEndReason
 from .tools import (
     PostExecute,
     Tool,
@@ -81,7 +83,10 @@ __all__ = [
     "CallConfig",
     "CancelCause",
     "Disposer",
+    "FileBlock",
+    "ImageBlock",
     "Inbox",
+    "InputRequest",
     "LlmError",
     "LlmFailure",
     "Message",

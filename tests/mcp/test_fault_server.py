@@ -4,9 +4,10 @@ names, schemas, results, validation, cancellation, timeouts, deaths, list change
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -15,7 +16,7 @@ import pytest
 from steerloop import CancelCause, Runtime, define_tool, user_message
 from steerloop.errors import ToolDefinitionError
 from steerloop.mcp import MCPConnectionError, MCPServer, MCPTools, install_mcp
-from steerloop.messages import TextBlock, ToolResultMessage
+from steerloop.messages import ImageBlock, TextBlock, ToolResultMessage
 from steerloop.testing import text_response, tool_call_response, tool_calls_response
 from steerloop.workspace import install_approval
 
@@ -23,19 +24,6 @@ from ..conftest import Harness, compact, events_of, settle
 from .helpers import START, alive, eventually, fault, lines
 
 pytestmark = pytest.mark.timeout(180)
-
-
-@pytest.fixture
-def state(tmp_path: Path) -> Path:
-    path = tmp_path / "state"
-    path.mkdir()
-    return path
-
-
-@pytest.fixture
-def errlog(tmp_path: Path) -> Iterator[TextIO]:
-    with (tmp_path / "server-stderr.txt").open("w") as f:
-        yield f
 
 
 @pytest.fixture
@@ -88,8 +76,8 @@ async def test_tools_are_registered_as_server_tool_with_schema_and_concurrency(
 async def test_results_text_json_structured_content_and_is_error(
     h: Harness, installed: MCPTools
 ) -> None:
-    """text → TextBlock; an image → its JSON text; structuredContent → tool/result meta;
-    isError → TOOL_FAILED."""
+    """text → TextBlock; an image → an ImageBlock of its bytes; structuredContent →
+    tool/result meta; isError → TOOL_FAILED."""
     agent = await h.agent(
         tool_calls_response(
             [
@@ -109,11 +97,7 @@ async def test_results_text_json_structured_content_and_is_error(
     got = results(h, 1)
     assert text(got["c1"]) == "hello"
     assert json.loads(text(got["c2"])) == {"n": 21, "double": 42}
-    assert json.loads(text(got["c3"])) == {
-        "type": "image",
-        "data": "iVBORw0KGgo=",
-        "mimeType": "image/png",
-    }
+    assert got["c3"].content == (ImageBlock("image/png", base64.b64decode("iVBORw0KGgo=")),)
     assert got["c4"].is_error and text(got["c4"]) == "Error executing tool fail"
     metas = {e.data.message.call_id: e.data.meta for e in events_of(agent.session, "tool/result")}
     assert metas["c2"] == {"structured_content": {"n": 21, "double": 42}}
@@ -238,7 +222,8 @@ async def test_close_ends_the_server_process_and_its_children(state: Path, errlo
 async def test_the_environment_holds_only_the_allow_list_and_what_was_configured(
     h: Harness, state: Path, errlog: TextIO, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """No variable of ours reaches the server unless allow-listed or configured."""
+    """No variable of ours reaches the server unless allow-listed or configured (the tree's
+    marker aside)."""
     monkeypatch.setenv("OPENAI_API_KEY", "sk-ours")
     monkeypatch.setenv("LANG", "C.UTF-8")
     installed = await install_mcp(h.rt, [fault(state, env={"GIVEN": "1"})], errlog=errlog)
@@ -250,8 +235,10 @@ async def test_the_environment_holds_only_the_allow_list_and_what_was_configured
     assert {"GIVEN", "PATH", "LANG"} <= names
     # Python may add LC_CTYPE itself (PEP 538 locale coercion), which the list allows.
     from steerloop.mcp import ENV_ALLOW_LIST
+    from steerloop.mcp._tree import MARKER
 
-    assert names <= {"GIVEN", *ENV_ALLOW_LIST}
+    # The marker that finds the server's process tree is the one variable steerloop adds.
+    assert names <= {"GIVEN", MARKER, *ENV_ALLOW_LIST}
     await installed.close()
 
 

@@ -38,7 +38,13 @@ app = typer.Typer(
 sessions_app = typer.Typer(
     help="Browse stored sessions.", no_args_is_help=True, rich_markup_mode=None
 )
+eval_app = typer.Typer(
+    help="Evaluate a model or prompt on recorded sessions.",
+    no_args_is_help=True,
+    rich_markup_mode=None,
+)
 app.add_typer(sessions_app, name="sessions")
+app.add_typer(eval_app, name="eval")
 app.add_typer(mcp_app, name="mcp")
 
 StoreOption = Annotated[
@@ -223,24 +229,71 @@ def sessions_show(session_id: str, store: StoreOption = None) -> None:
 def sessions_export(
     session_id: str,
     format: Annotated[
-        str, typer.Option("--format", metavar="FORMAT", help="jsonl or markdown")
+        str, typer.Option("--format", metavar="FORMAT", help="jsonl, markdown or bundle")
     ] = "jsonl",
     store: StoreOption = None,
+    attachments: Annotated[
+        Path | None,
+        typer.Option(
+            "--attachments",
+            metavar="DIR",
+            help="With markdown: write the session's images and files into DIR and link them.",
+        ),
+    ] = None,
 ) -> None:
-    """Export a session's log (jsonl: every event; markdown: the conversation)."""
+    """Export a session's log (jsonl: every event; markdown: the conversation, naming its
+    images and files; bundle: the session as one file that steerloop.evals.load_bundle
+    imports into any store)."""
     console = Console()
-    if format not in ("jsonl", "markdown"):
-        raise typer.BadParameter("--format must be jsonl or markdown")
+    if format not in ("jsonl", "markdown", "bundle"):
+        raise typer.BadParameter("--format must be jsonl, markdown or bundle")
+    if attachments is not None and format != "markdown":
+        raise typer.BadParameter("--attachments goes with --format markdown")
+    if format == "bundle":
+        _export_bundle(store, session_id, console)
+        return
     events = _load(store, session_id, console)
     if format == "jsonl":
         for event in events:
             sys.stdout.write(json.dumps(event.to_json(), ensure_ascii=False) + "\n")
-    else:
-        sys.stdout.write(_markdown(session_id, events))
+        return
+    links: dict[str, str] = {}
+    if attachments is not None:
+        from ._attach import write_attachments
+
+        async def job(backend: Any) -> dict[str, str]:
+            return await write_attachments(backend, session_id, events, attachments)
+
+        try:
+            links = asyncio.run(_with_store(_settings(store, create=False).store, job))
+        except (OSError, SessionPersistenceError) as exc:
+            raise _fail(console, f"writing the attachments: {exc}") from None
+    sys.stdout.write(_markdown(session_id, events, links))
 
 
-def _markdown(session_id: str, events: tuple[SessionEvent, ...]) -> str:
+def _export_bundle(store: str | None, session_id: str, console: Console) -> None:
+    from ..evals._bundle import export_bundle
+
+    try:
+        settings = _settings(store, create=False)
+    except _Missing as exc:
+        raise _fail(console, str(exc)) from None
+
+    async def job(backend: Any) -> int:
+        count: int = await export_bundle(backend, session_id, sys.stdout)
+        return count
+
+    try:
+        asyncio.run(_with_store(settings.store, job))
+    except (ValueError, SessionPersistenceError) as exc:
+        raise _fail(console, str(exc)) from None
+
+
+def _markdown(
+    session_id: str, events: tuple[SessionEvent, ...], links: dict[str, str] | None = None
+) -> str:
     from ..session._session import Session
+    from ._attach import markdown_attachments
 
     lines = [f"# Session {session_id}", ""]
     for message in Session._create(session_id, seed=events, repair=False).derive_messages():
@@ -248,6 +301,8 @@ def _markdown(session_id: str, events: tuple[SessionEvent, ...]) -> str:
         if message.role == "assistant":
             calls = [f"`{b.name}({b.arguments})`" for b in message.content if b.type == "tool-call"]
             text = "\n".join(filter(None, [text, *calls]))
+        files = markdown_attachments(message.content, links or {})
+        text = "\n\n".join(filter(None, [text, *files]))
         lines += [f"**{message.role}**", "", text or "_(empty)_", ""]
     return "\n".join(lines)
 
@@ -370,6 +425,15 @@ def run(
             "--output-schema", help="A JSON-schema file; print the validated JSON answer."
         ),
     ] = None,
+    attach: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--attach",
+            metavar="FILE",
+            help="Send an image (PNG, JPEG, GIF, WEBP) or a file (PDF, text) with the prompt; "
+            "repeatable.",
+        ),
+    ] = None,
 ) -> None:
     """Run one turn (or a goal); the exit status follows the turn's end reason.
 
@@ -380,6 +444,12 @@ def run(
 
     if prompt is None and goal is None:
         raise typer.BadParameter("give a PROMPT, --goal TEXT, or both")
+    from ._attach import load_attachment
+
+    try:
+        attachments = [load_attachment(path) for path in attach or ()]
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--attach") from None
     schema = None
     if output_schema is not None:
         if prompt is None or goal is not None:
@@ -405,6 +475,7 @@ def run(
                 goal=goal,
                 full=full,
                 output_schema=schema,
+                attachments=attachments,
             )
         )
     except (ValueError, SteerloopError) as exc:
@@ -477,6 +548,43 @@ def serve(
         ),
     ] = 10.0,
     no_retry: Annotated[bool, typer.Option("--no-retry", help="No retry policy.")] = False,
+    allowed_host: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allowed-host",
+            help="A Host name to answer besides loopback and --host (repeatable; for a "
+            "reverse proxy; *.domain for every name under it).",
+        ),
+    ] = None,
+    allowed_origin: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allowed-origin",
+            help="A browser origin (scheme://host[:port]) allowed besides the server's own "
+            "(repeatable; gets CORS headers).",
+        ),
+    ] = None,
+    max_connections: Annotated[
+        int | None,
+        typer.Option("--max-connections", help="Open connections at most, then 503 [512]."),
+    ] = None,
+    max_streams: Annotated[
+        int | None, typer.Option("--max-streams", help="SSE streams at most, then 503 [256].")
+    ] = None,
+    max_streams_per_session: Annotated[
+        int | None,
+        typer.Option(
+            "--max-streams-per-session", help="SSE streams of one session, then 429 [16]."
+        ),
+    ] = None,
+    header_timeout: Annotated[
+        float | None,
+        typer.Option("--header-timeout", help="Seconds to receive a request head, then 408 [10]."),
+    ] = None,
+    body_timeout: Annotated[
+        float | None,
+        typer.Option("--body-timeout", help="Seconds to receive a request body, then 408 [30]."),
+    ] = None,
 ) -> None:
     """Serve sessions over HTTP + SSE (extra steerloop[server])."""
     from ._serve import serve_main
@@ -495,9 +603,117 @@ def serve(
             capacity=capacity,
             drain_timeout=drain_timeout,
             retry=not no_retry,
+            allowed_hosts=allowed_host or (),
+            allowed_origins=allowed_origin or (),
+            limits=_edge_limits(
+                max_connections=max_connections,
+                max_streams=max_streams,
+                max_streams_per_session=max_streams_per_session,
+                header_timeout=header_timeout,
+                body_timeout=body_timeout,
+            ),
         )
     except (ValueError, SteerloopError) as exc:
         raise _fail(console, str(exc), 2) from None
+
+
+def _edge_limits(**flags: Any) -> Any:
+    """``Limits`` from the serve flags given (the rest keep their defaults, which the flags'
+    help shows in brackets); a bad value is refused naming its flag."""
+    from ..service._limits import Limits
+
+    try:
+        return Limits(**{name: value for name, value in flags.items() if value is not None})
+    except ValueError as exc:
+        name = str(exc).split(" ", 1)[0]
+        raise ValueError(f"--{name.replace('_', '-')}{str(exc)[len(name) :]}") from None
+
+
+@eval_app.command("replay")
+def eval_replay(
+    session_id: str,
+    model: Annotated[
+        str | None,
+        typer.Option(
+            "--model", "-m", metavar="P/M", help="PROVIDER/MODEL to replay with (default: config)."
+        ),
+    ] = None,
+    from_turn: Annotated[
+        int, typer.Option("--from-turn", metavar="N", help="First turn to run again.")
+    ] = 1,
+    system: Annotated[
+        Path | None,
+        typer.Option("--system", metavar="FILE", help="System prompt file (default: recorded)."),
+    ] = None,
+    tools: Annotated[
+        str,
+        typer.Option(
+            "--tools",
+            metavar="MODE",
+            help="recorded: calls the recording lacks are NOT_RECORDED; live: such calls run "
+            "when they only read (workspace and MCP tools).",
+        ),
+    ] = "recorded",
+    as_json: Annotated[bool, typer.Option("--json", help="Write the report as JSON.")] = False,
+    out: Annotated[
+        Path | None, typer.Option("--out", metavar="FILE", help="Write the report to FILE.")
+    ] = None,
+    max_tokens: MaxTokensOption = None,
+    store: StoreOption = None,
+) -> None:
+    """Run a recorded session again with another model or prompt; report where it diverges.
+
+    The session is read, never written: its turns run in a new session, the recorded input
+    fed with its timing, tool calls answered from the recording. The exit status is 0
+    whatever the report says; 1 when the replay could not run.
+    """
+    from ._eval import report_text, run_eval_replay
+
+    console = Console(stderr=True)
+    if tools not in ("recorded", "live"):
+        raise typer.BadParameter("--tools must be recorded or live")
+    if from_turn < 1:
+        raise typer.BadParameter("--from-turn must be 1 or more")
+    if max_tokens is not None and not 0 < max_tokens < 2**53:
+        raise typer.BadParameter("--max-tokens must be a positive integer")
+    prompt = None
+    if system is not None:
+        try:
+            prompt = system.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise typer.BadParameter(f"cannot read the system prompt {system}: {exc}") from None
+    try:
+        settings = _settings(store, create=False)
+    except _Missing as exc:
+        raise _fail(console, str(exc)) from None
+    try:
+        report = asyncio.run(
+            run_eval_replay(
+                settings,
+                session_id,
+                model=model,
+                from_turn=from_turn,
+                system_prompt=prompt,
+                tools="live" if tools == "live" else "recorded",
+                max_tokens=max_tokens,
+                console=console,
+            )
+        )
+    except (ValueError, RuntimeError, SteerloopError) as exc:
+        raise _fail(console, str(exc)) from None
+    text = report_text(report, as_json=as_json)
+    if out is None:
+        sys.stdout.write(text)
+        return
+    try:
+        out.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise _fail(console, f"cannot write {out}: {exc}") from None
+    first = report.diverged_at
+    console.print(
+        f"report written to {escape(str(out))} · "
+        + (f"first divergence: {escape(str(first))}" if first else "no divergence")
+    )
 
 
 def main() -> None:

@@ -29,6 +29,7 @@ from ..messages import TextBlock
 from ..session._events import SessionEvent
 from ..session._session import SessionEventPayload
 from ..tools._define import Tool
+from ._attach import attachment_labels
 from ._render import EventRenderer, format_args, summarise
 
 __all__ = ["ChatView", "Screen", "help_table", "tools_table"]
@@ -44,6 +45,7 @@ _HELP = (
     ("/queue TEXT", "send TEXT as a follow-up for after this turn"),
     ("/send", "send the messages a Ctrl-C kept queued, now"),
     ("/inject TEXT", "add TEXT to the next step without waking the agent"),
+    ("/attach FILE", "send an image or a file (PDF, text) with your next message; /attach lists"),
     ("/sessions", "list stored sessions"),
     ("/resume ID", "switch to a stored session and show its history"),
     ("/fork", "copy this session into a new one and switch to it"),
@@ -52,6 +54,8 @@ _HELP = (
     ("/goal TEXT", "set a goal the agent pursues round by round (replaces the current one)"),
     ("/goal", "show the goal; /goal pause | resume | clear change it"),
     ("/compact", "summarize the older history now (the footer shows ~context/window tokens)"),
+    ("/SERVER:PROMPT ARGS", "send an MCP server's prompt, expanded (/prompts lists them)"),
+    ("@SERVER:URI", "in a message: attach that MCP server's resource to it"),
     ("/help", "this help"),
     ("/quit", "leave (also Ctrl-D, or Ctrl-C when idle / twice)"),
     ("Ctrl-C", "cancel the running turn (queued messages are kept); the history stays consistent"),
@@ -237,6 +241,7 @@ class ChatView:
         call = self.calls.get(message.call_id)
         name, args = (call.name, call.args) if call else ("tool", "")
         text = " ".join(b.text for b in message.content if isinstance(b, TextBlock))
+        text = " ".join(filter(None, [text, *attachment_labels(message.content)]))
         if message.is_error:
             code = d.error.code if d.error is not None else "ERROR"
             line = Text.assemble(

@@ -8,8 +8,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._hooks import Disposer
+from .._media import MODALITIES
 from .._signal import AbortSignal
 from ..errors import LlmError
+from ._assembler import BlockAssembler
 from ._types import (
     CallConfig,
     ClosableAdapter,
@@ -36,6 +38,7 @@ class PreparedCall:
     retry_policy: RetryPolicy = field(default_factory=RetryPolicy)
     context_window: int | None = None
     reads_in_history_system: bool = False
+    input_modalities: frozenset[str] = MODALITIES
 
     @property
     def provider(self) -> str:
@@ -50,6 +53,26 @@ class PreparedCall:
     def open_stream(self, request: GenerateRequest) -> AsyncIterator[StreamChunk]:
         """Obtain the adapter's iterator (the stream counts as started once this returns)."""
         return aiter(self.adapter.stream(request))
+
+    async def collect(self, request: GenerateRequest) -> BlockAssembler:
+        """Stream ``request`` into a ``BlockAssembler`` until it ends or its signal aborts
+        (a request outside the loop: a summary, a server's sample); the stream is closed
+        either way. The caller reads the assembler's blocks, usage and finish."""
+        assembler = BlockAssembler()
+        signal = request.signal
+        iterator = self.open_stream(request)
+        try:
+            while signal is None or not signal.aborted:
+                try:
+                    chunk = await anext(iterator)
+                except StopAsyncIteration:
+                    break
+                assembler.push(chunk)
+        finally:
+            aclose = getattr(iterator, "aclose", None)
+            if aclose is not None:
+                await aclose()
+        return assembler
 
 
 class LlmService:
@@ -147,6 +170,7 @@ class LlmService:
             retry_policy=info.retry_policy,
             context_window=info.context_window,
             reads_in_history_system=info.reads_in_history_system,
+            input_modalities=frozenset(info.input_modalities),
         )
 
 

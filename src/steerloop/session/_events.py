@@ -23,6 +23,13 @@ from ..messages import (
     UserMessage,
 )
 from ._encode import encode
+from ._input_events import (
+    InputAnswered,
+    InputRequest,
+    MCPResourceUpdated,
+    MCPSampled,
+    MCPTaskCreated,
+)
 
 __all__ = [
     "COMPACTION_PLUGIN",
@@ -272,6 +279,9 @@ class ToolResultEvent:
     message: ToolResultMessage
     error: ToolErrorInfo | None = None
     meta: Any = None
+    reconciled: bool | None = None
+    """``True`` on a result a tool's ``reconcile`` supplied at recovery for a call whose
+    outcome was unknown (left out otherwise)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -402,6 +412,11 @@ EventRecord: TypeAlias = (
     | ContextCompacted
     | ApprovalRequested
     | ApprovalDecided
+    | InputRequest
+    | InputAnswered
+    | MCPTaskCreated
+    | MCPResourceUpdated
+    | MCPSampled
     | ToolDeferred
     | StateChanged
 )
@@ -426,6 +441,11 @@ RECORD_TYPES: tuple[type[EventRecord], ...] = (
     ContextCompacted,
     ApprovalRequested,
     ApprovalDecided,
+    InputRequest,
+    InputAnswered,
+    MCPTaskCreated,
+    MCPResourceUpdated,
+    MCPSampled,
     ToolDeferred,
     StateChanged,
 )

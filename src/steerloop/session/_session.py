@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar, overload
@@ -9,8 +10,9 @@ from typing import Any, TypeVar, overload
 from .._hooks import HookBus
 from .._ids import Clock, default_clock
 from .._owned import RuntimeOwned
-from ..errors import SessionStorageError
+from ..errors import SessionCorruptError, SessionPersistenceNotFoundError, SessionStorageError
 from ..messages import Message, check_json
+from ._blobs import StoredBlob, blob_seq, with_blob_data
 from ._codec import KNOWN_TYPES
 from ._encode import encode
 from ._events import (
@@ -24,7 +26,7 @@ from ._events import (
     compaction_op_ok,
     surface_message,
 )
-from ._repair import plan_repair
+from ._repair import RepairEvent, plan_repair
 
 __all__ = ["EventSink", "Session", "SessionEventPayload"]
 
@@ -56,6 +58,20 @@ class EventSink:
     async def flush(self) -> None:
         """Return once every event written so far is durable."""
 
+    async def fence(self) -> None:
+        """The barrier before a side effect: return once every event written so far is
+        durable under a write lease this process still holds; raise otherwise.
+
+        Where a lease can be taken over (PostgreSQL) the commit confirms it (a fenced
+        commit); a failed fence fails the writer for good.
+        """
+        await self.flush()
+
+    def lease_valid(self) -> bool:
+        """Whether a tool may start now without a fence: the writer has not failed and its
+        lease cannot have expired. Synchronous and cheap (checked before every tool start)."""
+        return True
+
     async def close(self) -> None:
         """Flush and release the write handle."""
 
@@ -71,6 +87,16 @@ class EventSink:
 
     def set_header(self, header: Mapping[str, Any]) -> None:
         """The session header (EVENTS.md §2.7) to store when a fresh session is published."""
+
+    async def read_blob(self, hash: str) -> StoredBlob:
+        """The bytes of blob ``hash`` from the store behind this sink.
+
+        Raises:
+            SessionPersistenceNotFoundError: the store keeps no such blob (a sink without a
+                store keeps none).
+            SessionCorruptError: the stored blob is not what was stored.
+        """
+        raise SessionPersistenceNotFoundError(f"blob {hash} is not stored (no store)")
 
 
 class _EventsView(Sequence[SessionEvent]):
@@ -115,6 +141,7 @@ class Session(metaclass=RuntimeOwned):
         header: dict[str, Any] | None = None,
         inherited_seed: bool = False,
         repair: bool = True,
+        close_seed: bool = True,
     ) -> None:
         if not isinstance(id, str) or not id:
             raise ValueError("session id must be a non-empty string")
@@ -134,19 +161,13 @@ class Session(metaclass=RuntimeOwned):
         self._latest: dict[str, SessionEvent] = {}
         self._observers: list[Observer] = []
         self._sealed: str | None = None
+        self._blob_cache: OrderedDict[str, StoredBlob] = OrderedDict()
         self.last_turn = 0
         self.surface_replaced = 0
         for event in seed:
             self._fold(event)
-        if repair:
-            for fix in plan_repair(seed):
-                self.append(
-                    fix.data,
-                    surface_op=fix.surface_op,
-                    source_event_seqs=fix.source_event_seqs,
-                )
-        if self._events and _needs_seed_marker(self._events[-1], inherited_seed):
-            self.append(SessionEndSeed(inherited=inherited_seed))
+        if close_seed:
+            self.close_seed(plan_repair(seed) if repair else (), inherited=inherited_seed)
 
     # --- reading ---------------------------------------------------------------------
 
@@ -277,6 +298,20 @@ class Session(metaclass=RuntimeOwned):
             self._hooks.emit("session/event", SessionEventPayload(self, event))
         return event
 
+    def close_seed(self, fixes: Sequence[RepairEvent], *, inherited: bool = False) -> None:
+        """Internal: append the repair of the seed's open turn (``fixes``, from
+        ``plan_repair``), then mark where the seed ends (``session/end-seed``).
+
+        The constructor does this unless it is given ``close_seed=False``: a resume that
+        reconciles unknown tool outcomes first closes the seed itself.
+        """
+        for fix in fixes:
+            self.append(
+                fix.data, surface_op=fix.surface_op, source_event_seqs=fix.source_event_seqs
+            )
+        if self._events and _needs_seed_marker(self._events[-1], inherited):
+            self.append(SessionEndSeed(inherited=inherited))
+
     def seal(self, reason: str) -> None:
         """Internal: refuse every later append (an abandoned activity must not write)."""
         self._sealed = reason
@@ -293,9 +328,51 @@ class Session(metaclass=RuntimeOwned):
         if observer in self._observers:
             self._observers.remove(observer)
 
+    async def with_blob_data(self, messages: Sequence[Message]) -> tuple[Message, ...]:
+        """``messages`` with the bytes of every image and file block read back from the
+        store (a resumed or forked log holds only their hashes): what a request needs.
+
+        Raises:
+            SessionCorruptError: a blob is missing or corrupt (names the seq of the event
+                that references it).
+        """
+        try:
+            return await with_blob_data(messages, self._read_blob)
+        except ValueError as exc:  # the stored bytes are not what the block says
+            raise SessionCorruptError(f"session {self.id!r}: a stored blob: {exc}") from None
+
+    async def _read_blob(self, hash: str) -> StoredBlob:
+        cached = self._blob_cache.get(hash)
+        if cached is not None:
+            self._blob_cache.move_to_end(hash)
+            return cached
+        try:
+            blob = await self._sink.read_blob(hash)
+        except (SessionPersistenceNotFoundError, SessionCorruptError) as exc:
+            seq = blob_seq(self._events, hash)
+            where = f"seq {seq}" if seq is not None else "an event"
+            why = "it is missing" if isinstance(exc, SessionPersistenceNotFoundError) else exc
+            raise SessionCorruptError(
+                f"session {self.id!r}: {where} references blob {hash}: {why}"
+            ) from None
+        # Later requests of the session send the same blobs again: keep the recent ones.
+        self._blob_cache[hash] = blob
+        total = sum(b.size for b in self._blob_cache.values())
+        while total > _BLOB_CACHE_BYTES and len(self._blob_cache) > 1:
+            total -= self._blob_cache.popitem(last=False)[1].size
+        return blob
+
     async def flush(self) -> None:
         """Barrier: every event appended so far is durable when this returns."""
         await self._sink.flush()
+
+    async def fence(self) -> None:
+        """Internal: the barrier before a side-effecting tool starts (``EventSink.fence``)."""
+        await self._sink.fence()
+
+    def lease_valid(self) -> bool:
+        """Internal: whether a tool may start without a fence (``EventSink.lease_valid``)."""
+        return self._sink.lease_valid()
 
     async def close(self) -> None:
         """Flush every event and release the persistence write handle."""
@@ -391,5 +468,6 @@ def _needs_seed_marker(last: SessionEvent, inherited: bool) -> bool:
     return inherited and not (isinstance(last.data, SessionEndSeed) and last.data.inherited)
 
 
+_BLOB_CACHE_BYTES = 32 * 1024 * 1024
 _TYPED = KNOWN_TYPES  # the types with a typed payload record (one list: the codec's)
 _TYPED_LOG_ONLY = _TYPED - SURFACE_TYPES

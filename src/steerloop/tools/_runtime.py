@@ -14,12 +14,14 @@ import pydantic
 
 from .._cancel import escapes
 from .._hooks import Disposer, HookBus
+from .._media import DEFAULT_LIMITS
 from .._records import fast_init
 from .._signal import AbortController
 from ..errors import AbortedError
 from ..llm._types import ToolSchema
-from ..messages import Block, TextBlock, UserMessage, check_json
-from ..session._events import ApprovalRequested
+from ..messages import Block, TextBlock, ToolResultMessage, UserMessage, check_json
+from ..session._events import ApprovalRequested, ToolErrorInfo, ToolResultEvent
+from ._attachments import fit_result
 from ._define import PostExecute, Tool, ToolDecision, ToolError, ToolExec, ToolResult
 
 __all__ = [
@@ -33,6 +35,7 @@ __all__ = [
     "error_result",
     "parse_arguments",
     "result_blocks",
+    "result_event",
 ]
 
 #: Deepest nesting of containers accepted in tool arguments (the top-level object is 1).
@@ -176,6 +179,36 @@ def result_blocks(content: str | Sequence[Block]) -> tuple[Block, ...]:
     return tuple(content)
 
 
+def result_event(
+    turn: int,
+    step: int,
+    call_id: str,
+    result: ToolResult,
+    message_id: str,
+    *,
+    reconciled: bool | None = None,
+) -> ToolResultEvent:
+    """The ``tool/result`` payload recording ``result`` for call ``call_id``."""
+    error = None
+    if result.is_error:
+        err = result.error
+        code = err.code if err else "TOOL_FAILED"
+        error = ToolErrorInfo(code=code, name=err.name if err else None)
+    return ToolResultEvent(
+        turn=turn,
+        step=step,
+        message=ToolResultMessage(
+            id=message_id,
+            call_id=call_id,
+            content=result_blocks(result.content),
+            is_error=result.is_error,
+        ),
+        error=error,
+        meta=result.meta,
+        reconciled=reconciled,
+    )
+
+
 def error_result(code: str, message: str, name: str | None = None) -> ToolResult:
     return ToolResult(content=message, is_error=True, error=ToolError(code, name))
 
@@ -201,6 +234,7 @@ class ToolPipeline:
 
     def __init__(self, hooks: HookBus) -> None:
         self._hooks = hooks
+        self.attachment_limits = DEFAULT_LIMITS  # the runtime's (``Runtime.open``)
 
     async def prepare(
         self,
@@ -277,7 +311,7 @@ class ToolPipeline:
             value = tool.execute(exec.arguments, exec)
             if inspect.isawaitable(value):
                 value = await value
-            result = _normalise(value)
+            result = fit_result(_normalise(value), exec, self.attachment_limits)
         except BaseException as exc:
             # A foreign CancelledError (the body awaited a task someone else cancelled), a
             # GeneratorExit or any other non-Exception is the tool's failure; only what

@@ -10,7 +10,8 @@ what both database stores used to rebuild on their own:
   (``failed[key]``): its later events are dropped (storing them would leave a gap) and
   every later write, flush and close raises the recorded error;
 * **barriers**: a flush, close, delete or store stop is settled only after everything
-  queued before it was committed (or refused);
+  queued before it was committed (or refused); a ``Fence`` is a writer's barrier whose
+  commit also confirms the writer's lease, even when it has no events left to store;
 * **close ordering**: a closing writer's lease is released only after its final commit,
   and its close is settled after the release, so a new writer can never get in ahead of
   queued events.
@@ -29,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from ...errors import SessionPersistenceError, SessionStorageError
-from ._interface import BufferedWriter, stored_header
+from ._interface import BlobPut, BufferedWriter, stored_header
 from ._lease import WriteLease
 
 __all__ = [
@@ -39,10 +40,12 @@ __all__ = [
     "Close",
     "Delete",
     "Failure",
+    "Fence",
     "GroupCommitter",
     "GroupWriter",
     "Op",
     "Publish",
+    "PutBlobs",
     "Stop",
     "Unit",
     "Waiter",
@@ -90,6 +93,18 @@ class Publish:
     header: dict[str, Any] | None
     base_len: int
     rows: list[tuple[int, str]]
+    blobs: list[BlobPut] = field(default_factory=list)
+    """The blobs the buffered events reference, stored in the same transaction, first."""
+
+
+@dataclass(slots=True)
+class PutBlobs:
+    """The blobs of writer ``key``'s next event(s): queued before them, so they are stored
+    in the same transaction as those events or an earlier one — never after."""
+
+    key: int
+    session_id: str
+    blobs: list[BlobPut]
 
 
 @dataclass(slots=True)
@@ -98,6 +113,17 @@ class Barrier:
     that writer's failure (a durable barrier). ``key=None`` only orders a read."""
 
     key: int | None
+    waiter: Waiter
+
+
+@dataclass(slots=True)
+class Fence:
+    """A writer's durable barrier that also confirms its lease in the commit (a fenced
+    commit), whether or not the writer has events left to store: the barrier before a
+    side-effecting tool starts."""
+
+    key: int
+    session_id: str
     waiter: Waiter
 
 
@@ -127,7 +153,7 @@ class Stop:
     waiter: Waiter
 
 
-Op = Append | Publish | Barrier | Close | Delete | Stop
+Op = Append | Publish | PutBlobs | Barrier | Fence | Close | Delete | Stop
 
 
 @dataclass(slots=True)
@@ -138,6 +164,8 @@ class Unit:
     publish: Publish | None = None
     rows: list[tuple[str, int, str]] = field(default_factory=list)
     delete: Delete | None = None
+    blobs: list[BlobPut] = field(default_factory=list)
+    """Blobs to store (and reference from the session) before the unit's rows."""
 
     def first_seq(self) -> int | None:
         """The first seq this unit would store (for failure messages)."""
@@ -159,7 +187,7 @@ class Batch:
     """One drained group, as the backend commits it."""
 
     units: dict[int, Unit]
-    settle: list[Barrier | Close | Stop]
+    settle: list[Barrier | Fence | Close | Stop]
     durable: bool
     """A barrier of a writer, a close, a delete or a stop asks for a durable commit."""
 
@@ -192,7 +220,23 @@ class GroupWriter(BufferedWriter, Generic[LeaseT]):
         self._lease = lease
         self._stored = stored  # the session is already stored: publication adds no header
         self._enqueue = enqueue  # bound once: a published write is one check and one put
-        self._unflushed = False  # something was queued since the last barrier
+        # Operations queued, and how many of them a completed barrier covered: a flush
+        # with nothing new since a *completed* barrier needs none (one still in flight
+        # does not count: its caller, not this one, is the one it answers).
+        self._queued = 0
+        self._synced = 0
+        self._publish_blobs: list[BlobPut] = []
+
+    def _check_blobs(self, blobs: list[BlobPut], seq: int) -> None:
+        """The store checks a reference to a blob it does not hold in the commit."""
+
+    def _store_blobs(self, blobs: list[BlobPut]) -> None:
+        if self._state == "open":  # the publication's: they ride on its Publish
+            self._publish_blobs = list(blobs)
+            return
+        self._check_queue()
+        self._enqueue(PutBlobs(self.key, self.session_id, blobs))
+        self._queued += 1
 
     def _check_queue(self) -> None:
         """Raise when the store takes no more operations (by default it always does)."""
@@ -200,14 +244,15 @@ class GroupWriter(BufferedWriter, Generic[LeaseT]):
     def _store_line(self, seq: int, line: str) -> None:
         self._check_queue()
         self._enqueue(Append(self.key, (self.session_id, seq, line)))
-        self._unflushed = True
+        self._queued += 1
 
     def _publish(self, pending: list[tuple[int, str]]) -> None:
         self._refuse()
         self._check_queue()
         header = None if self._stored else stored_header(self.session_id, self._header)
-        self._enqueue(Publish(self.key, self.session_id, header, self._base_len, pending))
-        self._unflushed = True
+        blobs, self._publish_blobs = self._publish_blobs, []
+        self._enqueue(Publish(self.key, self.session_id, header, self._base_len, pending, blobs))
+        self._queued += 1
 
 
 # --- the committer -------------------------------------------------------------------------
@@ -256,7 +301,7 @@ class GroupCommitter:
     def plan(self, group: list[Op]) -> Batch:
         """Sort a drained group into per-writer units and the waiters it settles."""
         units: dict[int, Unit] = {}
-        settle: list[Barrier | Close | Stop] = []
+        settle: list[Barrier | Fence | Close | Stop] = []
         failed = self.failed
         durable = False
         for op in group:
@@ -270,9 +315,20 @@ class GroupCommitter:
                 unit.rows.append(op.row)
             elif isinstance(op, Publish):
                 if op.key not in failed:
-                    units[op.key] = Unit(op.session_id, publish=op)
+                    units[op.key] = Unit(op.session_id, publish=op, blobs=list(op.blobs))
+            elif isinstance(op, PutBlobs):
+                if op.key not in failed:
+                    unit = units.get(op.key)
+                    if unit is None:
+                        unit = units[op.key] = Unit(op.session_id)
+                    unit.blobs.extend(op.blobs)
             elif isinstance(op, Delete):
                 units[op.key] = Unit(op.session_id, delete=op)
+                durable = True
+            elif isinstance(op, Fence):
+                if op.key not in failed and op.key not in units:
+                    units[op.key] = Unit(op.session_id)  # nothing to store, a lease to confirm
+                settle.append(op)
                 durable = True
             else:
                 settle.append(op)
@@ -312,10 +368,10 @@ class GroupCommitter:
         """A bug or a failed rollback: fail every writer and waiter of the group loudly."""
         message = f"writing to {self.where} failed: {type(exc).__name__}: {exc}"
         for op in group:
-            if isinstance(op, Append | Publish):
+            if isinstance(op, Append | Publish | PutBlobs):
                 session_id = op.row[0] if isinstance(op, Append) else op.session_id
                 self.fail(op.key, (SessionStorageError, f"session {session_id!r}: {message}"))
-            elif isinstance(op, Barrier | Close | Stop):
+            elif isinstance(op, Barrier | Fence | Close | Stop):
                 self.resolve(op.waiter, SessionStorageError(message))
                 if isinstance(op, Close):
                     self.release(op.release)

@@ -24,10 +24,11 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
+import time
 from typing import Any
 
 from ....errors import SessionConflictError, SessionPersistenceError, SessionStorageError
-from .._group import Barrier, Batch, GroupCommitter, Op, Unit, Waiter
+from .._group import Barrier, Batch, Fence, GroupCommitter, Op, Unit, Waiter
 from .._interface import encode_header
 from ._lease import PgLeases
 from ._notify import feed_payloads
@@ -91,6 +92,13 @@ class GroupCommit(Connected):
         self._enqueue(Barrier(key, waiter))
         await waiter.future
 
+    async def _fence(self, key: int, session_id: str) -> None:
+        """A barrier whose commit also fences the writer's lease (``Fence``)."""
+        self._check_task()
+        waiter = Waiter()
+        self._enqueue(Fence(key, session_id, waiter))
+        await waiter.future
+
     def _task_ended(self, task: asyncio.Task[None]) -> None:
         error = None if task.cancelled() else task.exception()
         message = f"PostgreSQL store {self.url}: the writer task ended ({error!r})"
@@ -146,12 +154,16 @@ class GroupCommit(Connected):
         if not units:
             return None
         lost: builtins.list[int] = []
+        sent = time.monotonic()  # before the transaction whose now() renews the leases
         try:
             pool = await self._acquire_pool()
             with self._errors("committing events"):
                 async with pool.acquire() as conn, conn.transaction():
                     lost = await self._commit_in(conn, units)
             self._commits += 1
+            for key in units:
+                if key not in lost:  # fenced in a committed transaction: renewed
+                    self._by_key[key]._lease.confirmed(sent, self.lease_ttl)
         except SessionPersistenceError as exc:
             for key in units:
                 if key not in lost:
@@ -208,6 +220,7 @@ class GroupCommit(Connected):
                         ),
                     )
             live = [key for key in live if units[key].session_id not in clash]
+        live = await self._store_blobs(conn, units, live)
         sids: builtins.list[str] = []
         seqs: builtins.list[int] = []
         texts: builtins.list[str] = []
@@ -233,6 +246,50 @@ class GroupCommit(Connected):
                 for payload in feed_payloads(tops):
                     await conn.execute("SELECT pg_notify($1, $2)", t.feed_channel, payload)
         return lost
+
+    async def _store_blobs(
+        self, conn: Any, units: dict[int, Unit], live: builtins.list[int]
+    ) -> builtins.list[int]:
+        """Store the blobs of the live units and their sessions' references, before the
+        events; a writer that references a blob the schema does not hold is failed (its
+        events are not stored). Returns the writers still live."""
+        t = self._tables
+        carried = [key for key in live if units[key].blobs]
+        if not carried:
+            return live
+        puts = {p.hash: p for key in carried for p in units[key].blobs if p.data is not None}
+        if puts:
+            await conn.execute(
+                t.insert_blobs,
+                list(puts),
+                [p.media_type for p in puts.values()],
+                [p.data for p in puts.values()],
+            )
+        wanted = {p.hash for key in carried for p in units[key].blobs}
+        held = {row[0] for row in await conn.fetch(t.held_blobs, list(wanted))}
+        sids: builtins.list[str] = []
+        hashes: builtins.list[str] = []
+        for key in carried:
+            unit = units[key]
+            missing = [p.hash for p in unit.blobs if p.hash not in held]
+            if missing:
+                self._group.fail(
+                    key,
+                    (
+                        SessionStorageError,
+                        f"session {unit.session_id!r}: blob {missing[0]} is referenced but "
+                        f"not stored in {self.url}; the events that reference it are not "
+                        "stored and the session takes no more writes",
+                    ),
+                )
+                continue
+            for put in unit.blobs:
+                sids.append(unit.session_id)
+                hashes.append(put.hash)
+        if sids:
+            await conn.execute(t.insert_blob_refs, sids, hashes)
+        failed = self._group.failed
+        return [key for key in live if key not in failed]
 
     async def _run_riders(self, conn: Any, writer: PostgresWriter) -> bool:
         """Run the statements attached to the events of ``writer`` this batch commits, in a
@@ -261,6 +318,7 @@ class GroupCommit(Connected):
         held = [w for w in self._writers.values() if w.error is None]
         if not held:
             return
+        sent = time.monotonic()
         try:
             renewed = await self._leases.renew([w._lease for w in held])
         except Exception:
@@ -268,6 +326,8 @@ class GroupCommit(Connected):
         for w in held:
             if w.session_id not in renewed:
                 w.lose()
+            else:
+                w._lease.confirmed(sent, self.lease_ttl)
 
     async def _release(self, writer: PostgresWriter) -> None:
         if self._writers.get(writer.session_id) is writer:
