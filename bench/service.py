@@ -90,7 +90,7 @@ def profiles(rt: Any) -> list[Any]:
 
 
 def start_server(
-    store: str, idle_unload: float, role: str = "all"
+    store: str, idle_unload: float, role: str = "all", extra: tuple[str, ...] = ()
 ) -> tuple[subprocess.Popen[str], str]:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT / "bench")]))
     proc = subprocess.Popen(
@@ -108,6 +108,7 @@ def start_server(
             "--idle-unload",
             str(idle_unload),
             *(["--role", role] if role != "all" else []),
+            *extra,
         ],
         cwd=ROOT / "bench",
         env=env,
@@ -584,7 +585,9 @@ async def fan_out(
     ``busy_rate``/s) has ``readers`` SSE readers (a child process, raw sockets), against
     the same with none, alternating for ``rounds`` rounds (a shared machine's load drifts);
     and the feed's table reads per second in each phase."""
-    proc, base = start_server(store, 300)
+    room = str(readers + 100)  # the edge's stream bounds (16 per session by default)
+    bounds = ("--max-connections", room, "--max-streams", room, "--max-streams-per-session", room)
+    proc, base = start_server(store, 300, extra=bounds)
     try:
         async with bench_client(base, 50) as client:
             for sid in ("busy", "probe"):

@@ -25,6 +25,7 @@ from sse_starlette.event import ServerSentEvent
 from steerloop.service import create_app
 from steerloop.service._app import _feed
 from steerloop.service._fanout import SharedFeeds, event_json, event_sse
+from steerloop.service._limits import Limits
 from steerloop.service._pg._feed import open_pg_feed
 from steerloop.service._source import Wakeup
 from steerloop.session.store.postgres import PostgresStore
@@ -34,6 +35,9 @@ from .served import WAIT, served
 from .test_pg_feed import pg, writer  # noqa: F401  (the fixture)
 
 pytestmark = pytest.mark.timeout(180)
+
+ROOMY = Limits(max_streams_per_session=64)
+"""Room for more readers of one session than the edge's default 16."""
 
 
 class MemorySource:
@@ -264,7 +268,7 @@ async def test_postgres_many_sse_readers_see_the_log_exactly(
     in the process) while a writer in another process runs three turns: each sees every seq
     once, in order, exactly as stored, its first event carrying the reconnect hint."""
     url, _ = pg
-    app = create_app(url, profiles, role="api", worker_id="fan")
+    app = create_app(url, profiles, role="api", worker_id="fan", limits=ROOMY)
     async with writer(url, "w") as w, served(app) as client:
         await w.do("create")
         client.timeout = httpx.Timeout(WAIT)
