@@ -163,7 +163,8 @@ async def versioned_schema(schema: str) -> Any:
 
 
 async def test_a_version_1_schema_upgrades_in_place(schema: str, stores: StoreFactory) -> None:
-    """A database written by a v1 steerloop gains the service tables and keeps its rows."""
+    """A database written by a v1 steerloop gains the service and blob tables and keeps its
+    rows."""
     from steerloop.session.store.postgres._schema import _MIGRATIONS
 
     tables = await versioned_schema(schema)
@@ -186,14 +187,15 @@ async def test_a_version_1_schema_upgrades_in_place(schema: str, stores: StoreFa
     assert [row["version"] for row in rows] == list(range(1, SCHEMA_VERSION + 1))
     leases = await sql(f"SELECT session_id, owner, token, owner_key FROM {tables.leases}")
     assert [tuple(row) for row in leases] == [("s1", "old-host", 7, None)]
-    for table in (tables.workers, tables.specs, tables.commands, tables.wakeups, tables.live):
+    service = (tables.workers, tables.specs, tables.commands, tables.wakeups, tables.live)
+    for table in (*service, tables.blobs, tables.blob_refs):
         assert [tuple(r) for r in await sql(f"SELECT count(*) FROM {table}")] == [(0,)]
 
 
 async def test_a_version_2_schema_takes_the_agui_command_kinds(
     schema: str, stores: StoreFactory
 ) -> None:
-    """v3: a worker's queue takes an AG-UI run's commands (client tools, a client tool's
+    """v4: a worker's queue takes an AG-UI run's commands (client tools, a client tool's
     result, the state document), which v2's check refused; its rows stay, and a kind the API
     never writes is still refused."""
     from steerloop.session.store.postgres._schema import _MIGRATIONS

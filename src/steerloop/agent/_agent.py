@@ -22,6 +22,7 @@ from ..session._input_events import InputAction, InputRequest
 from ..session._repair import plan_repair
 from ..session._waits import WaitingStep
 from ._approvals import Approvals, Decision
+from ._attachments import check_limits
 from ._client_calls import ClientCalls
 from ._decisions import CompactPayload, ErrorPayload, StatusPayload
 from ._inbox import Inbox, InboxTarget, fold_inbox
@@ -106,20 +107,23 @@ class Agent(metaclass=RuntimeOwned):
 
     # --- sending ---------------------------------------------------------------------
 
-    def followup(self, message: UserMessage) -> None:
-        """Queue ``message`` for the next turn and wake the agent."""
-        self.send(message, "next-turn", True)
+    def followup(self, message: UserMessage) -> int:
+        """Queue ``message`` for the next turn and wake the agent; returns the seq of the
+        ``agent/inbox/spliced`` written, synchronously, by this call."""
+        return self.send(message, "next-turn", True)
 
-    def steer(self, message: UserMessage) -> None:
-        """Queue ``message`` for the next step and wake the agent."""
-        self.send(message, "next-step", True)
+    def steer(self, message: UserMessage) -> int:
+        """Queue ``message`` for the next step and wake the agent; returns the splice's seq."""
+        return self.send(message, "next-step", True)
 
-    def inject(self, message: UserMessage) -> None:
-        """Queue ``message`` for the next step without waking the agent."""
-        self.send(message, "next-step", False)
+    def inject(self, message: UserMessage) -> int:
+        """Queue ``message`` for the next step without waking the agent; returns the
+        splice's seq."""
+        return self.send(message, "next-step", False)
 
-    def send(self, message: UserMessage, target: InboxTarget, wakeup: bool) -> None:
+    def send(self, message: UserMessage, target: InboxTarget, wakeup: bool) -> int:
         """Insert ``message`` into ``target``; with ``wakeup``, start or latch a driver.
+        Returns the seq of the ``agent/inbox/spliced`` that inserted it.
 
         Raises:
             RuntimeError: the agent is disposed, or unpublished and ``wakeup`` is set.
@@ -132,6 +136,7 @@ class Agent(metaclass=RuntimeOwned):
             raise RuntimeError("setup composes, it does not drive: the agent is not published yet")
         if not isinstance(message, UserMessage):
             raise ValueError(f"send() takes a UserMessage, not {type(message).__name__}")
+        check_limits(message, self.services.limits.attachments)
         if target not in ("next-turn", "next-step"):
             raise ValueError(f"target must be 'next-turn' or 'next-step', not {target!r}")
         # Decided before insertion so a re-entrant cancel in an observer cannot reclassify.
@@ -143,15 +148,16 @@ class Agent(metaclass=RuntimeOwned):
             and controller is not None
             and controller.signal.aborted
         )
-        self.inbox.append("next-turn" if redirect else target, message)
+        seq = self.inbox.append("next-turn" if redirect else target, message)
         if not wakeup or phase.disposing:
-            return
+            return seq
         if redirect or phase.phase == "maintenance":
             # Disposal never latches: the owner is exiting, nothing may run after it (C7.4-14).
             if not self._aborted_by_disposal():
                 phase.latch()
         elif phase.phase == "idle":
             self._start_driver()
+        return seq
 
     # --- shared state (state/changed) -------------------------------------------------
 
