@@ -52,7 +52,6 @@ from ..session._events import (
     ToolCallEvent,
     ToolResultEvent,
 )
-from ..session._repair import conservative_result
 from ..tools._define import Tool, ToolDecision, ToolExec, ToolResult
 from ..tools._runtime import (
     UNVALIDATED,
@@ -65,9 +64,10 @@ from ..tools._runtime import (
     run_continued,
 )
 from ._gate import DispatchGate
-from ._reconcile import reconcile_call
+from ._waits import lost_answers
 
 if TYPE_CHECKING:
+    from ..session._waits import DurableWait
     from ._loop_agent import LoopAgent as Agent
     from ._waits import Reentry
 
@@ -118,14 +118,14 @@ class ToolScheduler:
         step = reentry.step
         self._prepare(step.calls)
         self.cursor = step.committed
-        lost: list[tuple[int, ToolCallEvent]] = []
+        lost: list[tuple[int, DurableWait]] = []
         for offset, (wait, body) in enumerate(zip(step.waits, reentry.bodies, strict=True)):
             index = step.committed + offset
             slot = self.slots[index]
             slot.call_seq = wait.call_seq
             exec = slot.exec = self._exec(index)
             if body is None:
-                lost.append((index, wait.call))
+                lost.append((index, wait))
                 continue
             task = asyncio.get_running_loop().create_task(run_continued(exec, body))
             self.running[task] = index
@@ -142,15 +142,14 @@ class ToolScheduler:
         self.finished: collections.deque[asyncio.Task[ToolResult]] = collections.deque()
         self.wakeup: asyncio.Future[None] | None = None
 
-    async def _drive(
-        self, started: int, lost: list[tuple[int, ToolCallEvent]] | None = None
-    ) -> bool:
+    async def _drive(self, started: int, lost: list[tuple[int, DurableWait]] | None = None) -> bool:
         """Start the calls from ``started`` on, after the ones already running (re-armed
         waits, and ``lost`` ones answered as recovery would) have committed."""
         calls = self.calls
         try:
             if lost:
-                await self._answer_lost(lost)
+                for index, event in (await lost_answers(self.agent, lost)).items():
+                    self.slots[index].event = event
             if self.running or lost:
                 await self._wait_all()
             cap: int | None = None
@@ -346,16 +345,6 @@ class ToolScheduler:
         if self.running:
             await asyncio.wait(self.running)
             self.running.clear()
-
-    async def _answer_lost(self, lost: list[tuple[int, ToolCallEvent]]) -> None:
-        """The answers of waits this process cannot finish: the tool's reconcile, else
-        ``TOOL_OUTCOME_UNKNOWN`` (as recovery answers a started call)."""
-        answers = await asyncio.gather(*(reconcile_call(self.agent, call) for _, call in lost))
-        for (index, _call), answer in zip(lost, answers, strict=True):
-            slot = self.slots[index]
-            slot.event = answer or conservative_result(
-                self.turn, self.step, self.calls[index], slot.call_seq
-            )
 
     async def _commit_ready(self) -> None:
         while self.cursor < len(self.slots) and (

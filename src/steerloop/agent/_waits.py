@@ -21,19 +21,24 @@ durably. The resumed agent's driver re-enters that step instead of opening a tur
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ..messages import ToolCallBlock
+from ..session._events import ToolResultEvent
+from ..session._repair import conservative_result
 from ..session._waits import ClientWait, DurableWait, WaitingStep
 from ..tools._define import ToolExec, ToolResult
+from ._reconcile import reconcile_call
 
 if TYPE_CHECKING:
     from .._signal import AbortSignal
     from ._loop_agent import LoopAgent as Agent
 
-__all__ = ["Body", "Reentry", "arm"]
+__all__ = ["Body", "Reentry", "arm", "lost_answers"]
 
 _log = logging.getLogger("steerloop")
 
@@ -89,3 +94,18 @@ def _arm(agent: Agent, wait: DurableWait, signal: AbortSignal) -> Body | None:
         return await resumer(request, given, exec)
 
     return finish
+
+
+async def lost_answers(
+    agent: Agent, lost: Sequence[tuple[int, DurableWait]]
+) -> dict[int, ToolResultEvent]:
+    """The results of the waits this process cannot finish, by their index in the step: the
+    tool's reconcile, else ``TOOL_OUTCOME_UNKNOWN``, as recovery answers a started call
+    (written as such: no post-execute)."""
+    answers = await asyncio.gather(*(reconcile_call(agent, wait.call) for _, wait in lost))
+    out: dict[int, ToolResultEvent] = {}
+    for (index, wait), answer in zip(lost, answers, strict=True):
+        call = wait.call
+        block = ToolCallBlock(id=call.call_id, name=call.name, arguments=call.arguments)
+        out[index] = answer or conservative_result(call.turn, call.step, block, wait.call_seq)
+    return out
