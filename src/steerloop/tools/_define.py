@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, cast, overload
 
 import jsonschema
 import pydantic
+import referencing
 from typing_extensions import TypeVar
 
 from ..errors import ToolDefinitionError
@@ -27,6 +28,11 @@ __all__ = [
     "ToolResult",
     "define_tool",
 ]
+
+#: Resolves a schema's references within the schema only. jsonschema's default retrieves any
+#: other ``$ref`` over the network while validating: a schema from an MCP server could point
+#: it at an internal address (SEP-2106); such a reference is unresolvable instead.
+_NO_RETRIEVAL: referencing.Registry[Any] = referencing.Registry()
 
 #: What a tool's body receives: the validated arguments (a pydantic model instance, or the
 #: parsed JSON for a JSON-schema tool).
@@ -221,7 +227,7 @@ def define_tool(
             raise ToolDefinitionError(f"invalid parameter schema: {exc.message}") from None
         schema = dict(parameters)
         # Compiled once: jsonschema.validate() would re-check the schema on every call.
-        validator = validator_cls(schema)
+        validator = validator_cls(schema, registry=_NO_RETRIEVAL)
     else:
         raise ToolDefinitionError("parameters must be a pydantic model or a JSON-schema dict")
     return Tool(
