@@ -3,10 +3,12 @@
 from ._config import ENV_ALLOW_LIST, MCPServer
 from ._connection import MCPConnectionError
 from ._install import MCPTools, install_mcp, result_from_mcp
+from ._oauth import MCPOAuth
 
 __all__ = [
     "ENV_ALLOW_LIST",
     "MCPConnectionError",
+    "MCPOAuth",
     "MCPServer",
     "MCPTools",
     "install_mcp",

@@ -9,6 +9,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from ._oauth import MCPOAuth
+
 __all__ = ["ENV_ALLOW_LIST", "MCPServer", "server_environment"]
 
 _SERVER_NAME = re.compile(r"^[A-Za-z0-9_-]{1,48}$")
@@ -76,6 +78,7 @@ class MCPServer:
     url: str | None = None
     headers: Mapping[str, str] = field(default_factory=dict, repr=False)
     timeout: float = DEFAULT_TIMEOUT
+    oauth: MCPOAuth | None = None
 
     @classmethod
     def stdio(
@@ -118,20 +121,32 @@ class MCPServer:
         url: str,
         headers: Mapping[str, str] | None = None,
         timeout: float = DEFAULT_TIMEOUT,
+        oauth: MCPOAuth | None = None,
     ) -> MCPServer:
         """A server reached over streamable HTTP at ``url``.
 
+        ``oauth`` authorizes the client the way the MCP authorization spec asks when the
+        server answers 401 (or 403 ``insufficient_scope``); see ``MCPOAuth``.
+
         Raises:
-            ValueError: a bad name, URL, headers or timeout.
+            ValueError: a bad name, URL, headers, timeout or OAuth configuration, or an
+                ``Authorization`` header together with ``oauth``.
         """
         if not isinstance(url, str) or not url.startswith(("http://", "https://")):
             raise ValueError("url must be an http:// or https:// URL")
+        checked = _check_strings(headers, "headers")
+        if oauth is not None:
+            if not isinstance(oauth, MCPOAuth):
+                raise ValueError("oauth must be an MCPOAuth")
+            if any(k.lower() == "authorization" for k in checked):
+                raise ValueError("an Authorization header and oauth cannot both be given")
         return cls(
             name=_check_name(name),
             transport="http",
             url=url,
-            headers=_check_strings(headers, "headers"),
+            headers=checked,
             timeout=_check_timeout(timeout),
+            oauth=oauth,
         )
 
 
