@@ -37,6 +37,15 @@ def suite() -> list[str]:
     return [str(NODE), str(CLI)]
 
 
+def check_statuses(results: Path) -> dict[str, set[str]]:
+    """Each check id of the ``checks.json`` files under ``results``, with its statuses."""
+    statuses: dict[str, set[str]] = {}
+    for checks in sorted(results.glob("**/checks.json")):
+        for check in json.loads(checks.read_text()):
+            statuses.setdefault(check["id"], set()).add(check["status"])
+    return statuses
+
+
 def failing_checks(results: Path) -> list[str]:
     """The failed and warning checks of every ``checks.json`` under ``results``."""
     failing = []

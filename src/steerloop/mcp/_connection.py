@@ -62,10 +62,11 @@ class _WatchedReader:
 
     async def receive(self) -> Any:
         try:
-            return await self._inner.receive()
+            message = await self._inner.receive()
         except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
             self._on_end()
             raise
+        return _complete_by_default(message)
 
     def __aiter__(self) -> _WatchedReader:
         return self
@@ -84,6 +85,15 @@ class _WatchedReader:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+
+def _complete_by_default(message: Any) -> Any:
+    """A result without ``resultType`` is ``complete``: what 2026-07-28 asks a client to
+    assume (SEP-2322), where the SDK's result models would refuse the result instead."""
+    inner = getattr(message, "message", None)
+    if isinstance(inner, types.JSONRPCResponse) and isinstance(inner.result, dict):
+        inner.result.setdefault("resultType", "complete")
+    return message
 
 
 class Connection:
