@@ -109,6 +109,8 @@ def render(event: SessionEvent, queues: dict[str, list[Any]] | None = None) -> l
         return [f"ask({d.call_id})"]
     if t == "tool/approval-decided":
         return [f"decide({d.call_id},{d.decision})"]
+    if t == "tool/deferred":
+        return [f"defer({d.call_id})"]
     return [t]
 
 
@@ -223,6 +225,8 @@ class Bench:
         parameters: Any = None,
         then: Body | None = None,
         timeout: float | None = None,
+        durable_dispatch: bool | None = None,
+        reconcile: Any = None,
     ) -> Tool:
         """A traced tool; ``then(args, exec)`` (after the gate) produces the result."""
 
@@ -248,6 +252,8 @@ class Bench:
             execute=execute,
             concurrency_safe=safe,
             timeout=timeout,
+            durable_dispatch=durable_dispatch,
+            reconcile=reconcile,
         )
 
 

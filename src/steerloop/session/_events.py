@@ -40,6 +40,7 @@ __all__ = [
     "RequestHeader",
     "SessionEndSeed",
     "SessionEvent",
+    "StateChanged",
     "StepBoundary",
     "StepEnd",
     "StepStart",
@@ -47,6 +48,7 @@ __all__ = [
     "SurfaceOp",
     "SystemMessageEvent",
     "ToolCallEvent",
+    "ToolDeferred",
     "ToolErrorInfo",
     "ToolResultEvent",
     "TurnEnd",
@@ -270,6 +272,9 @@ class ToolResultEvent:
     message: ToolResultMessage
     error: ToolErrorInfo | None = None
     meta: Any = None
+    reconciled: bool | None = None
+    """``True`` on a result a tool's ``reconcile`` supplied at recovery for a call whose
+    outcome was unknown (left out otherwise)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -298,6 +303,31 @@ class ApprovalDecided:
     decision: Literal["allow", "deny"]
     reason: str | None = None
     by: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ToolDeferred:
+    """Payload of ``tool/deferred``: a started call waits for its result from outside the
+    process (a client tool: the AG-UI client runs it); written after the call's
+    ``tool/call``, before its ``tool/result`` (log-only)."""
+
+    TYPE: ClassVar[Literal["tool/deferred"]] = "tool/deferred"
+
+    turn: int
+    step: int
+    call_id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StateChanged:
+    """Payload of ``state/changed``: an RFC 6902 patch of the session's shared state
+    document (a JSON object, ``{}`` before the first change; log-only)."""
+
+    TYPE: ClassVar[Literal["state/changed"]] = "state/changed"
+
+    patch: tuple[Mapping[str, Any], ...]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -375,6 +405,8 @@ EventRecord: TypeAlias = (
     | ContextCompacted
     | ApprovalRequested
     | ApprovalDecided
+    | ToolDeferred
+    | StateChanged
 )
 """The payload record of a durable event type; each names its type in ``TYPE``."""
 
@@ -397,6 +429,8 @@ RECORD_TYPES: tuple[type[EventRecord], ...] = (
     ContextCompacted,
     ApprovalRequested,
     ApprovalDecided,
+    ToolDeferred,
+    StateChanged,
 )
 
 
