@@ -77,15 +77,15 @@ def oauth_for(context: Mapping[str, Any]) -> MCPOAuth:
     )
 
 
-def example(schema: Mapping[str, Any]) -> Any:
-    """A value of a simple JSON schema, for a call whose arguments nothing prescribes."""
+def example(schema: Mapping[str, Any], *, every: bool = False) -> Any:
+    """A value of a simple JSON schema: its required properties, or ``every`` one."""
     kind = schema.get("type")
     if "enum" in schema:
         return schema["enum"][0]
     if kind == "object":
         properties = schema.get("properties", {})
-        required = schema.get("required", [])
-        return {name: example(properties.get(name, {})) for name in required}
+        names = properties if every else schema.get("required", [])
+        return {name: example(properties.get(name, {}), every=every) for name in names}
     if kind == "array":
         return []
     if kind in ("number", "integer"):
@@ -119,6 +119,23 @@ def planned_calls(
     return calls
 
 
+async def answer_questions(agent: Any, turn: asyncio.Future[Any]) -> None:
+    """The person: each question a server asks during the turn (an input request) is
+    accepted, with a value of every property the requested schema names.
+
+    Input requests are ``agent.pending_inputs`` and ``agent.answer_input`` (elicitation as
+    durable input requests); in a build without them no question can reach a person.
+    """
+    if not hasattr(agent, "pending_inputs"):
+        return
+    while not turn.done():
+        for request in agent.pending_inputs:
+            content = None if request.schema is None else example(request.schema, every=True)
+            log(f"asked: {request.message!r}; answering {content}")
+            agent.answer_input(request.id, "accept", content, by="conformance driver")
+        await asyncio.wait({turn}, timeout=0.05)
+
+
 async def drive(url: str, scenario: str, context: Mapping[str, Any]) -> int:
     server = MCPServer.http(SERVER, url=url, oauth=oauth_for(context), timeout=20.0)
     async with Runtime.open() as rt:
@@ -144,7 +161,9 @@ async def drive(url: str, scenario: str, context: Mapping[str, Any]) -> int:
         handle = await rt.agents.create(
             session_id="conformance", agent_options=AgentOptions(provider="scripted", model="m")
         )
-        result = await handle.agent.run("Call the tools.")
+        turn = asyncio.ensure_future(handle.agent.run("Call the tools."))
+        await answer_questions(handle.agent, turn)
+        result = await turn
         expected = EXPECTED_ERRORS.get(scenario, {})
         failed = 0
         for event in handle.agent.session.events:
