@@ -27,7 +27,7 @@ from typing import Any
 
 import httpx2
 
-from steerloop import AgentOptions, Runtime
+from steerloop import Agent, AgentOptions, Runtime
 from steerloop.mcp import MCPOAuth, MCPServer, install_mcp
 from steerloop.messages import TextBlock
 from steerloop.testing import ScriptedAdapter, text_response, tool_calls_response
@@ -119,15 +119,9 @@ def planned_calls(
     return calls
 
 
-async def answer_questions(agent: Any, turn: asyncio.Future[Any]) -> None:
+async def answer_questions(agent: Agent, turn: asyncio.Future[Any]) -> None:
     """The person: each question a server asks during the turn (an input request) is
-    accepted, with a value of every property the requested schema names.
-
-    Input requests are ``agent.pending_inputs`` and ``agent.answer_input`` (elicitation as
-    durable input requests); in a build without them no question can reach a person.
-    """
-    if not hasattr(agent, "pending_inputs"):
-        return
+    accepted, with a value of every property the requested schema names."""
     while not turn.done():
         for request in agent.pending_inputs:
             content = None if request.schema is None else example(request.schema, every=True)

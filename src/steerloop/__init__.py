@@ -56,7 +56,7 @@ from .messages import (
     UserMessage,
     user_message,
 )
-from .session import Session, SessionEvent, TurnEndReason
+from .session import InputRequest, Session, SessionEvent, TurnEndReason
 from .tools import (
     PostExecute,
     Tool,
@@ -82,6 +82,7 @@ __all__ = [
     "CancelCause",
     "Disposer",
     "Inbox",
+    "InputRequest",
     "LlmError",
     "LlmFailure",
     "Message",

@@ -7,6 +7,7 @@
     ├── LlmError                      a model call failed; carries an ``LlmFailure``
     ├── ToolDefinitionError           a tool definition is malformed
     ├── ApprovalError                 a decision for a call that is not waiting for one
+    ├── InputError                    an answer to an input request that is not waiting
     └── SessionPersistenceError       the session log could not be loaded or stored
         ├── SessionPersistenceNotFoundError
         ├── SessionCorruptError
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
 __all__ = [
     "AbortedError",
     "ApprovalError",
+    "InputError",
     "LlmError",
     "SessionConflictError",
     "SessionCorruptError",
@@ -73,6 +75,20 @@ class ApprovalError(SteerloopError):
     def __init__(self, call_id: str, state: str, message: str) -> None:
         super().__init__(message)
         self.call_id = call_id
+        self.state = state
+
+
+class InputError(SteerloopError):
+    """``answer_input`` refused: the input request is not waiting for an answer.
+
+    ``state`` says why: ``"unknown"`` (never requested), ``"answered"`` (already answered) or
+    ``"closed"`` (its wait ended without an answer: the call or its turn ended). Nothing was
+    written.
+    """
+
+    def __init__(self, input_id: str, state: str, message: str) -> None:
+        super().__init__(message)
+        self.input_id = input_id
         self.state = state
 
 

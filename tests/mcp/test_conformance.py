@@ -19,11 +19,8 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
-
-from steerloop import Agent
 
 from .conformance import REVISION, failing_checks, suite
 from .helpers import REPO
@@ -136,23 +133,6 @@ SCORED = (
     "json-schema-ref-no-deref",
 )
 
-#: Scenarios whose feature is not in this build yet, and the feature (strict: passing fails).
-PENDING = {
-    "sep-2322-client-request-state": (
-        "its tools ask the person a question inside the call (elicitation in an input_required"
-        " result): elicitation as durable input requests (agent.answer_input) is not in this"
-        " build",
-        not hasattr(Agent, "answer_input"),
-    ),
-}
-
-
-def scenario_param(scenario: str) -> Any:
-    if scenario in PENDING:
-        reason, pending = PENDING[scenario]
-        return pytest.param(scenario, marks=pytest.mark.xfail(pending, reason=reason, strict=True))
-    return scenario
-
 
 @pytest.fixture(scope="module")
 def outcomes(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Outcome]]:
@@ -172,7 +152,7 @@ def test_the_pinned_scenarios_are_what_the_suite_scores() -> None:
     assert tuple(scored_client_scenarios()) == SCORED
 
 
-@pytest.mark.parametrize("scenario", [scenario_param(s) for s in SCORED])
+@pytest.mark.parametrize("scenario", SCORED)
 def test_the_scored_client_scenario_passes(scenario: str, outcomes: dict[str, Outcome]) -> None:
     """The suite's verdict on one scored scenario, with its failing checks if it fails."""
     outcome = outcomes[scenario]

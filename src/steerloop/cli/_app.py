@@ -505,6 +505,43 @@ def serve(
         ),
     ] = 10.0,
     no_retry: Annotated[bool, typer.Option("--no-retry", help="No retry policy.")] = False,
+    allowed_host: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allowed-host",
+            help="A Host name to answer besides loopback and --host (repeatable; for a "
+            "reverse proxy; *.domain for every name under it).",
+        ),
+    ] = None,
+    allowed_origin: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allowed-origin",
+            help="A browser origin (scheme://host[:port]) allowed besides the server's own "
+            "(repeatable; gets CORS headers).",
+        ),
+    ] = None,
+    max_connections: Annotated[
+        int | None,
+        typer.Option("--max-connections", help="Open connections at most, then 503 [512]."),
+    ] = None,
+    max_streams: Annotated[
+        int | None, typer.Option("--max-streams", help="SSE streams at most, then 503 [256].")
+    ] = None,
+    max_streams_per_session: Annotated[
+        int | None,
+        typer.Option(
+            "--max-streams-per-session", help="SSE streams of one session, then 429 [16]."
+        ),
+    ] = None,
+    header_timeout: Annotated[
+        float | None,
+        typer.Option("--header-timeout", help="Seconds to receive a request head, then 408 [10]."),
+    ] = None,
+    body_timeout: Annotated[
+        float | None,
+        typer.Option("--body-timeout", help="Seconds to receive a request body, then 408 [30]."),
+    ] = None,
 ) -> None:
     """Serve sessions over HTTP + SSE (extra steerloop[server])."""
     from ._serve import serve_main
@@ -523,9 +560,30 @@ def serve(
             capacity=capacity,
             drain_timeout=drain_timeout,
             retry=not no_retry,
+            allowed_hosts=allowed_host or (),
+            allowed_origins=allowed_origin or (),
+            limits=_edge_limits(
+                max_connections=max_connections,
+                max_streams=max_streams,
+                max_streams_per_session=max_streams_per_session,
+                header_timeout=header_timeout,
+                body_timeout=body_timeout,
+            ),
         )
     except (ValueError, SteerloopError) as exc:
         raise _fail(console, str(exc), 2) from None
+
+
+def _edge_limits(**flags: Any) -> Any:
+    """``Limits`` from the serve flags given (the rest keep their defaults, which the flags'
+    help shows in brackets); a bad value is refused naming its flag."""
+    from ..service._limits import Limits
+
+    try:
+        return Limits(**{name: value for name, value in flags.items() if value is not None})
+    except ValueError as exc:
+        name = str(exc).split(" ", 1)[0]
+        raise ValueError(f"--{name.replace('_', '-')}{str(exc)[len(name) :]}") from None
 
 
 @eval_app.command("replay")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +48,7 @@ class Live:
     provider: str
     model: str
     config: ProviderConfig
+    mcp: dict[str, Any] = field(default_factory=dict)  # server name -> MCPTools or why not
 
     @property
     def agent(self) -> Any:
@@ -112,7 +113,7 @@ async def open_live(
     # "ask": the prompt answers through agent.decide_approval, so the log records each
     # request and its decision (tool/approval-requested, tool/approval-decided by terminal).
     install_approval(rt, options.approve, ask, by=APPROVAL_BY)  # type: ignore[arg-type]
-    await install_configured_mcp(rt, settings.mcp_servers, _warn)
+    mcp = await install_configured_mcp(rt, settings.mcp_servers, _warn, roots=[workspace])
     agent_options = AgentOptions(
         provider=provider,
         model=name,
@@ -122,7 +123,7 @@ async def open_live(
     handle = await rt.agents.restore_or_create(
         session_id=sid, agent_options=agent_options, setup=setup
     )
-    return Live(rt, handle, provider, name, config)
+    return Live(rt, handle, provider, name, config, mcp)
 
 
 def _warn(message: str) -> None:
