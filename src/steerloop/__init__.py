@@ -46,6 +46,8 @@ from .llm import CallConfig, LlmFailure, RetryPolicy
 from .messages import (
     AssistantMessage,
     Block,
+    FileBlock,
+    ImageBlock,
     Message,
     MessageSource,
     ReasoningBlock,
@@ -81,6 +83,8 @@ __all__ = [
     "CallConfig",
     "CancelCause",
     "Disposer",
+    "FileBlock",
+    "ImageBlock",
     "Inbox",
     "InputRequest",
     "LlmError",
