@@ -360,9 +360,20 @@ async def _pages(
     """The one feed loop (in-process or PostgreSQL): ``("event", seq, 0, event)`` for each
     durable event after ``seq``, then ``("frame", seq, n, body)`` for each live frame of the
     open step after ``n``, then wait for the flag, and again. Pulled by this reader's own
-    cursor: a slow reader only delays its own next page, nothing is buffered for it."""
+    cursor: a slow reader only delays its own next page, nothing is buffered for it.
+
+    Each round first reads the frames still numbered after the cursor's seq: a durable event
+    that landed mid-stream (a steer) comes after them, so a reader woken by it reads the
+    frames it had not yet read before the event, not never."""
     while not source.closed:
         seen = reader.version  # before reading: a wake during the read is not missed
+        try:
+            frames = await reader.frames_after(seq, n)
+        except SessionStorageError as exc:
+            await _retry_later(reader, exc)
+            continue
+        for n, frame in frames:
+            yield "frame", seq, n, frame
         try:
             page = await reader.events_after(seq, _PAGE)
         except SessionStorageError as exc:
