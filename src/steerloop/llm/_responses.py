@@ -33,6 +33,7 @@ from ._failures import classify
 from ._http import redact
 from ._openai_shared import REASONING_MODELS, failure_from_exception, open_client, resolve_known
 from ._provider_stream import error_finish, provider_stream
+from ._tool_choice import openai_tool_fields
 from ._types import GenerateRequest, LlmFailure, ModelInfo, TokenUsage
 from .chunks import (
     BlockEnd,
@@ -129,6 +130,7 @@ class OpenAIResponsesAdapter:
                 }
                 for tool in request.tools
             ]
+            body.update(openai_tool_fields(request, responses=True))
         if request.session_id:
             body["prompt_cache_key"] = request.session_id
         if request.max_tokens is not None:
