@@ -23,6 +23,7 @@ from ..errors import SessionPersistenceError, SessionStorageError
 from ..llm.retry import install_retry
 from ..session._json import dumps, loads
 from ._host import ApiError, ServiceHost
+from ._no_model import require_model, require_session_model
 from ._page import page_routes
 from ._profile import Profile, check_profiles
 from ._source import FeedReader, FeedSource
@@ -191,6 +192,7 @@ def create_app(
         body = await _json_body(request, body_limit)
         _only(body, {"session_id", "profile", "meta", "input"})
         profile = host.profile(_opt_str(body, "profile"))
+        require_model(profile)
         session_id = _opt_str(body, "session_id") or _new_session_id()
         meta = body.get("meta")
         if meta is not None and not isinstance(meta, dict):
@@ -228,6 +230,7 @@ def create_app(
         message_id = _opt_str(body, "message_id")
         key = _opt_str(body, "idempotency_key")
         await host.require(session_id)
+        await require_session_model(host, session_id)
         # W3C trace context of the caller: the turn this message causes links to it.
         trace = {
             k: request.headers[k] for k in ("traceparent", "tracestate") if k in request.headers
