@@ -73,18 +73,27 @@ async def test_compact_command_and_context_footer(
     await tmux.send("C-d")
 
 
+@pytest.mark.parametrize(
+    ("model_table", "turns", "summary"),
+    [("", None, 1125), ("max_tokens = 200\n", 200, 200)],
+)
 async def test_the_summary_request_has_its_own_cap_and_a_model_cap_bounds_it(
-    tmp_path: Path, server: SSEServer, tmux: Tmux
+    tmp_path: Path,
+    server: SSEServer,
+    tmux: Tmux,
+    model_table: str,
+    turns: int | None,
+    summary: int,
 ) -> None:
     """Without ``max_tokens`` the summary request is capped by the compaction's budget (half
     of what the kept part leaves of the window: (3000 - 750) / 2); with a model's own
     ``max_tokens`` (which every request of the model is sent) by that."""
-    await chat_two_turns(tmp_path, server, tmux, "context_window = 3000\n")
+    await chat_two_turns(tmp_path, server, tmux, "context_window = 3000\n" + model_table)
     server.add(text_reply("RECAP: apples.", prompt_tokens=900))
     await tmux.type("/compact")
     await tmux.wait_screen("context compacted (summarize)")
-    assert "max_tokens" not in server.requests[1].json()
-    assert server.requests[2].json()["max_tokens"] == 1125
+    assert server.requests[1].json().get("max_tokens") == turns
+    assert server.requests[2].json()["max_tokens"] == summary
     await tmux.send("C-d")
 
 
