@@ -377,6 +377,21 @@ class ProviderConfig:
         raise ProviderConfigError(f"cannot tell the provider of {model!r}: use PROVIDER/MODEL")
 
 
+def _install_hint(extra: str) -> str:
+    """The command installing the SDK of ``extra``: its requirement as this steerloop
+    declares it (for a checkout as much as for an installed wheel), and the extra's name."""
+    from importlib.metadata import PackageNotFoundError, requires
+
+    try:
+        declared = requires("steerloop") or []
+    except PackageNotFoundError:
+        declared = []
+    marker = f'extra == "{extra}"'
+    found = [r.split(";")[0].strip() for r in declared if marker in r.replace("'", '"')]
+    requirement = found[0] if found else extra
+    return f"pip install '{requirement}', the extra steerloop[{extra}]"
+
+
 class _LazyAdapter:
     """Builds the real adapter on first use, so the SDK is imported only when needed.
 
@@ -406,7 +421,7 @@ class _LazyAdapter:
             return getattr(importlib.import_module(module_name), attr)
         except ImportError as exc:
             extra = _EXTRAS.get(kind)
-            hint = f" (pip install 'steerloop[{extra}]')" if extra else ""
+            hint = f" ({_install_hint(extra)})" if extra else ""
             raise LlmError(
                 LlmFailure(
                     message=f"provider {self.spec.name!r} is unavailable: {exc}{hint}",
