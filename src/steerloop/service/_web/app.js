@@ -28,6 +28,7 @@ const ui = {
   send: $("send"),
   stop: $("stop"),
   error: $("error"),
+  noModel: $("no-model"),
   overlay: $("token-overlay"),
   tokenForm: $("token-form"),
   token: $("token"),
@@ -66,6 +67,11 @@ function showError(error, what = "") {
     askToken();
     return;
   }
+  if (error instanceof ApiError && error.code === "NO_MODEL") {
+    ui.noModel.hidden = false; // what to configure, in the page (the server says it too)
+    ui.noModel.title = error.message;
+    return;
+  }
   // What failed, then the server's sentence; its code stays at hand (hover), out of the text.
   const said = error instanceof ApiError ? error.message : String(error);
   ui.error.textContent = what ? `${what}: ${said}` : said;
@@ -75,6 +81,7 @@ function showError(error, what = "") {
 }
 
 function clearError() {
+  ui.noModel.hidden = true;
   ui.error.hidden = true;
   ui.error.textContent = "";
   ui.error.removeAttribute("title");
