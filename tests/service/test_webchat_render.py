@@ -120,3 +120,34 @@ async def test_no_model_the_page_says_how_to_configure_one(
         await chat.shot("no-model")
         assert (await client.get("/v1/sessions")).json() == {"sessions": []}
         assert chat.errors == []
+
+
+async def test_the_list_says_idle_for_an_unloaded_session_and_tells_equal_titles_apart(
+    page: Page,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """Sessions no worker holds were labelled "unloaded" (the service's word); two sessions
+    named by the same first message showed the same title."""
+    url = store(tmp_path)
+
+    def profiles(rt: Runtime) -> list[Profile]:
+        adapter = ScriptedAdapter([text_response("one"), text_response("two")])
+        rt.llm.register_adapter(["mock"], adapter)
+        return [Profile(name="default", options=AgentOptions(provider="mock", model="m"))]
+
+    async with served(create_app(url, profiles)) as client:
+        for sid in ("s_aaaaaa111111", "s_bbbbbb222222"):
+            created = await client.post("/v1/sessions", json={"session_id": sid, "input": "hello"})
+            assert created.status_code == 201
+    async with served(create_app(url, profiles)) as client:  # a new process: nothing loaded
+        listed = (await client.get("/v1/sessions")).json()["sessions"]
+        assert {row["status"] for row in listed} == {"unloaded"}
+        chat = Chat(page, base_of(client), tmp_path)
+        await chat.open()
+        items = chat.session_list.get_by_test_id("session-item")
+        await expect(items.locator("a.open")).to_have_text(
+            ["hello · 222222", "hello · 111111"], timeout=15_000
+        )
+        await expect(items.locator(".badge")).to_have_text(["idle", "idle"])
+        await chat.shot("list")
+        assert chat.errors == []
