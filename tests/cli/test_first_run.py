@@ -22,7 +22,7 @@ def without_openai(tmp_path: Path, **extra: str) -> dict[str, str]:
     blocker = tmp_path / "blocker" / "openai"
     blocker.mkdir(parents=True)
     (blocker / "__init__.py").write_text("raise ImportError(\"No module named 'openai'\")\n")
-    env = clean_env(tmp_path, **extra)
+    env = clean_env(tmp_path, None, **extra)
     env["PYTHONPATH"] = os.pathsep.join([str(blocker.parent), env.get("PYTHONPATH", "")])
     return env
 
