@@ -360,43 +360,30 @@ def create_app(
 async def _pages(
     source: FeedSource, reader: FeedReader, seq: int, n: int
 ) -> AsyncIterator[tuple[str, int, int, dict[str, Any]]]:
-    """The one feed loop (in-process or PostgreSQL): ``("event", seq, 0, event)`` for each
-    durable event after ``seq``, then ``("frame", seq, n, body)`` for each live frame of the
-    open step after ``n``, then wait for the flag, and again. Pulled by this reader's own
-    cursor: a slow reader only delays its own next page, nothing is buffered for it.
+    """The one feed loop (in-process or PostgreSQL): ``("frame", seq, n, body)`` for each
+    live frame numbered after the cursor ``seq:n``, then ``("event", seq, 0, event)`` for each
+    durable event after ``seq``; again while the cursor moves, then wait for the flag. Pulled
+    by this reader's own cursor: a slow reader only delays its own next page, nothing is
+    buffered for it.
 
-    Each round first reads the frames still numbered after the cursor's seq: a durable event
-    that landed mid-stream (a steer) comes after them, so a reader woken by it reads the
-    frames it had not yet read before the event, not never."""
+    The frames are read after the page of events: a frame numbered after ``seq`` was written
+    before the first event after ``seq``, so a durable event that lands mid-stream (a steer)
+    comes after every frame this reader had not yet read, never instead of them."""
     while not source.closed:
         seen = reader.version  # before reading: a wake during the read is not missed
         try:
+            page = await reader.events_after(seq, _PAGE)
             frames = await reader.frames_after(seq, n)
         except SessionStorageError as exc:
             await _retry_later(reader, exc)
             continue
         for n, frame in frames:
             yield "frame", seq, n, frame
-        try:
-            page = await reader.events_after(seq, _PAGE)
-        except SessionStorageError as exc:
-            await _retry_later(reader, exc)
-            continue
         for event in page:
             seq, n = event["seq"], 0
             yield "event", seq, 0, event
-        if len(page) == _PAGE:
-            continue  # more to catch up; a short page means caught up as of that read
-        try:
-            frames = await reader.frames_after(seq, n)
-        except SessionStorageError as exc:
-            await _retry_later(reader, exc)
-            continue
-        for n, frame in frames:
-            yield "frame", seq, n, frame
-        if frames:
-            continue
-        await reader.wait(seen, PING_SECONDS)
+        if not page and not frames:
+            await reader.wait(seen, PING_SECONDS)
 
 
 async def _one_per_turn(
