@@ -109,6 +109,8 @@ def render(event: SessionEvent, queues: dict[str, list[Any]] | None = None) -> l
         return [f"ask({d.call_id})"]
     if t == "tool/approval-decided":
         return [f"decide({d.call_id},{d.decision})"]
+    if t == "tool/deferred":
+        return [f"defer({d.call_id})"]
     return [t]
 
 

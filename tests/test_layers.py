@@ -50,6 +50,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "steerloop.mcp",
         "steerloop.telemetry",
         "steerloop.service",
+        "steerloop.evals",
     ),
     ("steerloop.cli",),
 )

@@ -67,6 +67,25 @@ EXPECTED_ALL = [
     "user_message",
 ]
 
+# ``steerloop.evals`` (API.md "Replay as evals"): the four names of its import line, the
+# records a report is made of (what ``score`` receives and what the report holds), and
+# ``export_bundle`` (the Python side of ``sessions export --format bundle``).
+EXPECTED_EVALS_ALL = [
+    "CallMatch",
+    "CallRecord",
+    "CancelReplay",
+    "Delivery",
+    "Divergence",
+    "ReplayReport",
+    "ReplayTotals",
+    "TurnReport",
+    "TurnRun",
+    "assert_replay",
+    "export_bundle",
+    "load_bundle",
+    "replay",
+]
+
 # Names API.md's prose and tables say are importable from ``steerloop``.
 PROSE_NAMES = {
     "steerloop": [
@@ -123,6 +142,13 @@ def test_all_is_sorted_and_pinned() -> None:
     assert list(steerloop.__all__) == EXPECTED_ALL
 
 
+def test_evals_all_is_pinned() -> None:
+    """``steerloop.evals.__all__`` holds exactly the pinned set."""
+    import steerloop.evals
+
+    assert list(steerloop.evals.__all__) == EXPECTED_EVALS_ALL
+
+
 def test_every_name_in_all_exists() -> None:
     """Every exported name resolves."""
     for name in steerloop.__all__:
@@ -137,6 +163,7 @@ def test_every_name_in_all_exists() -> None:
         "steerloop.llm.chunks",
         "steerloop.session.events",
         "steerloop.context",
+        "steerloop.evals",
     ],
 )
 def test_subpackage_all_is_sorted_and_resolves(module: str) -> None:
@@ -205,12 +232,14 @@ EVENT_TYPES = [
     "request/context",
     "request/header",
     "session/end-seed",
+    "state/changed",
     "step/end",
     "step/start",
     "system/message",
     "tool/approval-decided",
     "tool/approval-requested",
     "tool/call",
+    "tool/deferred",
     "tool/result",
     "turn/end",
     "turn/output",

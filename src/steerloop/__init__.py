@@ -12,7 +12,7 @@ function-local imports included):
    recovery, registry; it sees the runtime only as the ``LoopServices`` record
 6. ``_runtime`` — the composition root, the only module that wires every layer
 7. plugins on the public hooks — ``llm.retry``, ``llm.config``, ``goals``, ``subagents``,
-   ``workspace``, ``mcp``, ``telemetry``, ``context``, ``service``, ``testing``
+   ``workspace``, ``mcp``, ``telemetry``, ``context``, ``service``, ``testing``, ``evals``
 8. ``cli``
 """
 

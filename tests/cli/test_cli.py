@@ -223,4 +223,4 @@ def test_export_rejects_an_unknown_format(
     monkeypatch.chdir(workspace)
     result = CliRunner().invoke(app, ["sessions", "export", "x", "--format", "xml"])
     assert result.exit_code == 2
-    assert "--format must be jsonl or markdown" in " ".join(result.output.split())
+    assert "--format must be jsonl, markdown or bundle" in " ".join(result.output.split())

@@ -5,7 +5,6 @@ session's next command; the SSE feed and AG-UI show the two durable events. Real
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +17,8 @@ from steerloop.testing import ScriptedAdapter, text_response, tool_call_response
 from steerloop.workspace import install_approval
 from tests.agent.test_approvals_crash import kill_while_pending
 
+from .aguisupport import agui_run, run_input, user, wire
 from .served import read_sse, served, turn_ends, types, wait_for_log
-from .test_agui import agui_run, run_input
 
 pytestmark = pytest.mark.timeout(90)
 REASON = "'write' may change the workspace"
@@ -193,42 +192,31 @@ async def test_an_unloaded_crashed_session_lists_its_stored_pending_approval(
         assert model.ran == []
 
 
-async def test_ag_ui_maps_the_approval_events_to_custom_events(tmp_path: Path) -> None:
-    """SERVICE.md §2.5: the request and the decision are CUSTOM events named
-    steerloop.approval-requested / -decided, between the tool call and its result."""
+async def test_ag_ui_ends_a_run_with_the_approval_interrupt(tmp_path: Path) -> None:
+    """AG-UI 1.0: a held call ends the run with ``outcome interrupt`` (the call, its
+    arguments, the reason); a decision over HTTP is the same decision a ``resume`` makes,
+    and the next run shows the turn going on from its waiting step."""
     model = Asking(tool_call_response("c1", "write", {}), text_response("done"))
     async with served(create_app(sqlite_url(tmp_path), model.profiles)) as client:
-        run = asyncio.ensure_future(agui_run(client, run_input("t1", "r1", "start")))
-        try:
-            async with asyncio.timeout(30):  # the AG-UI request creates the session
-                while (await client.get("/v1/sessions/t1")).status_code == 404:
-                    await asyncio.sleep(0.02)
-            await wait_for_log(client, "t1", asked)
-            decided = await client.post("/v1/sessions/t1/approvals/c1", json={"decision": "allow"})
-            assert decided.status_code == 202
-            events = await asyncio.wait_for(run, 30)
-        finally:
-            if not run.done():
-                run.cancel()  # the test's own client task, not library work
-        named = [
-            e.name if e.type == EventType.CUSTOM else e.type.value
-            for e in events
-            if e.type in (EventType.CUSTOM, EventType.TOOL_CALL_END, EventType.TOOL_CALL_RESULT)
-            and getattr(e, "name", "") != "steerloop.inbox"
+        first = await agui_run(client, run_input("t1", "r1", user("u1", "start")))
+        assert first[-1].type == EventType.RUN_FINISHED
+        (interrupt,) = wire(first[-1])["outcome"]["interrupts"]
+        assert (interrupt["id"], interrupt["reason"]) == ("c1", "tool_approval")
+        assert interrupt["metadata"] == {"tool": "write", "arguments": "{}"}
+        decided = await client.post("/v1/sessions/t1/approvals/c1", json={"decision": "allow"})
+        assert decided.status_code == 202
+        # a resume for the decided call is not an error and decides nothing more
+        resume = [{"interruptId": "c1", "status": "resolved", "payload": {"decision": "deny"}}]
+        second = await agui_run(client, run_input("t1", "r2", resume=resume))
+        assert wire(second[-1])["outcome"] == {"type": "success"}
+        assert [e.type for e in second if e.type == EventType.TOOL_CALL_RESULT] in (
+            [EventType.TOOL_CALL_RESULT],
+            [],  # the result was committed before the run began: it is in the snapshot
+        )
+        log = (await client.get("/v1/sessions/t1/log")).json()["events"]
+        assert [e["data"] for e in log if e["type"] == "tool/approval-decided"] == [
+            {"call_id": "c1", "decision": "allow", "by": "http"}
         ]
-        assert named == [
-            "TOOL_CALL_END",
-            "steerloop.approval-requested",
-            "steerloop.approval-decided",
-            "TOOL_CALL_RESULT",
-        ]
-        custom = {e.name: e.value for e in events if e.type == EventType.CUSTOM}
-        assert custom["steerloop.approval-requested"]["call_id"] == "c1"
-        assert custom["steerloop.approval-decided"] == {
-            "call_id": "c1",
-            "decision": "allow",
-            "by": "http",
-        }
 
 
 async def test_the_default_serve_profile_asks_over_http(

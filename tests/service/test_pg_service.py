@@ -97,6 +97,8 @@ async def test_an_unserved_profile_queues_and_the_101st_command_is_429(pg: Pg) -
             "last_seq": 0,
             "owner": None,
             "pending_approvals": [],
+            "state": {},
+            "pending_client_calls": [],
         }
 
 
@@ -545,10 +547,10 @@ async def test_an_agui_run_through_the_api_node_and_a_worker(
     ``RUN_FINISHED``."""
     from ag_ui.core import EventType
 
-    from .test_agui import agui_run, run_input
+    from .aguisupport import agui_run, run_input, user
 
     async with workers(tmp_path, pg.url, 1, **files), served(api(pg)) as client:
-        events = await agui_run(client, run_input("t1", "r1", "hello"))
+        events = await agui_run(client, run_input("t1", "r1", user("u1", "hello")))
         assert events[0].type == EventType.RUN_STARTED
         assert events[-1].type == EventType.RUN_FINISHED
         text = "".join(e.delta for e in events if e.type == EventType.TEXT_MESSAGE_CONTENT)

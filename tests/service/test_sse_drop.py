@@ -121,7 +121,7 @@ async def test_a_reader_that_drops_mid_stream_ends_its_response_with_no_write_af
         async with client.stream("GET", path) as response:
             assert response.status_code == 200
             async for chunk in response.aiter_raw():
-                assert chunk.startswith(b"id: 1\r\n")
+                assert chunk.startswith(b"id: 1\n")  # LF-separated
                 break
         await app.settled(4)
         assert (app.open, app.ended) == (0, 4)

@@ -53,11 +53,13 @@ from steerloop.session._events import (
     RequestContext,
     RequestHeader,
     SessionEndSeed,
+    StateChanged,
     StepEnd,
     StepStart,
     StreamRecord,
     SystemMessageEvent,
     ToolCallEvent,
+    ToolDeferred,
     ToolErrorInfo,
     ToolResultEvent,
     TurnEnd,
@@ -133,12 +135,16 @@ async def test_every_event_of_a_real_run_round_trips() -> None:
         await live.flush()
         written = {e.type for e in live.events}
         # context/compacted is a plugin's (round trip: tests/context/test_compaction.py);
-        # the approval events need a policy (round trip: tests/agent/test_approvals.py).
+        # the approval events need a policy (round trip: tests/agent/test_approvals.py);
+        # the state and client-call events are written through agent.update_state and a
+        # client tool (round trips: tests/agent/test_state.py, test_client_calls.py).
         plugin = {
             "session/end-seed",
             "context/compacted",
             "tool/approval-requested",
             "tool/approval-decided",
+            "state/changed",
+            "tool/deferred",
         }
         assert written >= KNOWN_TYPES - plugin, KNOWN_TYPES - written
         for event in live.events:
@@ -306,6 +312,20 @@ LOG_ONLY: dict[str, st.SearchStrategy[Any]] = {
         decision=st.sampled_from(["allow", "deny"]),
         reason=opt_texts,
         by=opt_texts,
+    ),
+    "tool/deferred": st.builds(
+        ToolDeferred, turn=turns, step=turns, call_id=ids, name=ids, arguments=texts
+    ),
+    "state/changed": st.builds(
+        StateChanged,
+        patch=st.lists(
+            st.one_of(
+                st.builds(lambda p, v: {"op": "add", "path": "/" + p, "value": v}, ids, small),
+                st.builds(lambda p: {"op": "remove", "path": "/" + p}, ids),
+                st.builds(lambda f, p: {"op": "move", "from": "/" + f, "path": "/" + p}, ids, ids),
+            ),
+            max_size=3,
+        ).map(tuple),
     ),
 }
 # Pairing rules of their own (check_approvals): not drawn into the generated whole logs.

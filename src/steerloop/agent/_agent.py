@@ -20,12 +20,14 @@ from ..messages import UserMessage
 from ..session._events import ApprovalRequested, SessionEvent, TurnEnd, TurnEndReason
 from ..session._repair import plan_repair
 from ._approvals import Approvals, Decision
+from ._client_calls import ClientCalls
 from ._decisions import CompactPayload, ErrorPayload, StatusPayload
 from ._inbox import Inbox, InboxTarget, fold_inbox
 from ._options import AgentOptions
 from ._phase import PhaseMachine
 from ._request import RequestBuilder
 from ._run import DEFAULT_OUTPUT_RETRIES, DEFAULT_STREAM_BUFFER, TurnResult, TurnStream, run, stream
+from ._state import SharedState
 
 if TYPE_CHECKING:
     from ..session._session import Session
@@ -77,6 +79,9 @@ class Agent(metaclass=RuntimeOwned):
         self._requests = RequestBuilder(session, options, services.ids)
         self._driver_tasks: set[asyncio.Task[None]] = set()
         self.approvals = Approvals(session)  # calls held for a person's decision
+        # calls waiting for a client's result (AG-UI frontend tools)
+        self.client_calls = ClientCalls(self.id, session, services.tools)
+        self._state = SharedState(session)
 
     def __repr__(self) -> str:
         return f"<Agent {self.id} {self.phase.phase}>"
@@ -139,6 +144,25 @@ class Agent(metaclass=RuntimeOwned):
                 phase.latch()
         elif phase.phase == "idle":
             self._start_driver()
+
+    # --- shared state (state/changed) -------------------------------------------------
+
+    @property
+    def state(self) -> Mapping[str, Any]:
+        """The session's shared state document: a read-only copy of the fold of its
+        ``state/changed`` events (``{}`` before the first)."""
+        return self._state.document
+
+    def update_state(self, patch: list[dict[str, Any]]) -> int:
+        """Apply an RFC 6902 ``patch`` to the state document as one durable
+        ``state/changed`` event; returns its seq.
+
+        Raises:
+            ValueError: a malformed patch, or one that does not apply (a missing path, a
+                failed ``test``) or leaves something other than a JSON object; nothing is
+                written.
+        """
+        return self._state.update(patch)
 
     # --- approvals (EVENTS.md §2.4a) ---------------------------------------------------
 

@@ -522,6 +522,7 @@ class AgentRegistry:
             except Exception as exc:
                 errors.append(exc)
         errors += lifecycle.scope._close()
+        agent.client_calls.withdraw()  # client tools are registered outside the scope
         try:
             await agent.session.close()
         except Exception as exc:

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from ..session._session import Session, SessionEventPayload
     from ._loop_agent import LoopAgent as Agent
 
-__all__ = ["TurnResult", "TurnStream", "run", "stream"]
+__all__ = ["TurnResult", "TurnStream", "run", "stream", "sum_usage"]
 
 T = TypeVar("T")
 W = TypeVar("W", bound="_TurnWatch")
@@ -105,7 +105,7 @@ def _result_of(
         kind=reason.kind,
         text=text,
         turn=turn,
-        usage=_sum(usages),
+        usage=sum_usage(usages),
         error=reason.error,
         output=output,
         start_seq=start,
@@ -113,7 +113,9 @@ def _result_of(
     )
 
 
-def _sum(usages: Sequence[TokenUsage]) -> TokenUsage:
+def sum_usage(usages: Sequence[TokenUsage]) -> TokenUsage:
+    """Disjoint counts added up; an optional count stays ``None`` when no usage had it."""
+
     def total(name: str) -> int | None:
         values = [getattr(u, name) for u in usages if getattr(u, name) is not None]
         return sum(values) if values else None

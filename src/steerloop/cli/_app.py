@@ -34,8 +34,13 @@ app = typer.Typer(
 sessions_app = typer.Typer(
     help="Browse stored sessions.", no_args_is_help=True, rich_markup_mode=None
 )
+eval_app = typer.Typer(
+    help="Evaluate a model or prompt on recorded sessions.",
+    no_args_is_help=True,
+    rich_markup_mode=None,
+)
 app.add_typer(sessions_app, name="sessions")
-
+app.add_typer(eval_app, name="eval")
 app.add_typer(mcp_app, name="mcp")
 
 StoreOption = Annotated[
@@ -250,24 +255,49 @@ def sessions_show(session_id: str, store: StoreOption = None) -> None:
 def sessions_export(
     session_id: str,
     format: Annotated[
-        str, typer.Option("--format", metavar="FORMAT", help="jsonl or markdown")
+        str, typer.Option("--format", metavar="FORMAT", help="jsonl, markdown or bundle")
     ] = "jsonl",
     store: StoreOption = None,
 ) -> None:
-    """Export a session's log (jsonl: every event; markdown: the conversation)."""
+    """Export a session's log (jsonl: every event; markdown: the conversation; bundle: the
+    session as one file that steerloop.evals.load_bundle imports into any store)."""
     import json
 
     from rich.console import Console
 
     console = Console()
-    if format not in ("jsonl", "markdown"):
-        raise typer.BadParameter("--format must be jsonl or markdown")
+    if format not in ("jsonl", "markdown", "bundle"):
+        raise typer.BadParameter("--format must be jsonl, markdown or bundle")
+    if format == "bundle":
+        _export_bundle(store, session_id, console)
+        return
     events = _load(store, session_id, console)
     if format == "jsonl":
         for event in events:
             sys.stdout.write(json.dumps(event.to_json(), ensure_ascii=False) + "\n")
     else:
         sys.stdout.write(_markdown(session_id, events))
+
+
+def _export_bundle(store: str | None, session_id: str, console: Console) -> None:
+    import asyncio
+
+    from ..errors import SessionPersistenceError
+    from ..evals._bundle import export_bundle
+
+    try:
+        settings = _settings(store, create=False)
+    except _Missing as exc:
+        raise _fail(console, str(exc)) from None
+
+    async def job(backend: Any) -> int:
+        count: int = await export_bundle(backend, session_id, sys.stdout)
+        return count
+
+    try:
+        asyncio.run(_with_store(settings.store, job))
+    except (ValueError, SessionPersistenceError) as exc:
+        raise _fail(console, str(exc)) from None
 
 
 def _markdown(session_id: str, events: tuple[SessionEvent, ...]) -> str:
@@ -617,6 +647,99 @@ def serve(
         )
     except (ValueError, SteerloopError) as exc:
         raise _fail(console, str(exc), 2) from None
+
+
+@eval_app.command("replay")
+def eval_replay(
+    session_id: str,
+    model: Annotated[
+        str | None,
+        typer.Option(
+            "--model", "-m", metavar="P/M", help="PROVIDER/MODEL to replay with (default: config)."
+        ),
+    ] = None,
+    from_turn: Annotated[
+        int, typer.Option("--from-turn", metavar="N", help="First turn to run again.")
+    ] = 1,
+    system: Annotated[
+        Path | None,
+        typer.Option("--system", metavar="FILE", help="System prompt file (default: recorded)."),
+    ] = None,
+    tools: Annotated[
+        str,
+        typer.Option(
+            "--tools",
+            metavar="MODE",
+            help="recorded: calls the recording lacks are NOT_RECORDED; live: such calls run "
+            "when they only read (workspace and MCP tools).",
+        ),
+    ] = "recorded",
+    as_json: Annotated[bool, typer.Option("--json", help="Write the report as JSON.")] = False,
+    out: Annotated[
+        Path | None, typer.Option("--out", metavar="FILE", help="Write the report to FILE.")
+    ] = None,
+    max_tokens: MaxTokensOption = None,
+    store: StoreOption = None,
+) -> None:
+    """Run a recorded session again with another model or prompt; report where it diverges.
+
+    The session is read, never written: its turns run in a new session, the recorded input
+    fed with its timing, tool calls answered from the recording. The exit status is 0
+    whatever the report says; 1 when the replay could not run.
+    """
+    import asyncio
+
+    from rich.console import Console
+    from rich.markup import escape
+
+    from ..errors import SteerloopError
+    from ._eval import report_text, run_eval_replay
+
+    console = Console(stderr=True)
+    if tools not in ("recorded", "live"):
+        raise typer.BadParameter("--tools must be recorded or live")
+    if from_turn < 1:
+        raise typer.BadParameter("--from-turn must be 1 or more")
+    if max_tokens is not None and not 0 < max_tokens < 2**53:
+        raise typer.BadParameter("--max-tokens must be a positive integer")
+    prompt = None
+    if system is not None:
+        try:
+            prompt = system.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise typer.BadParameter(f"cannot read the system prompt {system}: {exc}") from None
+    try:
+        settings = _settings(store, create=False)
+    except _Missing as exc:
+        raise _fail(console, str(exc)) from None
+    try:
+        report = asyncio.run(
+            run_eval_replay(
+                settings,
+                session_id,
+                model=model,
+                from_turn=from_turn,
+                system_prompt=prompt,
+                tools="live" if tools == "live" else "recorded",
+                max_tokens=max_tokens,
+                console=console,
+            )
+        )
+    except (ValueError, RuntimeError, SteerloopError) as exc:
+        raise _fail(console, str(exc)) from None
+    text = report_text(report, as_json=as_json)
+    if out is None:
+        sys.stdout.write(text)
+        return
+    try:
+        out.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise _fail(console, f"cannot write {out}: {exc}") from None
+    first = report.diverged_at
+    console.print(
+        f"report written to {escape(str(out))} · "
+        + (f"first divergence: {escape(str(first))}" if first else "no divergence")
+    )
 
 
 def main() -> None:

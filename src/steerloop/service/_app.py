@@ -285,41 +285,16 @@ def create_app(
         return sse(_feed(source_of(), session_id, seq, n))
 
     async def agui(request: Request, host: Host) -> Response:
-        body = await _json_body(request, body_limit)
-        from ag_ui.core import RunAgentInput
-        from pydantic import ValidationError
+        from ._agui_run import start_run
 
-        try:
-            run_input = RunAgentInput.model_validate(body)
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(p) for p in first.get("loc", ()))
-            raise ApiError(
-                422, "invalid_body", f"not an AG-UI RunAgentInput: {where}: {first.get('msg')}"
-            ) from None
-        session_id = _opt_str({"threadId": run_input.thread_id}, "threadId")
-        assert session_id is not None
-        text = _last_user_text(run_input.messages)
-        if text is None:
-            raise ApiError(422, "invalid_body", "the input has no user message with text")
-        if not await host.exists(session_id):
-            try:
-                await host.create(session_id, host.profile(None), None, None)
-            except ValueError as exc:
-                raise ApiError(422, "invalid_body", str(exc)) from None
-        cursor = await host.last_seq(session_id)
-        mode: Literal["followup", "steer"] = (
-            "steer" if await host.status_of(session_id) == "running" else "followup"
-        )
-        answer = await host.send(session_id, mode, text, None, None)
-        return sse(
-            _agui_feed(source_of(), session_id, run_input.run_id, cursor, answer["message_id"])
-        )
+        body = await _json_body(request, body_limit)
+        return sse(await start_run(host, source_of(), _pages, body))
 
     def sse(items: AsyncGenerator[dict[str, Any]]) -> Response:
         return EventSourceResponse(
             _one_per_turn(items),
             ping=ping_seconds,
+            sep="\n",  # LF: what AG-UI's and most clients' parsers split events on
             send_timeout=send_timeout,
             headers={"Cache-Control": "no-store"},
         )
@@ -362,9 +337,9 @@ async def _pages(
 ) -> AsyncIterator[tuple[str, int, int, dict[str, Any]]]:
     """The one feed loop (in-process or PostgreSQL): ``("frame", seq, n, body)`` for each
     live frame numbered after the cursor ``seq:n``, then ``("event", seq, 0, event)`` for each
-    durable event after ``seq``; again while the cursor moves, then wait for the flag. Pulled
-    by this reader's own cursor: a slow reader only delays its own next page, nothing is
-    buffered for it.
+    durable event after ``seq``; again while the cursor moves, then ``("caught-up", seq, n,
+    {})`` before it waits for the flag. Pulled by this reader's own cursor: a slow reader only
+    delays its own next page, nothing is buffered for it.
 
     The frames are read after the page of events: a frame numbered after ``seq`` was written
     before the first event after ``seq``, so a durable event that lands mid-stream (a steer)
@@ -382,8 +357,10 @@ async def _pages(
         for event in page:
             seq, n = event["seq"], 0
             yield "event", seq, 0, event
-        if not page and not frames:
-            await reader.wait(seen, PING_SECONDS)
+        if page or frames:
+            continue
+        yield "caught-up", seq, n, {}
+        await reader.wait(seen, PING_SECONDS)
 
 
 async def _one_per_turn(
@@ -420,43 +397,13 @@ async def _feed(
     retry: dict[str, Any] = {"retry": RETRY_MS}  # on the first event: reconnect after 2 s
     try:
         async for kind, at, number, body in _pages(source, reader, seq, n):
+            if kind == "caught-up":
+                continue
             if kind == "event":
                 yield {"event": body["type"], "id": str(at), "data": dumps(body)} | retry
             else:
                 yield {"event": "stream", "id": f"{at}:{number}", "data": dumps(body)} | retry
             retry = {}
-    finally:
-        reader.close()
-
-
-async def _agui_feed(
-    source: FeedSource, session_id: str, run_id: str, seq: int, message_id: str
-) -> AsyncGenerator[dict[str, Any]]:
-    """AG-UI events of the run that takes ``message_id``: from ``RUN_STARTED`` to the
-    ``RUN_FINISHED`` (or ``RUN_ERROR``) of the turn whose step first shows the message.
-    The SSE ``id`` is the steerloop cursor (AG-UI clients ignore it)."""
-    from ._agui import AguiRun, encode
-
-    run = AguiRun(session_id, run_id)
-    yield {"data": encode(run.started())}
-    reader = source.subscribe(session_id)
-    ours = False
-    try:
-        async for kind, at, number, body in _pages(source, reader, seq, 0):
-            if kind == "frame":
-                for item in run.frame(body):
-                    yield {"id": f"{at}:{number}", "data": encode(item)}
-                continue
-            data = body.get("data")
-            if body["type"] == "user/message" and isinstance(data, dict):
-                ours = ours or data.get("id") == message_id
-            if body["type"] == "turn/end" and not ours:
-                continue  # the end of a turn before ours
-            out, over = run.event(body)
-            for item in out:
-                yield {"id": str(at), "data": encode(item)}
-            if over:
-                return
     finally:
         reader.close()
 
@@ -470,19 +417,6 @@ def _server_store(url: str) -> Any:
     if "lease_ttl=" not in url.partition("?")[2]:
         store.lease_ttl = SERVER_LEASE_TTL
     return store
-
-
-def _last_user_text(messages: Sequence[Any]) -> str | None:
-    for message in reversed(messages):
-        if getattr(message, "role", None) != "user":
-            continue
-        content = message.content
-        if isinstance(content, str):
-            return content
-        parts = [getattr(p, "text", None) for p in content or ()]
-        text = "".join(p for p in parts if isinstance(p, str))
-        return text or None
-    return None
 
 
 def _authorize(request: Request, token: str | None) -> None:

@@ -19,7 +19,7 @@ import socket
 import time
 import unicodedata
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -34,8 +34,11 @@ from ..errors import ApprovalError, SessionPersistenceNotFoundError
 from ..llm.chunks import chunk_to_json
 from ..messages import user_message
 from ..session._approvals import approval_state, pending_approvals
-from ..session._events import ApprovalRequested
+from ..session._deferred import pending_deferred
+from ..session._events import ApprovalRequested, SessionEvent
 from ..session._session import Session, SessionEventPayload
+from ..session._state import fold_state
+from ._agui_commands import apply_command
 from ._profile import ORIGIN_KIND, Profile, origin_setup
 from ._source import Wakeup
 
@@ -47,12 +50,15 @@ __all__ = [
     "choose_profile",
     "frame_json",
     "require_found",
+    "shared_fields",
 ]
 
 log = logging.getLogger("steerloop.service")
 
 MessageMode = Literal["followup", "steer", "inject"]
-CommandKind = Literal["followup", "steer", "inject", "cancel", "approval"]
+CommandKind = Literal[
+    "followup", "steer", "inject", "cancel", "approval", "client_tools", "client_result", "state"
+]
 #: ``tool/approval-decided.by`` of a decision that came over HTTP.
 APPROVAL_BY = "http"
 _MAX_FRAMES = 4096
@@ -111,6 +117,7 @@ class _Command:
     # the reason, "" for none)
     call_id: str | None = None
     decision: Literal["allow", "deny"] | None = None
+    body: Mapping[str, Any] | None = None  # the AG-UI kinds' (``_agui_input``)
 
 
 @dataclass(slots=True)
@@ -420,7 +427,7 @@ class ServiceHost:
                 {"call_id": r.call_id, "name": r.name, "arguments": r.arguments, "reason": r.reason}
                 for r in await self.pending_approvals(session_id)
             ],
-        }
+        } | shared_fields(await self.log_events(session_id))
 
     async def listing(self) -> list[dict[str, Any]]:
         store = self.rt.sessions.persistence
@@ -481,6 +488,7 @@ class ServiceHost:
         *,
         call_id: str | None = None,
         decision: Literal["allow", "deny"] | None = None,
+        body: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Accept one command: its ``cmd_seq`` is the next of the session, it is applied
         after every earlier one. Synchronous, so two submits never interleave."""
@@ -504,12 +512,13 @@ class ServiceHost:
             trace=trace,
             call_id=call_id,
             decision=decision,
+            body=body,
         )
         queue.next_seq += 1
         answer: dict[str, Any] = {"cmd_seq": command.cmd_seq}
         if kind == "approval" and call_id is not None:
             queue.deciding.add(call_id)
-        elif kind != "cancel":
+        elif kind in ("followup", "steer", "inject"):
             command.message_id = message_id or new_id("msg")
             answer["message_id"] = command.message_id
         queue.pending.append(command)
@@ -549,6 +558,9 @@ class ServiceHost:
             self._idle_since[session_id] = self._clock()
 
     def _apply(self, agent: Agent, command: _Command) -> None:
+        if command.body is not None:
+            apply_command(agent, command.kind, command.body)
+            return
         if command.kind == "cancel":
             agent.cancel(CancelCause.user(), keep_inbox=command.keep_inbox)
             return
@@ -567,6 +579,25 @@ class ServiceHost:
             agent.steer(message)
         else:
             agent.inject(message)
+
+    async def command(
+        self, session_id: str, kind: CommandKind, body: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """Queue one AG-UI command (``_agui_input.AGUI_COMMANDS``) behind the others."""
+        return self.submit(session_id, kind, "", None, None, body=body)
+
+    async def log_events(self, session_id: str) -> tuple[SessionEvent, ...]:
+        """The session's log: the live agent's, else the store's."""
+        handle = self._handles.get(session_id)
+        if handle is not None:
+            return tuple(handle.agent.session.events)
+        store = self.rt.sessions.persistence
+        if store is None:
+            return ()
+        try:
+            return tuple(await store.load(session_id))
+        except SessionPersistenceNotFoundError:
+            return ()
 
     # --- approvals ------------------------------------------------------------------------
 
@@ -754,6 +785,18 @@ class _LocalReader:
         if self._open:
             self._open = False
             self._host.release_feed(self._session_id)
+
+
+def shared_fields(events: Sequence[SessionEvent]) -> dict[str, Any]:
+    """``state`` (the shared state document) and ``pending_client_calls`` (calls waiting
+    for a client's result) of ``GET /v1/sessions/{id}``, folded from the log."""
+    return {
+        "state": fold_state(events),
+        "pending_client_calls": [
+            {"call_id": d.call_id, "name": d.name, "arguments": d.arguments}
+            for d in pending_deferred(events)
+        ],
+    }
 
 
 def frame_json(frame: StreamFrame) -> dict[str, Any]:

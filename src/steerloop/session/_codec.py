@@ -58,6 +58,7 @@ from ._events import (
     RequestHeader,
     SessionEndSeed,
     SessionEvent,
+    StateChanged,
     StepBoundary,
     StepEnd,
     StepStart,
@@ -65,6 +66,7 @@ from ._events import (
     SurfaceOp,
     SystemMessageEvent,
     ToolCallEvent,
+    ToolDeferred,
     ToolErrorInfo,
     ToolResultEvent,
     TurnEnd,
@@ -75,6 +77,7 @@ from ._events import (
     install_chunk_decoder,
 )
 from ._inbox_fold import fold_inbox
+from ._state import StatePatchError, check_patch
 
 # Faster constructors for the records built on every append and every decoded row: the
 # records declare plain frozen dataclasses; the speed trick (``fast_init``) is applied here,
@@ -505,6 +508,26 @@ def _approval_decided(data: Mapping[str, Json]) -> ApprovalDecided:
     )
 
 
+def _tool_deferred(data: Mapping[str, Json]) -> ToolDeferred:
+    return ToolDeferred(
+        turn=_int(data, "turn", minimum=1),
+        step=_int(data, "step", minimum=1),
+        call_id=_str(data, "call_id"),
+        name=_str(data, "name"),
+        arguments=_str(data, "arguments"),
+    )
+
+
+def _state_changed(data: Mapping[str, Json]) -> StateChanged:
+    patch = _list(data, "patch")
+    for op in patch:
+        _json(op, "patch operation")
+    try:
+        return StateChanged(patch=check_patch(patch))
+    except StatePatchError as exc:
+        _fail(str(exc))
+
+
 _DECODERS: dict[str, Callable[[Mapping[str, Json]], Any]] = {
     "turn/start": lambda d: TurnStart(turn=_int(d, "turn", minimum=1)),
     "turn/end": _turn_end,
@@ -524,6 +547,8 @@ _DECODERS: dict[str, Callable[[Mapping[str, Json]], Any]] = {
     "context/compacted": _compacted,
     "tool/approval-requested": _approval_requested,
     "tool/approval-decided": _approval_decided,
+    "tool/deferred": _tool_deferred,
+    "state/changed": _state_changed,
 }
 
 KNOWN_TYPES: frozenset[str] = frozenset(_DECODERS)

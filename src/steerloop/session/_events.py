@@ -40,6 +40,7 @@ __all__ = [
     "RequestHeader",
     "SessionEndSeed",
     "SessionEvent",
+    "StateChanged",
     "StepBoundary",
     "StepEnd",
     "StepStart",
@@ -47,6 +48,7 @@ __all__ = [
     "SurfaceOp",
     "SystemMessageEvent",
     "ToolCallEvent",
+    "ToolDeferred",
     "ToolErrorInfo",
     "ToolResultEvent",
     "TurnEnd",
@@ -301,6 +303,31 @@ class ApprovalDecided:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ToolDeferred:
+    """Payload of ``tool/deferred``: a started call waits for its result from outside the
+    process (a client tool: the AG-UI client runs it); written after the call's
+    ``tool/call``, before its ``tool/result`` (log-only)."""
+
+    TYPE: ClassVar[Literal["tool/deferred"]] = "tool/deferred"
+
+    turn: int
+    step: int
+    call_id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StateChanged:
+    """Payload of ``state/changed``: an RFC 6902 patch of the session's shared state
+    document (a JSON object, ``{}`` before the first change; log-only)."""
+
+    TYPE: ClassVar[Literal["state/changed"]] = "state/changed"
+
+    patch: tuple[Mapping[str, Any], ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class InboxSpliced:
     TYPE: ClassVar[Literal["agent/inbox/spliced"]] = "agent/inbox/spliced"
 
@@ -375,6 +402,8 @@ EventRecord: TypeAlias = (
     | ContextCompacted
     | ApprovalRequested
     | ApprovalDecided
+    | ToolDeferred
+    | StateChanged
 )
 """The payload record of a durable event type; each names its type in ``TYPE``."""
 
@@ -397,6 +426,8 @@ RECORD_TYPES: tuple[type[EventRecord], ...] = (
     ContextCompacted,
     ApprovalRequested,
     ApprovalDecided,
+    ToolDeferred,
+    StateChanged,
 )
 
 

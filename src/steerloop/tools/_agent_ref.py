@@ -6,7 +6,8 @@ they name this protocol, which ``steerloop.agent.Agent`` satisfies.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Literal, Protocol
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 if TYPE_CHECKING:
     from .._cancel import CancelCause
@@ -17,7 +18,8 @@ __all__ = ["AgentRef"]
 
 
 class AgentRef(Protocol):
-    """An agent as tools and hook listeners use it: identity, log, sends, cancel."""
+    """An agent as tools and hook listeners use it: identity, log, shared state, sends,
+    cancel."""
 
     @property
     def id(self) -> str: ...
@@ -27,6 +29,10 @@ class AgentRef(Protocol):
     def parent(self) -> AgentRef | None: ...
     @property
     def status(self) -> Literal["idle", "running"]: ...
+    @property
+    def state(self) -> Mapping[str, Any]: ...
+
+    def update_state(self, patch: list[dict[str, Any]]) -> int: ...
 
     def followup(self, message: UserMessage) -> None: ...
     def steer(self, message: UserMessage) -> None: ...

@@ -22,7 +22,9 @@ from ._control import namespace
 
 __all__ = ["CommandKind", "Commands", "unserved_note"]
 
-CommandKind = Literal["followup", "steer", "inject", "cancel", "approval"]
+CommandKind = Literal[
+    "followup", "steer", "inject", "cancel", "approval", "client_tools", "client_result", "state"
+]
 
 
 def unserved_note(profile: str, version: int) -> str:

@@ -15,7 +15,7 @@ from ...session._approvals import approval_state, pending_approvals
 from ...session._events import SessionEvent
 from ...session._json import loads
 from ...session.store.postgres._store import PostgresStore
-from .._host import ApiError, check_session_id, choose_profile, require_found
+from .._host import ApiError, check_session_id, choose_profile, require_found, shared_fields
 from .._profile import Profile
 from ._commands import CommandKind, Commands
 from ._worker import Worker
@@ -148,12 +148,22 @@ class PgHost:
             "pending_approvals": [
                 approval_json(r) for r in await self.pending_approvals(session_id)
             ],
-        }
+        } | shared_fields(await self._stored_events(session_id))
 
     async def _stored_events(self, session_id: str) -> tuple[SessionEvent, ...]:
         if not await self.store.exists(session_id):
             return ()
         return await self.store.load(session_id)
+
+    async def log_events(self, session_id: str) -> tuple[SessionEvent, ...]:
+        """The session's stored log (the owner may be another process)."""
+        return await self._stored_events(session_id)
+
+    async def command(
+        self, session_id: str, kind: CommandKind, body: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """Queue one AG-UI command (``_agui_input.AGUI_COMMANDS``) behind the others."""
+        return await self._sql().submit(session_id, kind, dict(body), None, None)
 
     async def pending_approvals(self, session_id: str) -> tuple[Any, ...]:
         """The ``tool/approval-requested`` records still waiting, folded from the stored

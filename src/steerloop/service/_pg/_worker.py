@@ -46,6 +46,7 @@ from ...session._events import InboxSpliced, SessionEvent
 from ...session._session import SessionEventPayload
 from ...session.store.postgres._store import PostgresStore
 from ...session.store.postgres._writer import PostgresWriter
+from .._agui_commands import AGUI_COMMANDS, apply_command
 from .._profile import Profile, origin_setup
 from .._takeover import takeover_message
 from ._control import ControlConnection
@@ -601,6 +602,13 @@ class Worker:
                 agent.cancel(CancelCause.user(), keep_inbox=bool(body.get("keep_inbox")))
         elif kind == "approval":
             await self._apply_approval(session_id, agent, writer, cmd_seq, body)
+        elif kind in AGUI_COMMANDS:
+            # At most once, like a cancel: consumed (fenced) before it is applied.
+            if await self._consume_fenced(session_id, cmd_seq, writer):
+                try:
+                    apply_command(agent, kind, body)
+                except ValueError:
+                    log.info("session %s: command %d refused", session_id, cmd_seq, exc_info=True)
         else:  # 'dispose' and anything unknown: nothing to apply here
             await self._consume_fenced(session_id, cmd_seq, writer)
 
