@@ -225,6 +225,8 @@ class Bench:
         parameters: Any = None,
         then: Body | None = None,
         timeout: float | None = None,
+        durable_dispatch: bool | None = None,
+        reconcile: Any = None,
     ) -> Tool:
         """A traced tool; ``then(args, exec)`` (after the gate) produces the result."""
 
@@ -250,6 +252,8 @@ class Bench:
             execute=execute,
             concurrency_safe=safe,
             timeout=timeout,
+            durable_dispatch=durable_dispatch,
+            reconcile=reconcile,
         )
 
 

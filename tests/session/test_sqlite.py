@@ -437,10 +437,11 @@ async def test_agent_stops_taking_work_when_its_log_cannot_be_written(tmp_path: 
 
 
 async def test_a_write_failure_mid_turn_fails_the_turn(tmp_path: Path) -> None:
-    """G-1: a model answer too large for the disk fails its group; the tool body's
-    ``flush()`` raises, the next append raises, so the turn ends in error (``agent/error``
-    carries the SessionStorageError) and nothing more is appended. A resume repairs the
-    stored prefix (C7.2-9) and the next turn completes."""
+    """G-1: a model answer too large for the disk fails its group; the fence before the
+    exclusive tool raises, so its body never starts (write-ahead intent), the next append
+    raises, and the turn ends in error (``agent/error`` carries the SessionStorageError)
+    with nothing more appended. A resume repairs the stored prefix (C7.2-9) and the next
+    turn completes."""
     path = tmp_path / "s.db"
     store = SqliteStore(path, pragmas={"max_page_count": 24})
     try:
@@ -469,8 +470,9 @@ async def test_a_write_failure_mid_turn_fails_the_turn(tmp_path: Path) -> None:
             h.adapter.add(tool_calls_response([("c1", "t", {"pad": "z" * 200_000})]))
             agent.followup(user_message("u1"))
             await settle(agent)
-            assert len(seen) == 1 and "disk is full" in str(seen[0])
+            assert seen == []  # the body never ran: its intent could not be made durable
             assert errors and all(is_storage_failure(p.error) for p in errors)
+            assert any("disk is full" in str(p.error) for p in errors)
             live = list(agent.session.events)
             assert live[-1].type == "tool/call"  # the tool/result append raised: nothing after it
             with pytest.raises(SessionStorageError):

@@ -32,12 +32,14 @@ from .._signal import AbortController
 from ..errors import AbortedError, SessionConflictError, SessionPersistenceNotFoundError
 from ..messages import UserMessage
 from ..session._codec import checked_inbox
+from ..session._repair import plan_repair
 from ..session._session import Session
 from ..session._store import BufferedWriter
 from ..tools._define import Tool
 from ._agent import Agent
 from ._decisions import AgentPayload, SessionStartPayload
 from ._options import AgentOptions
+from ._reconcile import close_seed_reconciled, is_unknown
 from ._registry import LiveAgents, current_initiator, without_initiator
 
 if TYPE_CHECKING:
@@ -425,7 +427,15 @@ class AgentRegistry:
                 seed=seed,
                 sink=sink,
                 header=header,
+                close_seed=False,
             )
+            # Restore repair (C7.2-9) comes first; a call whose outcome is unknown is offered
+            # to its tool's reconcile before (tools the runtime has now: setup comes later,
+            # and whatever it appends must follow the repair).
+            fixes = plan_repair(seed) if seed else []
+            reconciling = any(is_unknown(fix.data) for fix in fixes)
+            if not reconciling:
+                session.close_seed(fixes)
             agent = Agent._create(
                 services,
                 session,
@@ -435,6 +445,8 @@ class AgentRegistry:
                 pending=pending,
                 host=self._host,
             )
+            if reconciling:
+                await close_seed_reconciled(agent, seed, fixes)
         except BaseException:
             if sink is not None:
                 await sink.discard()

@@ -17,6 +17,11 @@ Design notes:
   the turn's signal; ``deny`` answers ``DENIED``, ``allow`` dispatches. An exclusive held
   call is still a barrier; a safe one waits in its task while later calls start, and
   results still commit in model order.
+* Write-ahead intent (``_gate``): a call that may change the world (not concurrency-safe,
+  unless its tool says otherwise with ``durable_dispatch``) starts only after a fence made
+  its ``tool/call`` (and its approval decision) durable; the calls that start together
+  share one fence. Every start, safe or not, first checks that the write lease cannot have
+  expired. A failed fence is a failure of the scheduler's own steps.
 * On abort nothing new starts; started bodies drain and commit; every unstarted call gets
   ``tool/call`` + ``ABORTED_BEFORE_DISPATCH`` back to back; then ``AbortedError``.
 * A failure of the scheduler's own steps stops new starts, waits for started bodies and
@@ -33,14 +38,12 @@ from typing import TYPE_CHECKING, Any
 
 from .._cancel import escapes
 from .._signal import AbortController, AbortSignal
-from ..errors import AbortedError
-from ..messages import MessageSource, ToolCallBlock, ToolResultMessage, UserMessage
+from ..errors import AbortedError, SessionPersistenceError
+from ..messages import MessageSource, ToolCallBlock, UserMessage
 from ..session._events import (
     ApprovalDecided,
     ApprovalRequested,
     ToolCallEvent,
-    ToolErrorInfo,
-    ToolResultEvent,
 )
 from ..tools._define import Tool, ToolDecision, ToolExec, ToolResult
 from ..tools._runtime import (
@@ -50,8 +53,9 @@ from ..tools._runtime import (
     denied,
     error_result,
     parse_arguments,
-    result_blocks,
+    result_event,
 )
+from ._gate import DispatchGate
 
 if TYPE_CHECKING:
     from ._loop_agent import LoopAgent as Agent
@@ -86,6 +90,7 @@ class ToolScheduler:
         # first ``ask`` only (``_holds``): a step without approvals pays nothing for it.
         self._hold_controller: AbortController | None = None
         self._relay: Callable[[], None] | None = None
+        self.gate = DispatchGate(agent.session)
 
     async def run(self, calls: tuple[ToolCallBlock, ...]) -> bool:
         """Run ``calls``; returns whether a committed result concluded the turn."""
@@ -185,14 +190,15 @@ class ToolScheduler:
         cached = self.validated.get(index)
         validated = cached[1] if cached is not None and cached[0] is tool else UNVALIDATED
         early = await self.rt.pipeline.prepare(exec, tool, parse_error, validated)
+        durable = tool is not None and tool.needs_durable_dispatch(safe)
         if isinstance(early, ToolDecision) and tool is not None:
-            run = self._held(exec, tool, self._ask(exec, early.reason))
+            run = self._held(exec, tool, self._ask(exec, early.reason), durable)
         elif early is not None or tool is None:
             slot.result = early if isinstance(early, ToolResult) else None
             await self._commit_ready()
             return
         else:
-            run = self.rt.pipeline.dispatch(exec, tool)
+            run = self._dispatch(exec, tool, slot.call_seq, durable)
         if not self.running and (not safe or index == len(self.calls) - 1):
             # Nothing could overlap this body: run it inline, saving a task and a wake-up.
             slot.result = await run
@@ -229,7 +235,11 @@ class ToolScheduler:
         return decided
 
     async def _held(
-        self, exec: ToolExec, tool: Tool, decided: asyncio.Future[ApprovalDecided]
+        self,
+        exec: ToolExec,
+        tool: Tool,
+        decided: asyncio.Future[ApprovalDecided],
+        durable: bool,
     ) -> ToolResult:
         """Wait for the decision on ``exec``, then deny it or run it."""
         try:
@@ -240,6 +250,13 @@ class ToolScheduler:
             self.agent.approvals.release(exec.call_id)
         if decision.decision == "deny":
             return denied(decision.reason or "denied by the user")
+        # The decision was appended before the wait ended: the fence must cover it too.
+        return await self._dispatch(exec, tool, self.session.next_seq - 1, durable)
+
+    async def _dispatch(self, exec: ToolExec, tool: Tool, seq: int, durable: bool) -> ToolResult:
+        """Start the body once the gate lets it (``_gate``): nothing may await in between."""
+        if durable or not self.session.lease_valid():
+            await self.gate.enter(seq, durable)
         return await self.rt.pipeline.dispatch(exec, tool)
 
     def _on_done(self, task: asyncio.Task[ToolResult]) -> None:
@@ -289,25 +306,8 @@ class ToolScheduler:
                 self.concluded = True
 
     def _append_result(self, call: ToolCallBlock, call_seq: int, result: ToolResult) -> None:
-        error = None
-        if result.is_error:
-            err = result.error
-            error = ToolErrorInfo(
-                code=err.code if err else "TOOL_FAILED", name=err.name if err else None
-            )
         self.session.append(
-            ToolResultEvent(
-                turn=self.turn,
-                step=self.step,
-                message=ToolResultMessage(
-                    id=self.rt.ids("msg"),
-                    call_id=call.id,
-                    content=result_blocks(result.content),
-                    is_error=result.is_error,
-                ),
-                error=error,
-                meta=result.meta,
-            ),
+            result_event(self.turn, self.step, call.id, result, self.rt.ids("msg")),
             surface_op="append",
             source_event_seqs=(call_seq,),
         )
@@ -334,11 +334,15 @@ def _harvest(task: asyncio.Task[ToolResult]) -> ToolResult:
     """A finished body's result; one the host took (cancelled, Ctrl-C, exit) is a failure.
 
     ``dispatch`` turns every other exception into a result, so only what already reached
-    the host ends up here; if the host goes on, the turn does too (no second raise).
+    the host ends up here; if the host goes on, the turn does too (no second raise). A
+    refused gate (a fence that failed: the body never started) is the scheduler's own
+    failure and is raised (C7.9-20).
     """
     if task.cancelled():
         return error_result("TOOL_FAILED", "the tool's task was cancelled", "CancelledError")
     exc = task.exception()
+    if isinstance(exc, SessionPersistenceError):
+        raise exc
     if exc is not None:
         return error_result("TOOL_FAILED", str(exc) or type(exc).__name__, type(exc).__name__)
     return task.result()

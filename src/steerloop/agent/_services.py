@@ -22,10 +22,12 @@ __all__ = ["LoopLimits", "LoopServices"]
 class LoopLimits:
     """Limits the host may change while agents run (read when a tool group begins)."""
 
-    __slots__ = ("max_parallel_tool_calls",)
+    __slots__ = ("max_parallel_tool_calls", "reconcile_timeout")
 
-    def __init__(self, max_parallel_tool_calls: int) -> None:
+    def __init__(self, max_parallel_tool_calls: int, reconcile_timeout: float = 10.0) -> None:
         self.max_parallel_tool_calls = max_parallel_tool_calls
+        self.reconcile_timeout = reconcile_timeout
+        """Seconds a tool's ``reconcile`` may take at recovery before the call stays unknown."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
+from .._cancel import escapes
 from .._signal import AbortSignal
 from ..errors import AbortedError
 from ..messages import UserMessage
@@ -79,13 +80,19 @@ async def run_step(
         # Every exit closes the step: a host exception (Ctrl-C, exit, cancellation of
         # the driver task) answers the open calls too before it goes on.
         failure = exc
+        late: BaseException | None = None
         if not ctx.signal.aborted:
             state.failed_in_step = True
+            if not escapes(exc):  # unknown outcomes a tool can reconcile (C7.10-1)
+                late = await tracker.reconcile(agent)
         try:
             tracker.recover(ctx.turn, ctx.step)
         except Exception as repair_exc:
             failure = BaseExceptionGroup("step failed and recovery failed", [exc, repair_exc])
             raise failure from None
+        if late is not None:  # the host's own exception, met while reconciling
+            failure = late
+            raise late from exc
         raise
     finally:
         tracker.close()

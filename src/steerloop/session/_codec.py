@@ -417,6 +417,7 @@ def _tool_result(data: Mapping[str, Json]) -> ToolResultEvent:
         message=_message(data.get("message"), ToolResultMessage, "message"),
         error=error,
         meta=_json(data.get("meta"), "meta"),
+        reconciled=_opt_bool(data, "reconciled"),
     )
 
 

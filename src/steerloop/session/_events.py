@@ -272,6 +272,9 @@ class ToolResultEvent:
     message: ToolResultMessage
     error: ToolErrorInfo | None = None
     meta: Any = None
+    reconciled: bool | None = None
+    """``True`` on a result a tool's ``reconcile`` supplied at recovery for a call whose
+    outcome was unknown (left out otherwise)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -24,7 +24,7 @@ from ._events import (
     compaction_op_ok,
     surface_message,
 )
-from ._repair import plan_repair
+from ._repair import RepairEvent, plan_repair
 
 __all__ = ["EventSink", "Session", "SessionEventPayload"]
 
@@ -55,6 +55,20 @@ class EventSink:
 
     async def flush(self) -> None:
         """Return once every event written so far is durable."""
+
+    async def fence(self) -> None:
+        """The barrier before a side effect: return once every event written so far is
+        durable under a write lease this process still holds; raise otherwise.
+
+        Where a lease can be taken over (PostgreSQL) the commit confirms it (a fenced
+        commit); a failed fence fails the writer for good.
+        """
+        await self.flush()
+
+    def lease_valid(self) -> bool:
+        """Whether a tool may start now without a fence: the writer has not failed and its
+        lease cannot have expired. Synchronous and cheap (checked before every tool start)."""
+        return True
 
     async def close(self) -> None:
         """Flush and release the write handle."""
@@ -115,6 +129,7 @@ class Session(metaclass=RuntimeOwned):
         header: dict[str, Any] | None = None,
         inherited_seed: bool = False,
         repair: bool = True,
+        close_seed: bool = True,
     ) -> None:
         if not isinstance(id, str) or not id:
             raise ValueError("session id must be a non-empty string")
@@ -138,15 +153,8 @@ class Session(metaclass=RuntimeOwned):
         self.surface_replaced = 0
         for event in seed:
             self._fold(event)
-        if repair:
-            for fix in plan_repair(seed):
-                self.append(
-                    fix.data,
-                    surface_op=fix.surface_op,
-                    source_event_seqs=fix.source_event_seqs,
-                )
-        if self._events and _needs_seed_marker(self._events[-1], inherited_seed):
-            self.append(SessionEndSeed(inherited=inherited_seed))
+        if close_seed:
+            self.close_seed(plan_repair(seed) if repair else (), inherited=inherited_seed)
 
     # --- reading ---------------------------------------------------------------------
 
@@ -277,6 +285,20 @@ class Session(metaclass=RuntimeOwned):
             self._hooks.emit("session/event", SessionEventPayload(self, event))
         return event
 
+    def close_seed(self, fixes: Sequence[RepairEvent], *, inherited: bool = False) -> None:
+        """Internal: append the repair of the seed's open turn (``fixes``, from
+        ``plan_repair``), then mark where the seed ends (``session/end-seed``).
+
+        The constructor does this unless it is given ``close_seed=False``: a resume that
+        reconciles unknown tool outcomes first closes the seed itself.
+        """
+        for fix in fixes:
+            self.append(
+                fix.data, surface_op=fix.surface_op, source_event_seqs=fix.source_event_seqs
+            )
+        if self._events and _needs_seed_marker(self._events[-1], inherited):
+            self.append(SessionEndSeed(inherited=inherited))
+
     def seal(self, reason: str) -> None:
         """Internal: refuse every later append (an abandoned activity must not write)."""
         self._sealed = reason
@@ -296,6 +318,14 @@ class Session(metaclass=RuntimeOwned):
     async def flush(self) -> None:
         """Barrier: every event appended so far is durable when this returns."""
         await self._sink.flush()
+
+    async def fence(self) -> None:
+        """Internal: the barrier before a side-effecting tool starts (``EventSink.fence``)."""
+        await self._sink.fence()
+
+    def lease_valid(self) -> bool:
+        """Internal: whether a tool may start without a fence (``EventSink.lease_valid``)."""
+        return self._sink.lease_valid()
 
     async def close(self) -> None:
         """Flush every event and release the persistence write handle."""

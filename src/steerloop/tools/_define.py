@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -12,7 +14,7 @@ import pydantic
 from typing_extensions import TypeVar
 
 from ..errors import ToolDefinitionError
-from ..messages import Block, UserMessage
+from ..messages import Block, ToolCallBlock, UserMessage
 from ._agent_ref import AgentRef
 
 if TYPE_CHECKING:
@@ -26,6 +28,7 @@ __all__ = [
     "ToolExec",
     "ToolResult",
     "define_tool",
+    "idempotency_key",
 ]
 
 #: What a tool's body receives: the validated arguments (a pydantic model instance, or the
@@ -54,6 +57,15 @@ class ToolResult:
     meta: Any = None
 
 
+def idempotency_key(session_id: str, turn: int, step: int, call_id: str) -> str:
+    """The idempotency key of a call: a hex SHA-256 of its session id, turn, step and call id.
+
+    The turn and step are part of it because a provider may reuse call ids across steps.
+    """
+    text = json.dumps([session_id, turn, step, call_id], ensure_ascii=False)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
 @dataclass(slots=True, kw_only=True, eq=False)
 class ToolExec:
     """The context of one tool call, handed to the body and the pipeline hooks."""
@@ -67,6 +79,16 @@ class ToolExec:
     turn: int = 0
     step: int = 0
     deferred: list[UserMessage] = field(default_factory=list)
+
+    @property
+    def idempotency_key(self) -> str:
+        """A key for this call, the same on every retry, after resume and after a takeover.
+
+        Pass it to an external API that deduplicates requests (an ``Idempotency-Key``
+        header, a unique column of an upsert), so the world sees the effect once even if
+        the call is asked again or reconciled. It is 64 hex digits.
+        """
+        return idempotency_key(self.agent.id, self.turn, self.step, self.call_id)
 
     def defer_context(self, message: UserMessage) -> None:
         """Queue ``message`` for the next step, once this call's result has committed."""
@@ -124,6 +146,9 @@ class PostExecute:
 
 
 Execute = Callable[[Any, ToolExec], Awaitable[Any] | Any]
+Reconcile = Callable[[ToolCallBlock, ToolExec], Awaitable[ToolResult | None] | ToolResult | None]
+"""``reconcile(call, exec)``: at recovery, what a call whose outcome is unknown did (``None``:
+it cannot tell)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -138,6 +163,10 @@ class Tool(Generic[ArgsT]):
     concurrency_safe: bool | Callable[[Any], bool] = False
     model: type[pydantic.BaseModel] | None = None
     timeout: float | None = None
+    durable_dispatch: bool | None = None
+    """``True``: the call starts only once its ``tool/call`` is durable; ``False``: at once;
+    ``None``: durable first unless the call is concurrency-safe."""
+    reconcile: Reconcile | None = None
     validator: Any = field(default=None, repr=False, compare=False)
 
     def validate(self, args: Any) -> ArgsT:
@@ -156,6 +185,10 @@ class Tool(Generic[ArgsT]):
         flag = self.concurrency_safe
         return bool(flag(args)) if callable(flag) else bool(flag)
 
+    def needs_durable_dispatch(self, safe: bool) -> bool:
+        """Whether a call classified ``safe`` waits for its intent to be durable."""
+        return not safe if self.durable_dispatch is None else self.durable_dispatch
+
 
 M = TypeVar("M", bound=pydantic.BaseModel)
 
@@ -169,6 +202,8 @@ def define_tool(
     execute: Callable[[M, ToolExec], Awaitable[Any] | Any],
     concurrency_safe: bool | Callable[[M], bool] = False,
     timeout: float | None = None,
+    durable_dispatch: bool | None = None,
+    reconcile: Reconcile | None = None,
 ) -> Tool[M]: ...
 
 
@@ -181,6 +216,8 @@ def define_tool(
     execute: Execute,
     concurrency_safe: bool | Callable[[Any], bool] = False,
     timeout: float | None = None,
+    durable_dispatch: bool | None = None,
+    reconcile: Reconcile | None = None,
 ) -> Tool[Any]: ...
 
 
@@ -192,11 +229,25 @@ def define_tool(
     execute: Execute,
     concurrency_safe: bool | Callable[[Any], bool] = False,
     timeout: float | None = None,
+    durable_dispatch: bool | None = None,
+    reconcile: Reconcile | None = None,
 ) -> Tool[Any]:
     """Define a tool from a pydantic model or a JSON-schema dict.
 
+    Args:
+        durable_dispatch: whether a call waits, before its body starts, until the events
+            announcing it (up to its ``tool/call`` and an approval decision) are durable, so
+            a crash can never leave an effect the log does not know about. ``None`` (the
+            default): it waits unless the call is ``concurrency_safe`` (a read is safe to
+            repeat).
+        reconcile: ``reconcile(call, exec) -> ToolResult | None`` (sync or async), asked at
+            recovery for a call whose outcome would be ``TOOL_OUTCOME_UNKNOWN``: a result it
+            returns is recorded instead (``tool/result`` with ``reconciled: true``); ``None``
+            or an error keeps the call unknown.
+
     Raises:
-        ToolDefinitionError: a bad name, schema, body or timeout.
+        ToolDefinitionError: a bad name, schema, body, timeout, ``durable_dispatch`` or
+            ``reconcile``.
     """
     if not isinstance(name, str) or not _NAME.match(name):
         raise ToolDefinitionError(f"tool name {name!r} must match {_NAME.pattern}")
@@ -208,6 +259,10 @@ def define_tool(
         isinstance(timeout, bool) or not isinstance(timeout, int | float) or timeout <= 0
     ):
         raise ToolDefinitionError("timeout must be a positive number of seconds")
+    if durable_dispatch is not None and not isinstance(durable_dispatch, bool):
+        raise ToolDefinitionError("durable_dispatch must be True, False or None")
+    if reconcile is not None and not callable(reconcile):
+        raise ToolDefinitionError("reconcile must be callable: reconcile(call, exec)")
     model: type[pydantic.BaseModel] | None = None
     validator: Any = None
     if isinstance(parameters, type) and issubclass(parameters, pydantic.BaseModel):
@@ -232,5 +287,7 @@ def define_tool(
         concurrency_safe=concurrency_safe,
         model=model,
         timeout=timeout,
+        durable_dispatch=durable_dispatch,
+        reconcile=reconcile,
         validator=validator,
     )

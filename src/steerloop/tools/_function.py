@@ -20,7 +20,7 @@ import docstring_parser
 import pydantic
 
 from ..errors import ToolDefinitionError
-from ._define import Tool, ToolExec, define_tool
+from ._define import Reconcile, Tool, ToolExec, define_tool
 
 __all__ = ["tool"]
 
@@ -38,6 +38,8 @@ def tool(
     description: str | None = None,
     concurrency_safe: bool | Callable[[Any], bool] = False,
     timeout: float | None = None,
+    durable_dispatch: bool | None = None,
+    reconcile: Reconcile | None = None,
 ) -> Callable[[ToolFunction], Tool[pydantic.BaseModel]]: ...
 
 
@@ -49,6 +51,8 @@ def tool(
     description: str | None = None,
     concurrency_safe: bool | Callable[[Any], bool] = False,
     timeout: float | None = None,
+    durable_dispatch: bool | None = None,
+    reconcile: Reconcile | None = None,
 ) -> Tool[pydantic.BaseModel] | Callable[[ToolFunction], Tool[pydantic.BaseModel]]:
     """Make a tool of a function: ``@tool`` or ``@tool(name=..., description=..., ...)``.
 
@@ -58,6 +62,11 @@ def tool(
         description: what the model is told (default: the docstring without its sections).
         concurrency_safe: as for ``define_tool``: ``True`` lets calls run in parallel.
         timeout: seconds before the call's signal aborts (cooperative, as ``define_tool``).
+        durable_dispatch: as for ``define_tool``: whether a call starts only once its
+            intent is durable (``None``: unless it is concurrency-safe).
+        reconcile: as for ``define_tool``: ``reconcile(call, exec) -> ToolResult | None``,
+            asked at recovery for a call whose outcome is unknown; ``exec.arguments`` is the
+            validated arguments model.
 
     Raises:
         ToolDefinitionError: the function cannot be described (``*args``/``**kwargs``, a
@@ -71,6 +80,8 @@ def tool(
             description=description,
             concurrency_safe=concurrency_safe,
             timeout=timeout,
+            durable_dispatch=durable_dispatch,
+            reconcile=reconcile,
         )
 
     if fn is not None:
@@ -85,6 +96,8 @@ def _from_function(
     description: str | None,
     concurrency_safe: bool | Callable[[Any], bool],
     timeout: float | None,
+    durable_dispatch: bool | None = None,
+    reconcile: Reconcile | None = None,
 ) -> Tool[pydantic.BaseModel]:
     if not callable(fn):
         raise ToolDefinitionError("@tool decorates a function")
@@ -138,6 +151,8 @@ def _from_function(
         execute=call,
         concurrency_safe=concurrency_safe,
         timeout=timeout,
+        durable_dispatch=durable_dispatch,
+        reconcile=reconcile,
     )
 
 

@@ -18,8 +18,8 @@ from .._records import fast_init
 from .._signal import AbortController
 from ..errors import AbortedError
 from ..llm._types import ToolSchema
-from ..messages import Block, TextBlock, UserMessage, check_json
-from ..session._events import ApprovalRequested
+from ..messages import Block, TextBlock, ToolResultMessage, UserMessage, check_json
+from ..session._events import ApprovalRequested, ToolErrorInfo, ToolResultEvent
 from ._define import PostExecute, Tool, ToolDecision, ToolError, ToolExec, ToolResult
 
 __all__ = [
@@ -33,6 +33,7 @@ __all__ = [
     "error_result",
     "parse_arguments",
     "result_blocks",
+    "result_event",
 ]
 
 #: Deepest nesting of containers accepted in tool arguments (the top-level object is 1).
@@ -174,6 +175,36 @@ def result_blocks(content: str | Sequence[Block]) -> tuple[Block, ...]:
     if isinstance(content, str):
         return (TextBlock(content),)
     return tuple(content)
+
+
+def result_event(
+    turn: int,
+    step: int,
+    call_id: str,
+    result: ToolResult,
+    message_id: str,
+    *,
+    reconciled: bool | None = None,
+) -> ToolResultEvent:
+    """The ``tool/result`` payload recording ``result`` for call ``call_id``."""
+    error = None
+    if result.is_error:
+        err = result.error
+        code = err.code if err else "TOOL_FAILED"
+        error = ToolErrorInfo(code=code, name=err.name if err else None)
+    return ToolResultEvent(
+        turn=turn,
+        step=step,
+        message=ToolResultMessage(
+            id=message_id,
+            call_id=call_id,
+            content=result_blocks(result.content),
+            is_error=result.is_error,
+        ),
+        error=error,
+        meta=result.meta,
+        reconciled=reconciled,
+    )
 
 
 def error_result(code: str, message: str, name: str | None = None) -> ToolResult:

@@ -18,6 +18,12 @@ RE2, in linear time, so no pattern can stall the process;
 a shell timeout is ``TOOL_FAILED`` named ``TimeoutError``. Shell commands get a scrubbed
 environment, their output has the host's secret values redacted, and every process a
 command started (also one that left the group with ``setsid``) is ended with the call.
+
+``write_file``, ``edit`` and ``shell`` start only once their call is durable (they are not
+concurrency-safe). After a crash, ``write_file`` and ``edit`` reconcile a call whose outcome
+is unknown from the file itself (``write_file``: the file's hash is the content's; ``edit``:
+the file is this edit's result); ``shell`` cannot (nothing on disk says whether a command
+ran), so its interrupted calls stay ``TOOL_OUTCOME_UNKNOWN``.
 """
 
 from __future__ import annotations

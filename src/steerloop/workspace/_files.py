@@ -19,6 +19,7 @@ from typing import TypeVar
 from pydantic import BaseModel, ConfigDict, Field
 
 from .._signal import AbortSignal
+from ..messages import ToolCallBlock
 from ..tools import Tool, ToolExec, ToolResult, define_tool
 from ..tools._runtime import error_result
 from ._paths import (
@@ -35,6 +36,7 @@ from ._paths import (
     WorkspaceError,
     split_pattern,
 )
+from ._reconcile import edit_landed, write_landed
 from ._regex import Matcher, compile_glob, compile_regex
 
 __all__ = ["file_tools"]
@@ -114,6 +116,7 @@ def _tool(
     body: Callable[[A, AbortSignal], str],
     *,
     safe: bool,
+    landed: Callable[[A], str | None] | None = None,
 ) -> Tool:
     async def execute(args: A, exec: ToolExec) -> str | ToolResult:
         try:
@@ -121,12 +124,22 @@ def _tool(
         except WorkspaceError as exc:
             return _failure(exc)
 
+    def reconcile(call: ToolCallBlock, exec: ToolExec) -> ToolResult | None:
+        # Runs in a worker thread (a synchronous reconcile); see ``_reconcile``.
+        assert landed is not None
+        try:
+            done = landed(exec.arguments)
+        except (WorkspaceError, OSError, UnicodeDecodeError):
+            return None
+        return None if done is None else ToolResult(content=done)
+
     return define_tool(
         name=name,
         description=description,
         parameters=model,
         execute=execute,
         concurrency_safe=safe,
+        reconcile=reconcile if landed is not None else None,
     )
 
 
@@ -337,6 +350,33 @@ class _Files:
         plural = "occurrence" if count == 1 else "occurrences"
         return f"replaced {count} {plural} in {self.ws.display(resolved)}"
 
+    def write_landed(self, args: WriteFileArgs) -> str | None:
+        """``write_file``'s reconcile: what it did, if the file holds exactly its content."""
+        resolved = self.ws.resolve(args.path)
+        limit = len(args.content.encode("utf-8"))
+        fd, _ = _open_regular(resolved, args.path, os.O_RDONLY, limit)
+        with open(fd, "rb") as file:
+            current = file.read(limit + 1)
+        if not write_landed(current, args.content):
+            return None
+        return (
+            f"wrote {self.ws.display(resolved)} ({limit} bytes); confirmed at recovery: the "
+            "file holds exactly this content"
+        )
+
+    def edit_landed(self, args: EditArgs) -> str | None:
+        """``edit``'s reconcile: what it did, if the file reads as after this edit."""
+        resolved = self._existing_file(args.path)
+        fd, size = _open_regular(resolved, args.path, os.O_RDONLY, self.max_file_bytes)
+        with open(fd, "rb") as file:
+            text = file.read(size + 1).decode("utf-8")
+        if not edit_landed(text, args.old_string, args.new_string, args.replace_all):
+            return None
+        return (
+            f"edited {self.ws.display(resolved)}; confirmed at recovery: the file reads as it "
+            "does after this edit"
+        )
+
     def list_dir(self, args: ListDirArgs, signal: AbortSignal) -> str:
         resolved = self.ws.resolve(args.path)
         if not resolved.exists():
@@ -497,6 +537,7 @@ def file_tools(
             WriteFileArgs,
             files.write_file,
             safe=False,
+            landed=files.write_landed,
         ),
         _tool(
             "edit",
@@ -505,6 +546,7 @@ def file_tools(
             EditArgs,
             files.edit,
             safe=False,
+            landed=files.edit_landed,
         ),
         _tool(
             "list_dir",

@@ -10,7 +10,8 @@ what both database stores used to rebuild on their own:
   (``failed[key]``): its later events are dropped (storing them would leave a gap) and
   every later write, flush and close raises the recorded error;
 * **barriers**: a flush, close, delete or store stop is settled only after everything
-  queued before it was committed (or refused);
+  queued before it was committed (or refused); a ``Fence`` is a writer's barrier whose
+  commit also confirms the writer's lease, even when it has no events left to store;
 * **close ordering**: a closing writer's lease is released only after its final commit,
   and its close is settled after the release, so a new writer can never get in ahead of
   queued events.
@@ -39,6 +40,7 @@ __all__ = [
     "Close",
     "Delete",
     "Failure",
+    "Fence",
     "GroupCommitter",
     "GroupWriter",
     "Op",
@@ -102,6 +104,17 @@ class Barrier:
 
 
 @dataclass(slots=True)
+class Fence:
+    """A writer's durable barrier that also confirms its lease in the commit (a fenced
+    commit), whether or not the writer has events left to store: the barrier before a
+    side-effecting tool starts."""
+
+    key: int
+    session_id: str
+    waiter: Waiter
+
+
+@dataclass(slots=True)
 class Close:
     """A writer's last barrier: then ``release`` (its lease), then the waiter."""
 
@@ -127,7 +140,7 @@ class Stop:
     waiter: Waiter
 
 
-Op = Append | Publish | Barrier | Close | Delete | Stop
+Op = Append | Publish | Barrier | Fence | Close | Delete | Stop
 
 
 @dataclass(slots=True)
@@ -159,7 +172,7 @@ class Batch:
     """One drained group, as the backend commits it."""
 
     units: dict[int, Unit]
-    settle: list[Barrier | Close | Stop]
+    settle: list[Barrier | Fence | Close | Stop]
     durable: bool
     """A barrier of a writer, a close, a delete or a stop asks for a durable commit."""
 
@@ -192,7 +205,11 @@ class GroupWriter(BufferedWriter, Generic[LeaseT]):
         self._lease = lease
         self._stored = stored  # the session is already stored: publication adds no header
         self._enqueue = enqueue  # bound once: a published write is one check and one put
-        self._unflushed = False  # something was queued since the last barrier
+        # Operations queued, and how many of them a completed barrier covered: a flush
+        # with nothing new since a *completed* barrier needs none (one still in flight
+        # does not count: its caller, not this one, is the one it answers).
+        self._queued = 0
+        self._synced = 0
 
     def _check_queue(self) -> None:
         """Raise when the store takes no more operations (by default it always does)."""
@@ -200,14 +217,14 @@ class GroupWriter(BufferedWriter, Generic[LeaseT]):
     def _store_line(self, seq: int, line: str) -> None:
         self._check_queue()
         self._enqueue(Append(self.key, (self.session_id, seq, line)))
-        self._unflushed = True
+        self._queued += 1
 
     def _publish(self, pending: list[tuple[int, str]]) -> None:
         self._refuse()
         self._check_queue()
         header = None if self._stored else stored_header(self.session_id, self._header)
         self._enqueue(Publish(self.key, self.session_id, header, self._base_len, pending))
-        self._unflushed = True
+        self._queued += 1
 
 
 # --- the committer -------------------------------------------------------------------------
@@ -256,7 +273,7 @@ class GroupCommitter:
     def plan(self, group: list[Op]) -> Batch:
         """Sort a drained group into per-writer units and the waiters it settles."""
         units: dict[int, Unit] = {}
-        settle: list[Barrier | Close | Stop] = []
+        settle: list[Barrier | Fence | Close | Stop] = []
         failed = self.failed
         durable = False
         for op in group:
@@ -273,6 +290,11 @@ class GroupCommitter:
                     units[op.key] = Unit(op.session_id, publish=op)
             elif isinstance(op, Delete):
                 units[op.key] = Unit(op.session_id, delete=op)
+                durable = True
+            elif isinstance(op, Fence):
+                if op.key not in failed and op.key not in units:
+                    units[op.key] = Unit(op.session_id)  # nothing to store, a lease to confirm
+                settle.append(op)
                 durable = True
             else:
                 settle.append(op)
@@ -315,7 +337,7 @@ class GroupCommitter:
             if isinstance(op, Append | Publish):
                 session_id = op.row[0] if isinstance(op, Append) else op.session_id
                 self.fail(op.key, (SessionStorageError, f"session {session_id!r}: {message}"))
-            elif isinstance(op, Barrier | Close | Stop):
+            elif isinstance(op, Barrier | Fence | Close | Stop):
                 self.resolve(op.waiter, SessionStorageError(message))
                 if isinstance(op, Close):
                     self.release(op.release)

@@ -363,6 +363,15 @@ class BufferedWriter(EventSink, abc.ABC):
         self._state = "discarded"
         await self._release()
 
+    async def fence(self) -> None:
+        if self._state != "published":
+            # Buffered events are not durable before publication: nothing may act on them.
+            raise SessionStorageError(
+                f"session {self.session_id!r}: the writer is {self._state}, not published; "
+                "no side effect may start"
+            )
+        await self.flush()
+
     def _refuse(self) -> None:
         """Raise to refuse every write (the store knows this session's writes fail)."""
 

@@ -24,10 +24,11 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
+import time
 from typing import Any
 
 from ....errors import SessionConflictError, SessionPersistenceError, SessionStorageError
-from .._group import Barrier, Batch, GroupCommitter, Op, Unit, Waiter
+from .._group import Barrier, Batch, Fence, GroupCommitter, Op, Unit, Waiter
 from .._interface import encode_header
 from ._lease import PgLeases
 from ._notify import feed_payloads
@@ -91,6 +92,13 @@ class GroupCommit(Connected):
         self._enqueue(Barrier(key, waiter))
         await waiter.future
 
+    async def _fence(self, key: int, session_id: str) -> None:
+        """A barrier whose commit also fences the writer's lease (``Fence``)."""
+        self._check_task()
+        waiter = Waiter()
+        self._enqueue(Fence(key, session_id, waiter))
+        await waiter.future
+
     def _task_ended(self, task: asyncio.Task[None]) -> None:
         error = None if task.cancelled() else task.exception()
         message = f"PostgreSQL store {self.url}: the writer task ended ({error!r})"
@@ -146,12 +154,16 @@ class GroupCommit(Connected):
         if not units:
             return None
         lost: builtins.list[int] = []
+        sent = time.monotonic()  # before the transaction whose now() renews the leases
         try:
             pool = await self._acquire_pool()
             with self._errors("committing events"):
                 async with pool.acquire() as conn, conn.transaction():
                     lost = await self._commit_in(conn, units)
             self._commits += 1
+            for key in units:
+                if key not in lost:  # fenced in a committed transaction: renewed
+                    self._by_key[key]._lease.confirmed(sent, self.lease_ttl)
         except SessionPersistenceError as exc:
             for key in units:
                 if key not in lost:
@@ -261,6 +273,7 @@ class GroupCommit(Connected):
         held = [w for w in self._writers.values() if w.error is None]
         if not held:
             return
+        sent = time.monotonic()
         try:
             renewed = await self._leases.renew([w._lease for w in held])
         except Exception:
@@ -268,6 +281,8 @@ class GroupCommit(Connected):
         for w in held:
             if w.session_id not in renewed:
                 w.lose()
+            else:
+                w._lease.confirmed(sent, self.lease_ttl)
 
     async def _release(self, writer: PostgresWriter) -> None:
         if self._writers.get(writer.session_id) is writer:

@@ -9,6 +9,11 @@
 * **Fence / renew.** One statement over every lease the store holds renews exactly those
   whose (lease id, token) are still current and unexpired; the batch commit runs it inside
   its transaction, the heartbeat on its own. A lease it does not return is lost.
+* **Local deadline.** Each successful acquire, fence or renewal moves the lease's
+  ``deadline``: the local monotonic time at which the statement was sent, plus the TTL. The
+  server's expiry (its ``now()`` of that transaction plus the TTL) is never earlier, so until
+  the deadline nobody can have taken the lease over; past it (a process paused by SIGSTOP
+  wakes up to a passed deadline) the writer must fence again before a tool may start.
 * **Release.** Best effort, and only by a holder that has not lost the lease; one that
   cannot be released expires after the TTL.
 """
@@ -16,6 +21,7 @@
 from __future__ import annotations
 
 import contextlib
+import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -39,6 +45,16 @@ class PgLease:
     leases: PgLeases = field(repr=False)
     lost: bool = False
     """Taken over (or revoked, or expired): releasing it is not ours to do."""
+    deadline: float = 0.0
+    """Local monotonic time until which the lease is surely held (see the module note)."""
+
+    def confirmed(self, sent: float, ttl: float) -> None:
+        """A fence or renewal sent at monotonic ``sent`` committed: held until ``sent+ttl``."""
+        self.deadline = max(self.deadline, sent + ttl)
+
+    def valid(self) -> bool:
+        """Whether the lease cannot have expired (nor been found lost)."""
+        return not self.lost and time.monotonic() < self.deadline
 
     async def release(self) -> None:
         if not self.lost:
@@ -69,6 +85,7 @@ class PgLeases:
         lease_id = uuid.uuid4()
         owner = db.owner
         lock_ms = db._lock_timeout_ms
+        sent = time.monotonic()  # before the transaction whose now() stamps the expiry
 
         async def take_in(conn: Any) -> Taken:
             async with conn.transaction():
@@ -88,7 +105,9 @@ class PgLeases:
                     " AS last",
                     session_id,
                 )
-                return Taken(PgLease(session_id, owner, lease_id, token, self), base)
+                lease = PgLease(session_id, owner, lease_id, token, self)
+                lease.confirmed(sent, db.lease_ttl)
+                return Taken(lease, base)
 
         try:
             pool = await db._acquire_pool()

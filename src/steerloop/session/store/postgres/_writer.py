@@ -24,6 +24,8 @@ class WriterHost(Protocol):
 
     async def _barrier(self, key: int) -> None: ...
 
+    async def _fence(self, key: int, session_id: str) -> None: ...
+
     async def _release(self, writer: PostgresWriter) -> None: ...
 
 
@@ -113,6 +115,29 @@ class PostgresWriter(GroupWriter[PgLease]):
     async def flush(self) -> None:
         if self._state == "published":
             await self._store._barrier(self.key)
+        raise_failure(self.error)
+
+    def lease_valid(self) -> bool:
+        return self.error is None and self._lease.valid()
+
+    async def fence(self) -> None:
+        """A fenced commit of everything written so far; then the lease's local deadline
+        must still be ahead. A deadline passed again right after a second fence (the
+        process keeps stalling past the TTL) fails the writer: it cannot vouch for its
+        lease, so no tool of this session starts in this process any more."""
+        if self._state != "published":
+            await super().fence()  # refuses
+            return
+        for _ in range(2):
+            await self._store._fence(self.key, self.session_id)
+            raise_failure(self.error)
+            if self._lease.valid():
+                return
+        self.fail(
+            SessionConflictError,
+            f"session {self.session_id!r}: the write lease (token {self.token}) expired again "
+            "right after it was renewed; this process stopped acting for the session",
+        )
         raise_failure(self.error)
 
     async def close(self) -> None:

@@ -746,16 +746,17 @@ class _SqliteWriter(GroupWriter[Lease]):
         if self._state != "published":
             return
         raise_failure(self._store._failure(self.key))
-        if not self._unflushed:
+        queued = self._queued
+        if self._synced >= queued:
             return
         waiter = Waiter()
-        self._unflushed = False
         self._store._put(Barrier(self.key, waiter))
-        try:
-            await waiter.future
-        except BaseException:
-            self._unflushed = True
-            raise
+        await waiter.future
+        self._synced = max(self._synced, queued)
+
+    def lease_valid(self) -> bool:
+        # The flock cannot be taken over while this process lives: only a failure counts.
+        return self._failed.get(self.key) is None
 
     def _abandon(self) -> None:
         """The store closed under this writer: its lease goes, later writes fail."""
