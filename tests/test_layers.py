@@ -28,6 +28,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "steerloop._records",
         "steerloop._hooks",
         "steerloop._owned",
+        "steerloop._procs",
         "steerloop._redact",
         "steerloop.messages",
         "steerloop._model",

@@ -67,6 +67,7 @@ if TYPE_CHECKING:
         user_message,
     )
     from .session import (
+        InputRequest,
         Session,
         SessionEvent,
         TurnEndReason,
@@ -96,6 +97,7 @@ __all__ = [
     "CancelCause",
     "Disposer",
     "Inbox",
+    "InputRequest",
     "LlmError",
     "LlmFailure",
     "Message",
@@ -184,6 +186,7 @@ _HOMES: dict[str, tuple[str, ...]] = {
         "user_message",
     ),
     ".session": (
+        "InputRequest",
         "Session",
         "SessionEvent",
         "TurnEndReason",

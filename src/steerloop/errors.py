@@ -8,6 +8,7 @@
     ├── ToolDefinitionError           a tool definition is malformed
     ├── ApprovalError                 a decision for a call that is not waiting for one
     ├── CompactionError               a compaction was refused (its summary would not shrink)
+    ├── InputError                    an answer to an input request that is not waiting
     └── SessionPersistenceError       the session log could not be loaded or stored
         ├── SessionPersistenceNotFoundError
         ├── SessionCorruptError
@@ -29,6 +30,7 @@ __all__ = [
     "AbortedError",
     "ApprovalError",
     "CompactionError",
+    "InputError",
     "LlmError",
     "SessionConflictError",
     "SessionCorruptError",
@@ -75,6 +77,20 @@ class ApprovalError(SteerloopError):
     def __init__(self, call_id: str, state: str, message: str) -> None:
         super().__init__(message)
         self.call_id = call_id
+        self.state = state
+
+
+class InputError(SteerloopError):
+    """``answer_input`` refused: the input request is not waiting for an answer.
+
+    ``state`` says why: ``"unknown"`` (never requested), ``"answered"`` (already answered) or
+    ``"closed"`` (its wait ended without an answer: the call or its turn ended). Nothing was
+    written.
+    """
+
+    def __init__(self, input_id: str, state: str, message: str) -> None:
+        super().__init__(message)
+        self.input_id = input_id
         self.state = state
 
 

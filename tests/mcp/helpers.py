@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from steerloop.mcp import MCPServer
+from steerloop.mcp import MCPLimits, MCPServer
+from steerloop.messages import TextBlock, ToolResultMessage
 
 FAULT_SERVER = Path(__file__).with_name("fault_server.py")
+HOSTILE_SERVER = Path(__file__).with_name("hostile_server.py")
 REPO = Path(__file__).resolve().parents[2]
 EVERYTHING = REPO / ".test-servers" / "node_modules" / ".bin" / "mcp-server-everything"
 
@@ -36,6 +39,57 @@ def fault(
     )
 
 
+def hostile(
+    state: Path,
+    *,
+    name: str = "x",
+    timeout: float = 60.0,
+    limits: MCPLimits | None = None,
+    sampling: Any = "deny",
+) -> MCPServer:
+    """The hostile server of ``hostile_server.py``, noting what it saw under ``state``."""
+    return MCPServer.stdio(
+        name,
+        command=sys.executable,
+        args=[str(HOSTILE_SERVER), str(state)],
+        timeout=timeout,
+        limits=limits,
+        sampling=sampling,
+    )
+
+
+class StallMeter:
+    """The longest the event loop went without running a ticking task, over a block.
+
+    ``async with StallMeter() as meter: ...`` then ``meter.worst`` (seconds): how much later
+    than asked a 5 ms sleep woke up, at worst.
+    """
+
+    TICK = 0.005
+
+    def __init__(self) -> None:
+        self.worst = 0.0
+        self._task: asyncio.Task[None] | None = None
+
+    async def _tick(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            before = loop.time()
+            await asyncio.sleep(self.TICK)
+            self.worst = max(self.worst, loop.time() - before - self.TICK)
+
+    async def __aenter__(self) -> StallMeter:
+        self._task = asyncio.ensure_future(self._tick())
+        await asyncio.sleep(0)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._task is not None
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+
+
 def everything_bin() -> str:
     if not EVERYTHING.exists():
         raise AssertionError(
@@ -55,6 +109,20 @@ async def eventually(check: Callable[[], Any], timeout: float = START) -> Any:
         if loop.time() > deadline:
             raise AssertionError(f"condition not met within {timeout}s")
         await asyncio.sleep(0.05)
+
+
+def logged_result(agent: Any, call_id: str) -> ToolResultMessage:
+    """The ``tool/result`` message of ``call_id`` in the agent's log."""
+    for event in agent.session.events:
+        if event.type == "tool/result" and event.data.message.call_id == call_id:
+            message: ToolResultMessage = event.data.message
+            return message
+    raise AssertionError(f"no result for {call_id}")
+
+
+def result_texts(agent: Any, call_id: str) -> list[str]:
+    """The text blocks of the logged result of ``call_id``."""
+    return [b.text for b in logged_result(agent, call_id).content if isinstance(b, TextBlock)]
 
 
 def lines(path: Path) -> list[str]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -23,19 +23,6 @@ from ..conftest import Harness, compact, events_of, settle
 from .helpers import START, alive, eventually, fault, lines
 
 pytestmark = pytest.mark.timeout(180)
-
-
-@pytest.fixture
-def state(tmp_path: Path) -> Path:
-    path = tmp_path / "state"
-    path.mkdir()
-    return path
-
-
-@pytest.fixture
-def errlog(tmp_path: Path) -> Iterator[TextIO]:
-    with (tmp_path / "server-stderr.txt").open("w") as f:
-        yield f
 
 
 @pytest.fixture
@@ -238,7 +225,8 @@ async def test_close_ends_the_server_process_and_its_children(state: Path, errlo
 async def test_the_environment_holds_only_the_allow_list_and_what_was_configured(
     h: Harness, state: Path, errlog: TextIO, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """No variable of ours reaches the server unless allow-listed or configured."""
+    """No variable of ours reaches the server unless allow-listed or configured (the tree's
+    marker aside)."""
     monkeypatch.setenv("OPENAI_API_KEY", "sk-ours")
     monkeypatch.setenv("LANG", "C.UTF-8")
     installed = await install_mcp(h.rt, [fault(state, env={"GIVEN": "1"})], errlog=errlog)
@@ -250,8 +238,10 @@ async def test_the_environment_holds_only_the_allow_list_and_what_was_configured
     assert {"GIVEN", "PATH", "LANG"} <= names
     # Python may add LC_CTYPE itself (PEP 538 locale coercion), which the list allows.
     from steerloop.mcp import ENV_ALLOW_LIST
+    from steerloop.mcp._tree import MARKER
 
-    assert names <= {"GIVEN", *ENV_ALLOW_LIST}
+    # The marker that finds the server's process tree is the one variable steerloop adds.
+    assert names <= {"GIVEN", MARKER, *ENV_ALLOW_LIST}
     await installed.close()
 
 

@@ -12,7 +12,7 @@ import shutil
 import signal
 import socket
 import subprocess
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import TextIO
 
@@ -28,12 +28,6 @@ from ..conftest import Harness, compact, events_of, settle
 from .helpers import START, eventually, everything_bin
 
 pytestmark = pytest.mark.timeout(180)
-
-
-@pytest.fixture
-def errlog(tmp_path: Path) -> Iterator[TextIO]:
-    with (tmp_path / "server-stderr.txt").open("w") as f:
-        yield f
 
 
 def results(h: Harness, request: int) -> dict[str, ToolResultMessage]:
@@ -138,13 +132,13 @@ async def test_everything_over_stdio_results_errors_and_capabilities(
     h: Harness, errlog: TextIO
 ) -> None:
     """server-everything: text, an image as its JSON text, structuredContent in meta, a
-    schema violation refused here; no tool that needs a client capability we do not declare
-    (sampling, elicitation, roots) is offered."""
+    schema violation refused here; no tool that needs a client capability not configured
+    (sampling, roots) is offered; elicitation is always declared, so its tools are."""
     installed = await install_mcp(h.rt, [everything()], errlog=errlog)
     names = installed.tools("ev")
     assert {"ev__echo", "ev__get-sum", "ev__get-tiny-image"} <= set(names)
     assert not {"ev__get-roots-list", "ev__trigger-sampling-request"} & set(names)
-    assert not any("elicitation" in n for n in names)
+    assert "ev__trigger-elicitation-request" in names
     agent = await h.agent(
         tool_calls_response(
             [

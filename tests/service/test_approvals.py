@@ -111,7 +111,7 @@ async def test_allow_over_http_runs_the_call_and_the_feed_shows_both_events(
         assert model.ran == ["c1"]
         assert events[-1]["data"]["reason"]["kind"] == "completed"
         again = await client.post(f"{base}/c1", json={"decision": "deny"})
-        assert (again.status_code, again.json()["error"]["code"]) == (409, "approval_decided")
+        assert (again.status_code, again.json()["error"]["code"]) == (409, "ALREADY_DECIDED")
         assert (await client.get("/v1/sessions/s")).json()["pending_approvals"] == []
         feed = await read_sse(client, "/v1/sessions/s/events", lambda e: e.event == "turn/end")
         shown = [e.event for e in feed if e.event in APPROVAL_TYPES]
@@ -133,7 +133,7 @@ async def test_deny_over_http_answers_denied_and_a_queued_second_decision_is_409
         )
         second = await client.post("/v1/sessions/s/approvals/c1", json={"decision": "allow"})
         assert first.status_code == 202
-        assert (second.status_code, second.json()["error"]["code"]) == (409, "approval_decided")
+        assert (second.status_code, second.json()["error"]["code"]) == (409, "ALREADY_DECIDED")
         events = await wait_for_log(client, "s", lambda ev: turn_ends(ev) == 1)
         assert approval_log(events) == [
             ("call", "c1"),

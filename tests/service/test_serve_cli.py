@@ -108,7 +108,7 @@ def test_an_idle_connection_outlives_uvicorns_default_keep_alive(tmp_path: Path)
     """Pins ``KEEP_ALIVE_SECONDS``: a connection idle for 6 s (past uvicorn's default 5 s)
     still carries the next request, so a client expiring its idle connections after 5 s
     (httpx) never reuses one the server is closing (the keep-alive race)."""
-    request = b"GET /healthz HTTP/1.1\r\nHost: t\r\n\r\n"
+    request = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
     with serve(tmp_path / "home") as url:
         port = int(url.rsplit(":", 1)[1])
         with socket.create_connection(("127.0.0.1", port), timeout=WAIT) as sock:
@@ -173,3 +173,85 @@ def test_a_bad_capacity_or_drain_timeout_is_refused(
     """``--capacity`` below 1 and a negative ``--drain-timeout`` exit 2 saying which."""
     done = refused(tmp_path, *flags)
     assert said in done.stdout + done.stderr
+
+
+async def test_serve_without_a_token_says_so_and_answers_only_its_names(tmp_path: Path) -> None:
+    """Without a token the second line says what that means and how to set one; the
+    server answers its loopback names and ``--allowed-host`` names and refuses any other
+    ``Host`` with 403 (DNS rebinding)."""
+    store = f"sqlite:///{tmp_path / 'sessions.db'}"
+    args = ("--store", store, "--profiles", "tests.service.profiles:profiles")
+    home = tmp_path / "home"
+    home.mkdir()
+    proc = subprocess.Popen(
+        [*SERVE, "--port", "0", *args, "--allowed-host", "proxy.test"],
+        cwd=home,
+        env=env_for(home),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        # Both lines may already sit in the pipe's buffer: read them in a thread (bounded).
+        first = await asyncio.wait_for(asyncio.to_thread(proc.stdout.readline), 60)
+        found = re.search(r"listening on (http://\S+)", first)
+        assert found, first
+        note = await asyncio.wait_for(asyncio.to_thread(proc.stdout.readline), 60)
+        assert "no API token" in note
+        assert "any process on this machine can drive the agents" in note
+        assert "STEERLOOP_API_TOKEN=" in note
+        async with httpx.AsyncClient(base_url=found.group(1), timeout=WAIT) as client:
+            for host, status in (
+                ("127.0.0.1", 200),
+                ("localhost", 200),
+                ("proxy.test", 200),
+                ("proxy.test.evil", 403),
+                ("other.test", 403),
+            ):
+                answer = await client.get("/healthz", headers={"Host": host})
+                assert answer.status_code == status, host
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=WAIT)
+        for stream in (proc.stdout, proc.stderr):
+            if stream:
+                stream.close()
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        (["--max-connections", "0"], "--max-connections must be an integer >= 1"),
+        (["--max-streams", "0"], "--max-streams must be an integer >= 1"),
+        (["--max-streams-per-session", "-1"], "--max-streams-per-session must be"),
+        (["--header-timeout", "0"], "--header-timeout must be a finite number of seconds"),
+        (["--body-timeout", "inf"], "--body-timeout must be a finite number of seconds"),
+        (["--allowed-origin", "evil.test"], "scheme://host[:port], not 'evil.test'"),
+        (["--allowed-host", "*"], "an allowed host must be a name"),
+    ],
+)
+def test_a_bad_edge_setting_is_refused(tmp_path: Path, flags: list[str], said: str) -> None:
+    """Each bound and allow-list flag with a bad value exits 2 naming it."""
+    done = refused(tmp_path, *flags)
+    assert said in done.stdout + done.stderr
+
+
+def test_the_edge_flags_show_the_defaults_of_limits() -> None:
+    """``serve --help`` shows each bound's default in brackets: those of ``Limits()``."""
+    from typer.testing import CliRunner
+
+    from steerloop.cli import app
+    from steerloop.service import Limits
+
+    shown = " ".join(CliRunner().invoke(app, ["serve", "--help"]).output.split())
+    defaults = Limits()
+    for flag, value in (
+        ("--max-connections", defaults.max_connections),
+        ("--max-streams", defaults.max_streams),
+        ("--max-streams-per-session", defaults.max_streams_per_session),
+        ("--header-timeout", defaults.header_timeout),
+        ("--body-timeout", defaults.body_timeout),
+    ):
+        found = re.search(re.escape(flag) + r" <\w+> [^\[]*\[([^\]]+)\]", shown)
+        assert found is not None and found.group(1) == f"{value:g}", (flag, shown)

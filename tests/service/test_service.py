@@ -280,30 +280,78 @@ async def test_idempotency_key_applies_once(tmp_path: Path) -> None:
         assert len(model.adapter.requests) == 1
 
 
-async def test_commands_for_an_unserved_profile_stay_queued_up_to_the_limit(
+async def test_a_command_for_an_unserved_profile_is_refused_not_queued(
     tmp_path: Path,
 ) -> None:
     """A session made with profile version 1, served by a process that has only version 2:
-    messages are accepted (202) and stay queued; past the limit they get 429 + Retry-After."""
+    on SQLite nothing else could ever apply a command for it, and one kept in memory would
+    be lost by a restart, so it is refused (503 ``profile_not_served``) and nothing is
+    written; the PostgreSQL host stores it for a worker that serves the version."""
     url = sqlite_url(tmp_path)
     async with served(create_app(url, Model().profiles())) as client:
         await client.post("/v1/sessions", json={"session_id": "s"})
-    app = create_app(url, Model().profiles(version=2), max_unconsumed=2)
-    async with served(app) as client:
-        for n in (1, 2):
+        last = (await client.get("/v1/sessions/s")).json()["last_seq"]
+    async with served(create_app(url, Model().profiles(version=2))) as client:
+        for _ in range(2):
             answer = await client.post(
-                "/v1/sessions/s/messages", json={"mode": "followup", "content": f"m{n}"}
+                "/v1/sessions/s/messages", json={"mode": "followup", "content": "m"}
             )
-            assert answer.status_code == 202
-            assert answer.json()["cmd_seq"] == n
+            assert (answer.status_code, answer.json()["error"]["code"]) == (
+                503,
+                "profile_not_served",
+            )
+        info = (await client.get("/v1/sessions/s")).json()
+        assert (info["status"], info["last_seq"], info["profile"]) == ("unloaded", last, "default")
+
+
+async def test_commands_waiting_for_their_session_are_bounded_then_applied_in_order(
+    tmp_path: Path,
+) -> None:
+    """While a session loads (its profile's setup waits), its commands queue in order; past
+    ``max_unconsumed`` the next gets 429 + Retry-After; once loaded the queued ones are
+    applied, each answered 202 with its ``cmd_seq`` once durable."""
+    url = sqlite_url(tmp_path)
+    async with served(create_app(url, Model().profiles())) as client:
+        await client.post("/v1/sessions", json={"session_id": "s"})
+    opened = asyncio.Event()
+    loading = asyncio.Event()
+
+    async def setup(scope: Any) -> None:
+        loading.set()
+        await opened.wait()
+
+    model = Model(text_response("one"), text_response("two"))
+
+    def profiles(rt: Runtime) -> list[Profile]:
+        (built,) = model.profiles()(rt)
+        return [Profile(name="default", options=built.options, setup=setup)]
+
+    async with served(create_app(url, profiles, max_unconsumed=2)) as client:
+        sends = [
+            asyncio.ensure_future(
+                client.post("/v1/sessions/s/messages", json={"mode": "followup", "content": m})
+            )
+            for m in ("m1", "m2")
+        ]
+        await asyncio.wait_for(loading.wait(), 15)
         refused = await client.post(
             "/v1/sessions/s/messages", json={"mode": "followup", "content": "m3"}
         )
         assert refused.status_code == 429
         assert refused.headers["retry-after"] == "1"
         assert refused.json()["error"]["code"] == "too_many_commands"
-        info = (await client.get("/v1/sessions/s")).json()
-        assert (info["status"], info["last_seq"], info["profile"]) == ("unloaded", 0, "default")
+        opened.set()
+        answers = [await send for send in sends]
+        assert [a.status_code for a in answers] == [202, 202]
+        assert sorted(a.json()["cmd_seq"] for a in answers) == [1, 2]
+        events = await wait_for_log(client, "s", lambda ev: turn_ends(ev) >= 1)
+        texts = [
+            m["content"][0]["text"]
+            for e in events
+            if e["type"] == "agent/inbox/spliced"
+            for m in e["data"]["inserted"]
+        ]
+        assert sorted(texts) == ["m1", "m2"]
 
 
 async def test_sse_resumes_exactly_with_last_event_id_and_streams_live_frames(

@@ -91,7 +91,7 @@ def reset_after_first_bytes(port: int, path: str) -> bytes:
     with a reset (``SO_LINGER`` 0) while the server is still writing the backlog. Runs in a
     thread: the server's loop keeps writing meanwhile."""
     with socket.create_connection(("127.0.0.1", port), timeout=WAIT) as sock:
-        sock.sendall(f"GET {path} HTTP/1.1\r\nHost: t\r\n\r\n".encode())
+        sock.sendall(f"GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
         head = sock.recv(4096)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     return head

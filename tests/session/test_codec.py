@@ -67,6 +67,13 @@ from steerloop.session._events import (
     TurnOutput,
     TurnStart,
 )
+from steerloop.session._input_events import (
+    InputAnswered,
+    InputRequest,
+    MCPResourceUpdated,
+    MCPSampled,
+    MCPTaskCreated,
+)
 from steerloop.testing import (
     HANG,
     error_response,
@@ -138,11 +145,17 @@ async def test_every_event_of_a_real_run_round_trips() -> None:
         # the approval events need a policy (round trip: tests/agent/test_approvals.py);
         # the state and client-call events are written through agent.update_state and a
         # client tool (round trips: tests/agent/test_state.py, test_client_calls.py).
+        # The input and MCP events are the MCP client's (tests/mcp; generated ones below).
         plugin = {
             "session/end-seed",
             "context/compacted",
             "tool/approval-requested",
             "tool/approval-decided",
+            "input/requested",
+            "input/answered",
+            "mcp/task-created",
+            "mcp/resource-updated",
+            "mcp/sampled",
             "state/changed",
             "tool/deferred",
         }
@@ -312,6 +325,46 @@ LOG_ONLY: dict[str, st.SearchStrategy[Any]] = {
         decision=st.sampled_from(["allow", "deny"]),
         reason=opt_texts,
         by=opt_texts,
+    ),
+    "input/requested": st.builds(
+        InputRequest,
+        id=ids,
+        server=ids,
+        message=texts,
+        schema=st.none() | json_objects,
+        url=opt_texts,
+        kind=st.sampled_from(["elicitation", "sampling"]),
+        call_id=st.none() | ids,
+        turn=st.none() | turns,
+        resume=json_values,
+    ),
+    "input/answered": st.builds(
+        InputAnswered,
+        id=ids,
+        action=st.sampled_from(["accept", "decline", "cancel"]),
+        content=st.none() | json_objects,
+        by=opt_texts,
+    ),
+    "mcp/task-created": st.builds(
+        MCPTaskCreated,
+        call_id=ids,
+        server=ids,
+        task_id=ids,
+        ttl_ms=st.none() | small,
+        poll_ms=st.none() | small,
+    ),
+    "mcp/resource-updated": st.builds(MCPResourceUpdated, server=ids, uri=texts),
+    "mcp/sampled": st.builds(
+        MCPSampled,
+        server=ids,
+        outcome=st.sampled_from(["answered", "denied", "failed"]),
+        call_id=st.none() | ids,
+        provider=opt_texts,
+        model=opt_texts,
+        usage=st.none() | usages,
+        stop_reason=opt_texts,
+        text=opt_texts,
+        detail=opt_texts,
     ),
     "tool/deferred": st.builds(
         ToolDeferred, turn=turns, step=turns, call_id=ids, name=ids, arguments=texts

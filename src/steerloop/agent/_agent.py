@@ -18,11 +18,13 @@ from .._owned import RuntimeOwned
 from .._signal import AbortSignal
 from ..messages import UserMessage
 from ..session._events import ApprovalRequested, SessionEvent, TurnEnd, TurnEndReason
+from ..session._input_events import InputAction, InputRequest
 from ..session._repair import plan_repair
 from ._approvals import Approvals, Decision
 from ._client_calls import ClientCalls
 from ._decisions import CompactPayload, ErrorPayload, StatusPayload
 from ._inbox import Inbox, InboxTarget, fold_inbox
+from ._inputs import Inputs
 from ._options import AgentOptions
 from ._phase import PhaseMachine
 from ._request import RequestBuilder
@@ -79,6 +81,7 @@ class Agent(metaclass=RuntimeOwned):
         self._requests = RequestBuilder(session, options, services.ids)
         self._driver_tasks: set[asyncio.Task[None]] = set()
         self.approvals = Approvals(session)  # calls held for a person's decision
+        self.inputs = Inputs(session)  # what tools' servers asked a person during a call
         # calls waiting for a client's result (AG-UI frontend tools)
         self.client_calls = ClientCalls(self.id, session, services.tools)
         self._state = SharedState(session)
@@ -191,6 +194,35 @@ class Agent(metaclass=RuntimeOwned):
     def pending_approvals(self) -> tuple[ApprovalRequested, ...]:
         """The ``tool/approval-requested`` records still waiting for ``decide_approval``."""
         return self.approvals.pending
+
+    # --- input requests (agent/_inputs.py) -------------------------------------------
+
+    @property
+    def pending_inputs(self) -> tuple[InputRequest, ...]:
+        """The ``input/requested`` records still waiting for ``answer_input``."""
+        return self.inputs.pending
+
+    def answer_input(
+        self,
+        id: str,
+        action: InputAction,
+        content: Mapping[str, Any] | None = None,
+        *,
+        by: str | None = None,
+    ) -> int:
+        """Answer the input request ``id``; returns the seq of the ``input/answered``
+        written, synchronously, by this call.
+
+        ``accept`` carries ``content`` valid against the request's schema; ``decline`` and
+        ``cancel`` carry none. ``by`` records who answered.
+
+        Raises:
+            ValueError: a bad argument, or content the requested schema refuses; nothing
+                is written.
+            InputError: the request is not waiting (never made, already answered, or its
+                call ended); nothing is written.
+        """
+        return self.inputs.answer(id, action, content, by)
 
     # --- one call (agent/_run.py) ----------------------------------------------------
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 # Imports are lazy: ``steerloop --version`` and ``--help`` load typer and this module only
 # (``tests/cli/test_startup.py`` pins the set). A command imports what it needs inside its
-# function (its own ``_command`` module, rich, the runtime), and a new sub-app registers
-# through ``_lazy_typer`` below, so none of that is paid by the commands that do not run.
+# function (its own ``_command`` module, rich, the runtime); a sub-app module imported here
+# (``_mcp``) imports only typer and the standard library at its top. So none of that is paid
+# by the commands that do not run.
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -619,6 +620,43 @@ def serve(
         ),
     ] = 10.0,
     no_retry: Annotated[bool, typer.Option("--no-retry", help="No retry policy.")] = False,
+    allowed_host: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allowed-host",
+            help="A Host name to answer besides loopback and --host (repeatable; for a "
+            "reverse proxy; *.domain for every name under it).",
+        ),
+    ] = None,
+    allowed_origin: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--allowed-origin",
+            help="A browser origin (scheme://host[:port]) allowed besides the server's own "
+            "(repeatable; gets CORS headers).",
+        ),
+    ] = None,
+    max_connections: Annotated[
+        int | None,
+        typer.Option("--max-connections", help="Open connections at most, then 503 [512]."),
+    ] = None,
+    max_streams: Annotated[
+        int | None, typer.Option("--max-streams", help="SSE streams at most, then 503 [256].")
+    ] = None,
+    max_streams_per_session: Annotated[
+        int | None,
+        typer.Option(
+            "--max-streams-per-session", help="SSE streams of one session, then 429 [16]."
+        ),
+    ] = None,
+    header_timeout: Annotated[
+        float | None,
+        typer.Option("--header-timeout", help="Seconds to receive a request head, then 408 [10]."),
+    ] = None,
+    body_timeout: Annotated[
+        float | None,
+        typer.Option("--body-timeout", help="Seconds to receive a request body, then 408 [30]."),
+    ] = None,
     temperature: TemperatureOption = None,
     set_: SetOption = None,
 ) -> None:
@@ -642,11 +680,32 @@ def serve(
             capacity=capacity,
             drain_timeout=drain_timeout,
             retry=not no_retry,
+            allowed_hosts=allowed_host or (),
+            allowed_origins=allowed_origin or (),
+            limits=_edge_limits(
+                max_connections=max_connections,
+                max_streams=max_streams,
+                max_streams_per_session=max_streams_per_session,
+                header_timeout=header_timeout,
+                body_timeout=body_timeout,
+            ),
             model=model,
             call=_request_options(temperature, set_),
         )
     except (ValueError, SteerloopError) as exc:
         raise _fail(console, str(exc), 2) from None
+
+
+def _edge_limits(**flags: Any) -> Any:
+    """``Limits`` from the serve flags given (the rest keep their defaults, which the flags'
+    help shows in brackets); a bad value is refused naming its flag."""
+    from ..service._limits import Limits
+
+    try:
+        return Limits(**{name: value for name, value in flags.items() if value is not None})
+    except ValueError as exc:
+        name = str(exc).split(" ", 1)[0]
+        raise ValueError(f"--{name.replace('_', '-')}{str(exc)[len(name) :]}") from None
 
 
 @eval_app.command("replay")

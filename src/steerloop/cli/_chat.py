@@ -40,10 +40,12 @@ from ..errors import AbortedError, SteerloopError
 from ..goals import GoalError, install_goals
 from ..llm._types import CallConfig
 from ..llm.config import ProviderConfigError
-from ..messages import user_message
+from ..messages import TextBlock, user_message
 from ..session._session import SessionEventPayload
 from ..tools._define import ToolExec
+from ._chat_mcp import McpChat
 from ._chat_view import ChatView, Fragments, Screen, help_table, tools_table
+from ._inputs import answer_line, describe_request, prompt_label
 from ._render import EventRenderer, format_args, summarise
 from ._session_setup import LiveOptions, agent_options, open_live, resolve_route
 from ._settings import Settings
@@ -115,6 +117,7 @@ class _Chat:
             "/tools": self._tools,
             "/goal": self._goal,
             "/compact": self._compact,
+            "/prompts": self._prompts,
             "/help": self._help,
         }
         # The context window of the current route (None: unknown) and whether compaction is
@@ -145,6 +148,7 @@ class _Chat:
         )
         self.rt, self.handle, self.route = live.rt, live.handle, (live.provider, live.model)
         self.config = live.config
+        self.mcp = McpChat(live.mcp)
         self.rt.hooks.on(hooks.REQUEST, self._on_request)
         self.goals = install_goals(self.rt)
         await self._follow_window()
@@ -170,6 +174,10 @@ class _Chat:
         self.view.on_event(payload)
         if payload.event.type == "context/compacted":
             self._note(_compacted_note(payload.event.data))
+        if payload.event.type == "input/requested":
+            # A server asks during a call: the next line typed answers it (_handle).
+            self.screen.print(Text(describe_request(payload.event.data), style="bold yellow"))
+            self._invalidate()
         if payload.event.type == "turn/end":
             self._deny_asks()
             # "Ctrl-C again to quit" is about the turn being cancelled: once it has ended,
@@ -294,10 +302,19 @@ class _Chat:
             if not answer.done():
                 answer.set_result(line.lower() in ("y", "yes"))
             return
+        if self.agent.pending_inputs:
+            refused = answer_line(self.agent, self.agent.pending_inputs[0], line)
+            if refused is not None:
+                self._error(refused)
+            return
         if line.startswith("/"):
             name, _, arg = line.partition(" ")
             if name in ("/quit", "/exit"):
                 self.quitting = True
+                return
+            target = self.mcp.prompt_target(name)
+            if target is not None:
+                await self._send_prompt(*target, arg.strip())
                 return
             command = self._commands.get(name)
             if command is None:
@@ -310,11 +327,16 @@ class _Chat:
             except (SteerloopError, ValueError, RuntimeError) as exc:
                 self._error(f"{name}: {exc}")
             return
+        try:
+            message = await self.mcp.attach(line, self.agent) or user_message(line)
+        except ValueError as exc:
+            self._error(str(exc))
+            return
         if self.agent.status == "running":
-            self.agent.steer(user_message(line))
+            self.agent.steer(message)
             self.screen.print(Text(f"steering: {summarise(line, 100)}", style="dim"))
         else:
-            self.agent.followup(user_message(line))
+            self.agent.followup(message)
 
     def _error(self, message: str) -> None:
         self.screen.print(Text.assemble(("error: ", "red"), message))
@@ -511,6 +533,30 @@ class _Chat:
         if event is None:
             self._note("nothing to compact: the history is within what is kept verbatim")
 
+    async def _send_prompt(self, server: str, prompt: str, arguments: str) -> None:
+        """``/server:prompt args``: the server's prompt, expanded, sent as the message."""
+        try:
+            message = await self.mcp.prompt(server, prompt, arguments)
+        except ValueError as exc:
+            self._error(f"/{server}:{prompt}: {exc}")
+            return
+        text = " ".join(b.text for b in message.content if isinstance(b, TextBlock))
+        self._note(f"/{server}:{prompt} → {summarise(text, 100)}")
+        if self.agent.status == "running":
+            self.agent.steer(message)
+        else:
+            self.agent.followup(message)
+
+    async def _prompts(self, _arg: str) -> None:
+        rows = await self.mcp.prompts()
+        if not rows:
+            self._note("no MCP server offers prompts")
+            return
+        table = Table("prompt", "description", box=None)
+        for usage, about in rows:
+            table.add_row(usage, summarise(about, 80))
+        self.screen.print(table)
+
     async def _tools(self, _arg: str) -> None:
         self.screen.print(tools_table(self.rt.tools.list(self.agent.id)))
 
@@ -531,6 +577,8 @@ class _Chat:
         fragments: Fragments = self.view.live(width, max(height - 4, 3))
         if self.asks:
             fragments.append(("bold fg:ansiyellow", "allow? [y/N] ❯ "))
+        elif self.agent.pending_inputs:
+            fragments.append(("bold fg:ansiyellow", prompt_label(self.agent.pending_inputs[0])))
         elif self.agent.status == "running":
             fragments.append(("fg:ansiyellow", "steer ❯ "))
         else:

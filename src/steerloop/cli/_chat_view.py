@@ -53,6 +53,8 @@ _HELP = (
     ("/goal TEXT", "set a goal the agent pursues round by round (replaces the current one)"),
     ("/goal", "show the goal; /goal pause | resume | clear change it"),
     ("/compact", "summarize the older history now (the footer shows ~context/window tokens)"),
+    ("/SERVER:PROMPT ARGS", "send an MCP server's prompt, expanded (/prompts lists them)"),
+    ("@SERVER:URI", "in a message: attach that MCP server's resource to it"),
     ("/help", "this help"),
     ("/quit", "leave (also Ctrl-D, or Ctrl-C when idle / twice)"),
     ("Ctrl-C", "cancel the running turn (queued messages are kept); the history stays consistent"),

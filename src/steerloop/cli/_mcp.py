@@ -7,7 +7,7 @@ The ``mcp`` SDK is an optional extra: nothing here imports it until a server is 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -36,11 +36,13 @@ async def install_configured_mcp(
     rt: Runtime,
     servers: Mapping[str, Mapping[str, Any]],
     warn: Callable[[str], None],
+    *,
+    roots: Sequence[Path] = (),
 ) -> dict[str, MCPTools | str]:
     """Install each configured server on ``rt``; one that fails is a warning, not an error.
 
     Returns each server's installation, or the reason it is not installed. The
-    installations close with ``rt.close()``.
+    installations close with ``rt.close()``. ``roots`` are advertised to every server.
     """
     if not servers:
         return {}
@@ -56,7 +58,7 @@ async def install_configured_mcp(
     async def one(name: str, entry: Mapping[str, Any]) -> MCPTools | str:
         log = _stderr_log(name) if "command" in entry else None
         try:
-            return await install_mcp(rt, [build_server(name, entry)], errlog=log)
+            return await install_mcp(rt, [build_server(name, entry)], errlog=log, roots=roots)
         except Exception as exc:
             warn(f"MCP server {name!r} not started: {exc}")
             return str(exc)

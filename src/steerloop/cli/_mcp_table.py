@@ -15,8 +15,9 @@ if TYPE_CHECKING:
 
 __all__ = ["build_server", "parse_mcp_table"]
 
-_STDIO_KEYS = {"command", "args", "env", "cwd", "timeout"}
-_HTTP_KEYS = {"url", "headers", "timeout"}
+_COMMON_KEYS = {"timeout", "sampling", "limits"}
+_STDIO_KEYS = {"command", "args", "env", "cwd", *_COMMON_KEYS}
+_HTTP_KEYS = {"url", "headers", *_COMMON_KEYS}
 
 
 def parse_mcp_table(path: Path, table: object) -> dict[str, dict[str, Any]]:
@@ -50,8 +51,19 @@ def parse_mcp_table(path: Path, table: object) -> dict[str, dict[str, Any]]:
 def build_server(name: str, entry: Mapping[str, Any]) -> MCPServer:
     # steerloop.mcp._config needs no SDK; importing the package would load it.
     from ..mcp._config import MCPServer
+    from ..mcp._limits import MCPLimits
 
     timeout = entry.get("timeout", 60.0)
+    limits = entry.get("limits")
+    if limits is not None:
+        if not isinstance(limits, dict):
+            raise ValueError("limits must be a table of max_result_bytes, max_blocks, ...")
+        limits = MCPLimits(**limits)  # an unknown key is a TypeError, reported as such
+    common: dict[str, Any] = {
+        "timeout": timeout,
+        "limits": limits,
+        "sampling": entry.get("sampling", "deny"),
+    }
     if "command" in entry:
         args = entry.get("args", [])
         if not isinstance(args, list):
@@ -62,6 +74,6 @@ def build_server(name: str, entry: Mapping[str, Any]) -> MCPServer:
             args=args,
             env=entry.get("env"),
             cwd=entry.get("cwd"),
-            timeout=timeout,
+            **common,
         )
-    return MCPServer.http(name, url=entry["url"], headers=entry.get("headers"), timeout=timeout)
+    return MCPServer.http(name, url=entry["url"], headers=entry.get("headers"), **common)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import signal
 import sys
@@ -18,11 +19,14 @@ from .._runtime import Runtime
 from ..agent._agent import Agent
 from ..agent._decisions import StreamFrame, StreamFramePayload
 from ..agent._factory import AgentScope
+from ..errors import InputError
 from ..llm.chunks import chunk_to_json
 from ..messages import user_message
 from ..session._events import SessionEvent
+from ..session._input_events import InputRequest
 from ..session._session import SessionEventPayload
 from ..tools._define import ToolExec
+from ._inputs import INPUT_BY, answer_line, describe_request, prompt_label
 from ._render import EventRenderer
 from ._session_setup import LiveOptions, open_live
 from ._settings import Settings
@@ -72,6 +76,23 @@ async def _ask_on_terminal(exec: ToolExec) -> bool:
     return answer.strip().lower() in ("y", "yes")
 
 
+async def _answer_on_terminal(agent: Agent, request: InputRequest) -> None:
+    """Ask ``request`` on the terminal (stderr, then stdin) until an answer is taken; without
+    a terminal there is nobody to ask, so it is answered ``cancel`` at once."""
+    if not sys.stdin.isatty():
+        sys.stderr.write(f"{describe_request(request)}\n  (no terminal: answered cancel)\n")
+        with contextlib.suppress(InputError):
+            agent.answer_input(request.id, "cancel", by=INPUT_BY)
+        return
+    sys.stderr.write(describe_request(request) + "\n")
+    while any(r.id == request.id for r in agent.pending_inputs):
+        line = await asyncio.to_thread(input, prompt_label(request))
+        refused = answer_line(agent, request, line)
+        if refused is None:
+            return
+        sys.stderr.write(f"error: {refused}\n")
+
+
 async def run_once(
     settings: Settings,
     prompt: str,
@@ -92,12 +113,19 @@ async def run_once(
     must match it; the validated JSON is printed on stdout as the last line.
     """
     renderer = EventRenderer(console)
+    agents: list[Agent] = []  # the run's agent, once open
+    asking: set[asyncio.Task[None]] = set()
 
     def show(payload: SessionEventPayload) -> None:
         if json_lines:
             _write(event_line(payload.event, full=full))
         else:
             renderer.render(payload.event)
+        if payload.event.type == "input/requested" and agents:
+            # A server asks during a call: the person at the terminal answers.
+            task = asyncio.ensure_future(_answer_on_terminal(agents[0], payload.event.data))
+            asking.add(task)
+            task.add_done_callback(asking.discard)
 
     def show_frame(payload: StreamFramePayload) -> None:
         _write(frame_line(payload.frame))
@@ -119,6 +147,7 @@ async def run_once(
             setup=setup,
         )
         agent = live.agent
+        agents.append(agent)
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGINT, agent.cancel, CancelCause.user())
         goal_kind: str | None = None

@@ -7,7 +7,7 @@ import ipaddress
 import logging
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -17,7 +17,7 @@ from ._settings import Settings
 if TYPE_CHECKING:
     from .._runtime import Runtime
 
-__all__ = ["KEEP_ALIVE_SECONDS", "is_loopback", "serve_main"]
+__all__ = ["KEEP_ALIVE_SECONDS", "is_loopback", "no_token_note", "serve_main"]
 
 log = logging.getLogger("steerloop.service")
 
@@ -37,6 +37,15 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def no_token_note(token_env: str) -> str:
+    """The startup line of a server without a token: what that allows, and how to change it."""
+    return (
+        f"steerloop serve: no API token ({token_env} is not set): any process on this "
+        "machine can drive the agents, approvals included; set "
+        f"{token_env}=<secret> to require 'Authorization: Bearer <secret>'"
+    )
 
 
 def default_profiles(
@@ -94,6 +103,9 @@ def serve_main(
     retry: bool,
     drain_timeout: float = 10.0,
     capacity: int = 100,
+    allowed_hosts: Sequence[str] = (),
+    allowed_origins: Sequence[str] = (),
+    limits: Any = None,
     model: str | None = None,
     call: Mapping[str, Any] | None = None,
 ) -> None:
@@ -101,7 +113,10 @@ def serve_main(
     import uvicorn
 
     from ..service import create_app
+    from ..service._hostcheck import WILDCARD_BINDS
     from ..service._profile import load_profiles
+    from ..service._protocol import edge_protocol
+    from ..service._throttled_log import ThrottledLog, quiet_resource_errors
 
     token = os.environ.get(token_env) or None
     if token is None and not is_loopback(host):
@@ -130,6 +145,7 @@ def serve_main(
         def found(rt: Runtime) -> Any:
             return list(load_profiles(spec, rt).values())
 
+    names = [*allowed_hosts, *([] if host in WILDCARD_BINDS else [host])]
     app = create_app(
         settings.store,
         found,
@@ -139,6 +155,9 @@ def serve_main(
         retry=retry,
         drain_timeout=drain_timeout,
         capacity=capacity,
+        allowed_hosts=names,
+        allowed_origins=allowed_origins,
+        limits=limits,
     )
     config = uvicorn.Config(
         app,
@@ -147,6 +166,7 @@ def serve_main(
         log_level="warning",
         lifespan="on",
         timeout_keep_alive=KEEP_ALIVE_SECONDS,
+        http=edge_protocol(app.state.limits),
     )
     server = uvicorn.Server(config)
 
@@ -155,8 +175,11 @@ def serve_main(
             await asyncio.sleep(0.02)
         bound = server.servers[0].sockets[0].getsockname()
         print(f"steerloop serve: listening on http://{host}:{bound[1]}", flush=True)
+        if token is None:
+            print(no_token_note(token_env), flush=True)
 
     async def main() -> None:
+        quiet_resource_errors(asyncio.get_running_loop(), ThrottledLog(log))
         watcher = asyncio.create_task(announce())
         try:
             await server.serve()

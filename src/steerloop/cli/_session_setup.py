@@ -53,6 +53,7 @@ class Live:
     provider: str
     model: str
     config: ProviderConfig
+    mcp: dict[str, Any] = field(default_factory=dict)  # server name -> MCPTools or why not
 
     @property
     def agent(self) -> Any:
@@ -111,10 +112,11 @@ async def equip(
     ask: Ask | None,
     workspace: Path,
     warn: Callable[[str], None],
-) -> None:
+) -> dict[str, Any]:
     """Give ``rt`` what the agent runs with: the persona and tool pool of the config file,
     its providers, the retry policy, workspace tools, approval (``ask`` answers in-process;
-    without it a served session answers over HTTP) and the configured MCP servers."""
+    without it a served session answers over HTTP) and the configured MCP servers (rooted
+    at ``workspace``). Returns each MCP server's installation, or why it is not installed."""
     from ..llm.config import register_providers
     from ..llm.retry import install_retry
     from ..workspace import install_approval, workspace_tools
@@ -133,7 +135,7 @@ async def equip(
     # tool/approval-decided by the terminal, or by whoever answers over HTTP).
     by = APPROVAL_BY if ask is not None else "user"
     install_approval(rt, options.approve, ask, by=by)  # type: ignore[arg-type]
-    await install_configured_mcp(rt, settings.mcp_servers, warn)
+    return await install_configured_mcp(rt, settings.mcp_servers, warn, roots=[workspace])
 
 
 async def open_live(
@@ -157,14 +159,14 @@ async def open_live(
     config, provider, name = resolve_route(settings, model)
     rt = await Runtime.open(store=settings.store)
     stack.push_async_callback(rt.close)
-    await equip(rt, settings, config, options, ask=ask, workspace=workspace, warn=_warn)
+    mcp = await equip(rt, settings, config, options, ask=ask, workspace=workspace, warn=_warn)
     sid = session_id or new_session_id(options.prefix)
     handle = await rt.agents.restore_or_create(
         session_id=sid,
         agent_options=agent_options(settings, config, provider, name, options),
         setup=setup,
     )
-    return Live(rt, handle, provider, name, config)
+    return Live(rt, handle, provider, name, config, mcp)
 
 
 def _warn(message: str) -> None:

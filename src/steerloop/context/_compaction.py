@@ -27,7 +27,6 @@ from .._signal import AbortController, AbortSignal
 from ..agent._agent import Agent, live_agent
 from ..agent._decisions import CompactPayload, OfAgent, PreStepDecision, PreStepPayload
 from ..errors import CompactionError, LlmError
-from ..llm._assembler import BlockAssembler
 from ..llm._types import CallConfig, GenerateRequest, LlmFailure, TokenUsage
 from ..messages import SystemMessage, TextBlock, UserMessage
 from ..session._events import ContextCompacted, Replace, SessionEvent
@@ -273,19 +272,7 @@ class _Policy:
                 signal=signal,
                 config=config,
             )
-            assembler = BlockAssembler()
-            iterator = prepared.open_stream(request)
-            try:
-                while not signal.aborted:
-                    try:
-                        chunk = await anext(iterator)
-                    except StopAsyncIteration:
-                        break
-                    assembler.push(chunk)
-            finally:
-                aclose = getattr(iterator, "aclose", None)
-                if aclose is not None:
-                    await aclose()
+            assembler = await prepared.collect(request)
             signal.throw_if_aborted()
             reason = assembler.reason
             if reason.kind in ("error", "aborted"):

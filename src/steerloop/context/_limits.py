@@ -6,8 +6,9 @@ it with the limit's name as the reason, so the turn ends ``blocked`` with
 call beyond ``max_tool_calls_per_turn`` is denied (``DENIED``, not run) and the next
 pre-step ends the turn.
 
-Token limits count what providers reported (``assistant/message.usage`` and a summary's
-``context/compacted.usage``: input, cache reads and writes, output, reasoning) and add the
+Token limits count what providers reported (``assistant/message.usage``, a summary's
+``context/compacted.usage`` and an MCP server's sample's ``mcp/sampled.usage``: input, cache
+reads and writes, output, reasoning) and add the
 estimated input of the request about to be sent (``estimate_tokens``): a request is refused
 when spent + its estimated input would exceed the limit.
 """
@@ -23,6 +24,7 @@ from .._hooks import Disposer
 from ..agent._decisions import AgentPayload, PreStepDecision, PreStepPayload
 from ..llm._types import TokenUsage
 from ..session._events import AssistantMessageEvent, ContextCompacted, TurnStart
+from ..session._input_events import MCPSampled
 from ..session._session import Session
 from ..tools._define import ToolDecision
 from ..tools._runtime import ToolHookPayload
@@ -63,7 +65,7 @@ class _Spent:
             if isinstance(data, TurnStart):
                 self.turn, self.turn_total = data.turn, 0
             elif (
-                isinstance(data, AssistantMessageEvent | ContextCompacted)
+                isinstance(data, AssistantMessageEvent | ContextCompacted | MCPSampled)
                 and data.usage is not None
             ):
                 spent = _total(data.usage)

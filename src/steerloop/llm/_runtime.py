@@ -10,6 +10,7 @@ from typing import Any
 from .._hooks import Disposer
 from .._signal import AbortSignal
 from ..errors import LlmError
+from ._assembler import BlockAssembler
 from ._types import (
     CallConfig,
     ClosableAdapter,
@@ -50,6 +51,26 @@ class PreparedCall:
     def open_stream(self, request: GenerateRequest) -> AsyncIterator[StreamChunk]:
         """Obtain the adapter's iterator (the stream counts as started once this returns)."""
         return aiter(self.adapter.stream(request))
+
+    async def collect(self, request: GenerateRequest) -> BlockAssembler:
+        """Stream ``request`` into a ``BlockAssembler`` until it ends or its signal aborts
+        (a request outside the loop: a summary, a server's sample); the stream is closed
+        either way. The caller reads the assembler's blocks, usage and finish."""
+        assembler = BlockAssembler()
+        signal = request.signal
+        iterator = self.open_stream(request)
+        try:
+            while signal is None or not signal.aborted:
+                try:
+                    chunk = await anext(iterator)
+                except StopAsyncIteration:
+                    break
+                assembler.push(chunk)
+        finally:
+            aclose = getattr(iterator, "aclose", None)
+            if aclose is not None:
+                await aclose()
+        return assembler
 
 
 class LlmService:

@@ -1,12 +1,15 @@
 """MCP servers as a tool source, over the official ``mcp`` SDK (extra ``steerloop[mcp]``)."""
 
 from ._config import ENV_ALLOW_LIST, MCPServer
-from ._connection import MCPConnectionError
+from ._connection import MCPConnectionError, MCPLimitError
 from ._install import MCPTools, install_mcp, result_from_mcp
+from ._limits import MCPLimits
 
 __all__ = [
     "ENV_ALLOW_LIST",
     "MCPConnectionError",
+    "MCPLimitError",
+    "MCPLimits",
     "MCPServer",
     "MCPTools",
     "install_mcp",

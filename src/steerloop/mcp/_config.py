@@ -7,9 +7,11 @@ import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, get_args
 
-__all__ = ["ENV_ALLOW_LIST", "MCPServer", "server_environment"]
+from ._limits import MCPLimits, check_limits
+
+__all__ = ["ENV_ALLOW_LIST", "MCPServer", "SamplingPolicy", "server_environment"]
 
 _SERVER_NAME = re.compile(r"^[A-Za-z0-9_-]{1,48}$")
 
@@ -28,6 +30,8 @@ ENV_ALLOW_LIST = (
     "TZ",
     "TMPDIR",
 )
+
+SamplingPolicy = Literal["deny", "ask", "allow"]
 
 #: Seconds one tool call (and connecting, listing) may take unless the server sets its own.
 DEFAULT_TIMEOUT = 60.0
@@ -60,6 +64,12 @@ def _check_timeout(timeout: object) -> float:
     return float(timeout)
 
 
+def _check_sampling(sampling: object) -> SamplingPolicy:
+    if sampling not in get_args(SamplingPolicy):
+        raise ValueError(f"sampling must be 'deny', 'ask' or 'allow', not {sampling!r}")
+    return sampling  # type: ignore[return-value]
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class MCPServer:
     """One MCP server. Build it with ``MCPServer.stdio`` or ``MCPServer.http``.
@@ -76,6 +86,8 @@ class MCPServer:
     url: str | None = None
     headers: Mapping[str, str] = field(default_factory=dict, repr=False)
     timeout: float = DEFAULT_TIMEOUT
+    limits: MCPLimits = field(default_factory=MCPLimits)
+    sampling: SamplingPolicy = "deny"
 
     @classmethod
     def stdio(
@@ -87,14 +99,19 @@ class MCPServer:
         env: Mapping[str, str] | None = None,
         cwd: str | os.PathLike[str] | None = None,
         timeout: float = DEFAULT_TIMEOUT,
+        limits: MCPLimits | None = None,
+        sampling: SamplingPolicy = "deny",
     ) -> MCPServer:
         """A server run as a subprocess speaking MCP over its stdin/stdout.
 
         Its environment is ``env`` over the variables of ``ENV_ALLOW_LIST`` that are set here.
-        ``timeout`` bounds each tool call, connecting and listing.
+        ``timeout`` bounds each tool call (time spent waiting for a person's answer aside),
+        connecting and listing. ``limits`` bounds what the server may send (``MCPLimits()``
+        by default); ``sampling`` is the policy for its ``sampling/createMessage`` requests.
 
         Raises:
-            ValueError: a bad name, command, argument list, environment or timeout.
+            ValueError: a bad name, command, argument list, environment, timeout, limits or
+                sampling policy.
         """
         if not isinstance(command, str) or not command:
             raise ValueError("command must be a non-empty string")
@@ -108,6 +125,8 @@ class MCPServer:
             env=_check_strings(env, "env"),
             cwd=None if cwd is None else os.fspath(cwd),
             timeout=_check_timeout(timeout),
+            limits=check_limits(limits),
+            sampling=_check_sampling(sampling),
         )
 
     @classmethod
@@ -118,11 +137,14 @@ class MCPServer:
         url: str,
         headers: Mapping[str, str] | None = None,
         timeout: float = DEFAULT_TIMEOUT,
+        limits: MCPLimits | None = None,
+        sampling: SamplingPolicy = "deny",
     ) -> MCPServer:
-        """A server reached over streamable HTTP at ``url``.
+        """A server reached over streamable HTTP at ``url`` (``timeout``, ``limits`` and
+        ``sampling`` as for ``stdio``).
 
         Raises:
-            ValueError: a bad name, URL, headers or timeout.
+            ValueError: a bad name, URL, headers, timeout, limits or sampling policy.
         """
         if not isinstance(url, str) or not url.startswith(("http://", "https://")):
             raise ValueError("url must be an http:// or https:// URL")
@@ -132,6 +154,8 @@ class MCPServer:
             url=url,
             headers=_check_strings(headers, "headers"),
             timeout=_check_timeout(timeout),
+            limits=check_limits(limits),
+            sampling=_check_sampling(sampling),
         )
 
 

@@ -8,21 +8,16 @@ the transport reaches end-of-stream. Calls are made from the callers' tasks.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import os
-import signal
-import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
 from functools import partial
-from typing import Any, TextIO, TypeVar
+from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 
 import anyio
 import httpx2
 import mcp_types as types
 from mcp.client import Client, IncomingMessage
-from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.client.subscriptions import ToolsListChanged
 from mcp.shared.exceptions import MCPError
@@ -30,10 +25,17 @@ from mcp_types import CONNECTION_CLOSED
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from .._signal import AbortSignal
-from ..errors import AbortedError
-from ._config import MCPServer, server_environment
+from ..errors import AbortedError, ToolDefinitionError
+from ._bounds import Bounder
+from ._calls import InFlight
+from ._config import MCPServer
+from ._limits import DROPPED_KEY, REFUSED_KEY
+from ._stdio import contained_stdio
 
-__all__ = ["Connection", "MCPConnectionError"]
+if TYPE_CHECKING:
+    from ._peer import Peer
+
+__all__ = ["Connection", "MCPConnectionError", "MCPLimitError"]
 
 T = TypeVar("T")
 
@@ -42,6 +44,10 @@ _log = logging.getLogger("steerloop.mcp")
 # Bound for letting a connection task leave its client (the SDK bounds each shutdown step
 # itself: closing stdin, SIGTERM, SIGKILL of the process group, ~6 s in all).
 _CLOSE_TIMEOUT = 15.0
+
+# The SDK's read timeout of one tool call: its own deadline (the tool timeout, standing still
+# while a person is asked) bounds a call, so this only keeps the SDK's timer out of the way.
+_CALL_READ_TIMEOUT = 7 * 24 * 3600.0
 
 #: Seconds a server may take to start and complete its handshake, at least (a Python or Node
 #: server can take several seconds to import on a loaded machine).
@@ -52,19 +58,32 @@ class MCPConnectionError(ConnectionError):
     """An MCP server could not be reached, or its connection ended during a request."""
 
 
-class _WatchedReader:
-    """A transport's read stream that reports its end-of-stream (the server went away)."""
+class MCPLimitError(ToolDefinitionError):
+    """An MCP server's tool list is over its ``MCPLimits`` and was refused."""
 
-    def __init__(self, inner: Any, on_end: Callable[[], None]) -> None:
+
+def _list_page(client: Client, cursor: str | None) -> Awaitable[types.ListToolsResult]:
+    return client.list_tools(cursor=cursor)
+
+
+class _WatchedReader:
+    """A transport's read stream that reports its end-of-stream (the server went away) and,
+    given a ``Bounder``, bounds each message it hands on."""
+
+    def __init__(self, inner: Any, on_end: Callable[[], None], bounder: Bounder | None) -> None:
         self._inner = inner
         self._on_end = on_end
+        self._bounder = bounder
 
     async def receive(self) -> Any:
         try:
-            return await self._inner.receive()
+            message = await self._inner.receive()
         except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
             self._on_end()
             raise
+        if self._bounder is not None:
+            return await self._bounder.bound_message(message)
+        return message
 
     def __aiter__(self) -> _WatchedReader:
         return self
@@ -79,6 +98,27 @@ class _WatchedReader:
         await self._inner.aclose()
 
     async def __aenter__(self) -> _WatchedReader:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+class _NotingWriter:
+    """A transport's write stream that tells the ``Bounder`` the method of each request."""
+
+    def __init__(self, inner: Any, bounder: Bounder) -> None:
+        self._inner = inner
+        self._bounder = bounder
+
+    async def send(self, item: Any) -> None:
+        self._bounder.sent(item)
+        await self._inner.send(item)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    async def __aenter__(self) -> _NotingWriter:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -111,6 +151,10 @@ class Connection:
         self._lock = asyncio.Lock()
         self._connections = 0
         self.last_error: str | None = None
+        self._fault: str | None = None  # why the transport ended a connection, if it did
+        self.bounder = Bounder(server.limits)
+        self.in_flight = InFlight()
+        self.peer: Peer | None = None  # the server's requests (set by the installer)
 
     @property
     def alive(self) -> bool:
@@ -172,12 +216,9 @@ class Connection:
     async def _hold(
         self, ready: asyncio.Future[Client], stop: asyncio.Event, ended: Callable[[], None]
     ) -> None:
-        groups: list[int] = []
         try:
             async with AsyncExitStack() as stack:
-                # Pushed first, so it runs last: after the SDK's shutdown of the transport.
-                stack.callback(_kill_groups, groups)
-                transport = await self._transport(stack, ended, groups)
+                transport = await self._transport(stack, ended)
                 client = Client(
                     transport,
                     # Bounds every request the SDK makes on its own (discover, initialize,
@@ -186,6 +227,7 @@ class Connection:
                     message_handler=self._on_message,
                     # No response cache: a list is always fresh after list_changed.
                     cache=None,
+                    **(self.peer.client_options() if self.peer is not None else {}),
                 )
                 await stack.enter_async_context(client)
                 if not ready.done():
@@ -208,20 +250,13 @@ class Connection:
             if not ready.done():
                 ready.set_exception(MCPConnectionError("connection ended before it was ready"))
 
-    async def _transport(
-        self, stack: AsyncExitStack, ended: Callable[[], None], groups: list[int]
-    ) -> Any:
+    async def _transport(self, stack: AsyncExitStack, ended: Callable[[], None]) -> Any:
         server = self.server
+        self._fault = None
         if server.transport == "stdio":
-            assert server.command is not None
-            params = StdioServerParameters(
-                command=server.command,
-                args=list(server.args),
-                env=server_environment(server),
-                cwd=server.cwd,
-            )
-            inner = stdio_client(params, errlog=self._errlog or sys.stderr)
-            return _watched(inner, ended, groups)
+            # Our own transport: it bounds messages as it decodes them, off the loop.
+            inner = contained_stdio(server, self.bounder, self._errlog, self._transport_fault)
+            return _watched(inner, ended, None)
         else:
             assert server.url is not None
             http = await stack.enter_async_context(
@@ -231,7 +266,10 @@ class Connection:
                 )
             )
             inner = streamable_http_client(server.url, http_client=http)
-        return _watched(inner, ended, None)
+        return _watched(inner, ended, self.bounder)
+
+    def _transport_fault(self, cause: str) -> None:
+        self._fault = cause
 
     async def _stop_task(self) -> None:
         """End the connection task (bounded); its client closes the transport and process."""
@@ -255,12 +293,16 @@ class Connection:
             await asyncio.wait({task}, timeout=_CLOSE_TIMEOUT)
 
     async def close(self) -> None:
-        """Close the connection for good (bounded); a stdio server's process group ends."""
+        """Close the connection for good (bounded); a stdio server's process tree ends."""
         self._closed = True
         async with self._lock:
             await self._stop_task()
 
     # --- requests --------------------------------------------------------------------
+
+    async def capabilities(self, signal: AbortSignal | None = None) -> types.ServerCapabilities:
+        """What the server declared (connecting first)."""
+        return (await self._connected(signal)).server_capabilities
 
     async def _listen(self, client: Client) -> None:
         """Follow tool-list changes on a 2026-07-28 connection (``subscriptions/listen``)."""
@@ -276,19 +318,30 @@ class Connection:
         # Connections older than 2026-07-28 announce changes as plain notifications.
         if isinstance(message, types.ToolListChangedNotification):
             self._on_tools_changed()
+        elif self.peer is not None:
+            self.peer.notified(message)
         return _checkpoint()
 
     async def list_tools(self, signal: AbortSignal | None = None) -> list[types.Tool]:
-        """Every tool of the server, all pages, in the server's order."""
-        client = await self._connected(signal)
+        """Every tool of the server, all pages, in the server's order; a tool over
+        ``max_schema_bytes`` is left out with a warning.
+
+        Raises:
+            MCPLimitError: the list is longer than ``max_tools``.
+        """
         tools: list[types.Tool] = []
         cursor: str | None = None
+        limit = self.server.limits.max_tools
         for _ in range(1000):  # a paginator that never ends must not hang us
-            try:
-                page = await self._request(signal, partial(client.list_tools, cursor=cursor))
-            except Exception as exc:
-                self._note_failure(exc)
-                raise
+            page = await self.run(signal, partial(_list_page, cursor=cursor))
+            meta = page.meta or {}
+            refused = meta.get(REFUSED_KEY)
+            if refused is None and len(tools) + len(page.tools) > limit:
+                refused = f"the server lists more than {limit:,} tools (max_tools)"
+            if refused is not None:
+                raise MCPLimitError(f"MCP server {self.server.name!r}: tools refused: {refused}")
+            for dropped in meta.get(DROPPED_KEY, ()):
+                _log.warning("MCP server %r: %s: left out", self.server.name, dropped)
             tools.extend(page.tools)
             cursor = page.next_cursor
             if not cursor:
@@ -304,9 +357,24 @@ class Connection:
             AbortedError: the signal aborted (the SDK sent the server its cancellation).
             MCPConnectionError: the connection ended while the call was on its way.
         """
+        return await self.run(
+            signal,
+            lambda client: client.call_tool(
+                name, arguments, read_timeout_seconds=_CALL_READ_TIMEOUT
+            ),
+        )
+
+    async def run(self, signal: AbortSignal | None, request: Callable[[Client], Awaitable[T]]) -> T:
+        """Make ``request`` with the live client (connecting first); the signal's abort
+        cancels it on the server.
+
+        Raises:
+            AbortedError: the signal aborted.
+            MCPConnectionError: the connection ended while the request was on its way.
+        """
         client = await self._connected(signal)
         try:
-            return await self._request(signal, lambda: client.call_tool(name, arguments))
+            return await self._request(signal, lambda: request(client))
         except Exception as exc:
             self._note_failure(exc)
             raise
@@ -342,6 +410,8 @@ class Connection:
             return
         self._dead = True
         cause = exc.error.message if isinstance(exc, MCPError) else _describe(exc)
+        if self._fault is not None:
+            cause = self._fault
         self.last_error = cause
         # Whatever the request was, it is not re-sent: the server may have acted on it.
         raise MCPConnectionError(
@@ -368,56 +438,14 @@ def _announces_tool_changes(client: Client) -> bool:
     )
 
 
-# The SDK starts a stdio server as the leader of a new session and process group, and kills
-# that group only when the server outlives its stdin; a server that exits at once leaves its
-# children running. So the group is noted when the server starts and killed after the SDK's
-# shutdown. Spawns are serialised so that the one new session leader among our children is
-# the server just started (Linux: /proc; elsewhere the SDK's own shutdown is all there is).
-_SPAWN_LOCK = asyncio.Lock()
-
-
 @asynccontextmanager
 async def _watched(
-    inner: Any, ended: Callable[[], None], groups: list[int] | None
+    inner: Any, ended: Callable[[], None], bounder: Bounder | None
 ) -> AsyncIterator[tuple[Any, Any]]:
-    async with AsyncExitStack() as stack:
-        if groups is None:
-            read, write = await stack.enter_async_context(inner)
-        else:
-            async with _SPAWN_LOCK:
-                before = _session_leaders()
-                read, write = await stack.enter_async_context(inner)
-                groups.extend(_session_leaders() - before)
-        yield _WatchedReader(read, ended), write
-
-
-def _session_leaders() -> set[int]:
-    """Our child processes that lead a session of their own (Linux; empty elsewhere)."""
-    me = os.getpid()
-    found: set[int] = set()
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return found
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        # pid (comm) state ppid pgrp session ...; comm may hold spaces and parentheses.
-        fields = stat[stat.rfind(b")") + 2 :].split()
-        if len(fields) > 3 and int(fields[1]) == me and int(fields[3]) == int(entry):
-            found.add(int(entry))
-    return found
-
-
-def _kill_groups(groups: list[int]) -> None:
-    for pgid in groups:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pgid, signal.SIGKILL)
+    async with inner as (read, write):
+        if bounder is not None:
+            write = _NotingWriter(write, bounder)
+        yield _WatchedReader(read, ended, bounder), write
 
 
 async def _checkpoint() -> None:

@@ -8,25 +8,42 @@ import hmac
 import inspect
 import logging
 import os
+import re
 import socket
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Mapping,
+    Sequence,
+)
 from typing import TYPE_CHECKING, Any, Literal, cast
+from urllib.parse import quote
 
 from sse_starlette import EventSourceResponse
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from .._runtime import Runtime
-from ..errors import SessionPersistenceError, SessionStorageError
+from ..errors import SessionStorageError
 from ..llm.retry import install_retry
 from ..session._json import dumps, loads
-from ._host import ApiError, ServiceHost
+from ._bodies import CancelBody, CreateBody, DecisionBody, MessageBody
+from ._errors import ApiError, error_response, to_api_error
+from ._host import ServiceHost
+from ._hostcheck import HostCheckMiddleware, allowed_names
+from ._limits import Limits
 from ._no_model import require_model, require_session_model
+from ._origin import OriginCheckMiddleware, cors_middleware
 from ._page import page_routes
 from ._profile import Profile, check_profiles
 from ._source import FeedReader, FeedSource
+from ._streams import StreamLimitMiddleware
+from ._text import check_text
 
 __all__ = ["create_app"]
 
@@ -65,6 +82,9 @@ def create_app(
     send_timeout: float = 30.0,
     capacity: int = 100,
     drain_timeout: float = 10.0,
+    allowed_hosts: Sequence[str] = (),
+    allowed_origins: Sequence[str] = (),
+    limits: Limits | None = None,
 ) -> Starlette:
     """The service as a Starlette app (mountable in any ASGI host).
 
@@ -83,6 +103,13 @@ def create_app(
     is a drain: it claims nothing more, gives running turns ``drain_timeout`` seconds, then
     hands what still runs to another worker (as a takeover: repaired and continued).
 
+    The edge (README "Serve it"): a request whose ``Host`` is neither a loopback name nor
+    in ``allowed_hosts`` is 403, as is one from a browser page of a foreign origin (not the
+    server's own, not in ``allowed_origins``; CORS headers only for those). ``limits``
+    (``Limits()`` by default; kept as ``app.state.limits``) bounds SSE streams here; its
+    connection cap and head/body timeouts need the server's side: ``steerloop serve`` runs
+    uvicorn with ``_protocol.edge_protocol(app.state.limits)``.
+
     Raises:
         ValueError: a role the store cannot serve, or a bad argument.
     """
@@ -99,6 +126,14 @@ def create_app(
         raise ValueError("max_unconsumed, body_limit and capacity must be >= 1")
     if drain_timeout < 0:
         raise ValueError("drain_timeout must be >= 0")
+    allowed_names(allowed_hosts)  # refused now (ValueError), not at the first request
+    bounds = limits or Limits()
+    edge = [
+        Middleware(HostCheckMiddleware, allowed_hosts=allowed_hosts),
+        Middleware(OriginCheckMiddleware, allowed_origins=allowed_origins),
+        *cors_middleware(allowed_origins),
+        Middleware(StreamLimitMiddleware, limits=bounds),
+    ]
     ident = worker_id or f"{socket.gethostname()}:{os.getpid()}"
     state: dict[str, Any] = {}
 
@@ -180,33 +215,28 @@ def create_app(
         async def run(request: Request) -> Response:
             try:
                 _authorize(request, token)
+                _check_path(request)
                 return await handler(request, host_of())
-            except ApiError as exc:
-                return _error(exc)
-            except SessionPersistenceError as exc:
-                return _error(ApiError(500, "storage_error", str(exc)))
+            except Exception as exc:
+                error = to_api_error(exc)
+                if error is None:
+                    raise
+                return error_response(error)
 
         return run
 
     async def create_session(request: Request, host: Host) -> Response:
-        body = await _json_body(request, body_limit)
-        _only(body, {"session_id", "profile", "meta", "input"})
-        profile = host.profile(_opt_str(body, "profile"))
+        body = CreateBody.model_validate(await _json_body(request, body_limit))
+        profile = host.profile(body.profile)
         require_model(profile)
-        session_id = _opt_str(body, "session_id") or _new_session_id()
-        meta = body.get("meta")
-        if meta is not None and not isinstance(meta, dict):
-            raise ApiError(422, "invalid_body", "meta must be an object")
-        first = body.get("input")
-        if first is not None and not isinstance(first, str):
-            raise ApiError(422, "invalid_body", "input must be a string")
+        session_id = body.session_id or _new_session_id()
         try:
-            extra = await host.create(session_id, profile, meta, first)
+            extra = await host.create(session_id, profile, body.meta, body.input)
         except ValueError as exc:
             raise ApiError(422, "invalid_body", str(exc)) from None
+        events_url = f"/v1/sessions/{quote(session_id, safe='')}/events"
         return JSONResponse(
-            {"session_id": session_id, "events_url": f"/v1/sessions/{session_id}/events"} | extra,
-            status_code=201,
+            {"session_id": session_id, "events_url": events_url} | extra, status_code=201
         )
 
     async def list_sessions(request: Request, host: Host) -> Response:
@@ -217,55 +247,32 @@ def create_app(
 
     async def post_message(request: Request, host: Host) -> Response:
         session_id = request.path_params["session_id"]
-        body = await _json_body(request, body_limit)
-        _only(body, {"mode", "content", "message_id", "idempotency_key"})
-        mode = body.get("mode")
-        if mode not in ("followup", "steer", "inject"):
-            raise ApiError(
-                422, "invalid_mode", f"mode must be followup, steer or inject, not {mode!r}"
-            )
-        content = body.get("content")
-        if not isinstance(content, str):
-            raise ApiError(422, "invalid_body", "content must be a string")
-        message_id = _opt_str(body, "message_id")
-        key = _opt_str(body, "idempotency_key")
+        body = MessageBody.model_validate(await _json_body(request, body_limit))
         await host.require(session_id)
         await require_session_model(host, session_id)
-        # W3C trace context of the caller: the turn this message causes links to it.
-        trace = {
-            k: request.headers[k] for k in ("traceparent", "tracestate") if k in request.headers
-        }
-        answer = await host.send(session_id, mode, content, message_id, key, trace=trace or None)
+        answer = await host.send(
+            session_id,
+            body.mode,
+            body.content,
+            body.message_id,
+            body.idempotency_key,
+            trace=trace_context(request.headers),
+        )
         return JSONResponse(answer, status_code=202)
 
     async def cancel(request: Request, host: Host) -> Response:
         session_id = request.path_params["session_id"]
-        body = await _json_body(request, body_limit, allow_empty=True)
-        _only(body, {"keep_inbox"})
-        keep = body.get("keep_inbox", False)
-        if not isinstance(keep, bool):
-            raise ApiError(422, "invalid_body", "keep_inbox must be a boolean")
+        body = CancelBody.model_validate(await _json_body(request, body_limit, allow_empty=True))
         await host.require(session_id)
-        answer = await host.send(session_id, "cancel", "", None, None, keep_inbox=keep)
+        answer = await host.send(session_id, "cancel", "", None, None, keep_inbox=body.keep_inbox)
         return JSONResponse(answer, status_code=202)
 
     async def decide(request: Request, host: Host) -> Response:
         session_id = request.path_params["session_id"]
         call_id = request.path_params["call_id"]
-        body = await _json_body(request, body_limit)
-        _only(body, {"decision", "reason"})
-        decision = body.get("decision")
-        if decision not in ("allow", "deny"):
-            raise ApiError(
-                422, "invalid_decision", f"decision must be 'allow' or 'deny', not {decision!r}"
-            )
-        reason = body.get("reason")
-        if reason is not None and (not isinstance(reason, str) or len(reason) > 4096):
-            raise ApiError(
-                422, "invalid_body", "reason must be a string of at most 4096 characters"
-            )
+        body = DecisionBody.model_validate(await _json_body(request, body_limit))
         await host.require(session_id)
-        answer = await host.submit_approval(session_id, call_id, decision, reason)
+        answer = await host.submit_approval(session_id, call_id, body.decision, body.reason)
         return JSONResponse(answer, status_code=202)
 
     async def get_log(request: Request, host: Host) -> Response:
@@ -303,11 +310,14 @@ def create_app(
         return JSONResponse({"ok": "host" in state, "role": role, "worker_id": ident})
 
     if role == "worker":  # drives agents; its HTTP surface is its health
-        return Starlette(
+        app = Starlette(
             routes=[Route("/healthz", healthz, methods=["GET"])],
             lifespan=lifespan,
+            middleware=edge,
             exception_handlers={404: _not_found, 405: _not_allowed},
         )
+        app.state.limits = bounds
+        return app
     routes = [
         Route("/healthz", healthz, methods=["GET"]),
         Route("/v1/sessions", endpoint(create_session), methods=["POST"]),
@@ -325,11 +335,14 @@ def create_app(
         Route("/v1/agui", endpoint(agui), methods=["POST"]),
         *page_routes(),  # the web chat: static assets, open like /healthz (they hold no secret)
     ]
-    return Starlette(
+    app = Starlette(
         routes=routes,
         lifespan=lifespan,
+        middleware=edge,
         exception_handlers={404: _not_found, 405: _not_allowed},
     )
+    app.state.limits = bounds  # the server's side of them: _protocol.edge_protocol
+    return app
 
 
 async def _pages(
@@ -428,25 +441,19 @@ def _authorize(request: Request, token: str | None) -> None:
         raise ApiError(401, "unauthorized", "a valid 'Authorization: Bearer <token>' is required")
 
 
-def _error(exc: ApiError) -> JSONResponse:
-    return JSONResponse(
-        {"error": {"code": exc.code, "message": exc.message}},
-        status_code=exc.status,
-        headers=exc.headers,
-    )
-
-
 async def _not_found(request: Request, exc: Exception) -> Response:
-    return _error(ApiError(404, "not_found", f"no route {request.url.path}"))
+    return error_response(ApiError(404, "not_found", f"no route {request.url.path}"))
 
 
 async def _not_allowed(request: Request, exc: Exception) -> Response:
-    return _error(ApiError(405, "method_not_allowed", f"{request.method} is not allowed here"))
+    return error_response(
+        ApiError(405, "method_not_allowed", f"{request.method} is not allowed here")
+    )
 
 
 async def _json_body(request: Request, limit: int, allow_empty: bool = False) -> dict[str, Any]:
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
+    declared = _ascii_int(request.headers.get("content-length"))
+    if declared is not None and declared > limit:
         raise ApiError(413, "body_too_large", f"the body is over {limit} bytes")
     data = bytearray()
     async for chunk in request.stream():
@@ -464,12 +471,6 @@ async def _json_body(request: Request, limit: int, allow_empty: bool = False) ->
     return body
 
 
-def _only(body: dict[str, Any], allowed: set[str]) -> None:
-    extra = sorted(set(body) - allowed)
-    if extra:
-        raise ApiError(422, "invalid_body", f"unknown fields: {', '.join(extra)}")
-
-
 def _opt_str(body: dict[str, Any], key: str) -> str | None:
     value = body.get(key)
     if value is None:
@@ -479,13 +480,22 @@ def _opt_str(body: dict[str, Any], key: str) -> str | None:
     return value
 
 
+def _ascii_int(text: str | None) -> int | None:
+    """``text`` as a non-negative integer of at most 18 ASCII digits, else ``None``
+    (``str.isdigit`` alone takes ``²`` and other digits ``int`` refuses)."""
+    if text is None or not (text.isascii() and text.isdigit()) or len(text) > 18:
+        return None
+    return int(text)
+
+
 def _int_param(request: Request, name: str, default: int) -> int:
     raw = request.query_params.get(name)
     if raw is None:
         return default
-    if not raw.isdigit() or len(raw) > 18:
+    value = _ascii_int(raw)
+    if value is None:
         raise ApiError(422, "invalid_query", f"{name} must be a non-negative integer")
-    return int(raw)
+    return value
 
 
 def _cursor(request: Request) -> tuple[int, int]:
@@ -494,10 +504,32 @@ def _cursor(request: Request) -> tuple[int, int]:
     if last is None:
         return _int_param(request, "after", 0), 0
     seq_text, sep, n_text = last.strip().partition(":")
-    parts = [seq_text, n_text] if sep else [seq_text]
-    if not all(p.isdigit() and len(p) <= 18 for p in parts):
+    seq, n = _ascii_int(seq_text), _ascii_int(n_text) if sep else 0
+    if seq is None or n is None:
         raise ApiError(422, "invalid_last_event_id", f"Last-Event-ID {last!r} is not seq[:n]")
-    return int(seq_text), int(n_text) if sep else 0
+    return seq, n
+
+
+def _check_path(request: Request) -> None:
+    """Ids in the path are text too (``%00`` decodes to NUL)."""
+    for name, value in request.path_params.items():
+        if isinstance(value, str):
+            check_text(value, name)
+
+
+_TRACEPARENT = re.compile(r"[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")
+
+
+def trace_context(headers: Mapping[str, str]) -> dict[str, str] | None:
+    """The caller's W3C trace context, kept only when well formed (the spec says to ignore
+    a malformed ``traceparent``; ``tracestate`` goes with it)."""
+    parent = headers.get("traceparent")
+    if parent is None or _TRACEPARENT.fullmatch(parent) is None:
+        return None
+    state = headers.get("tracestate")
+    if state is None or len(state) > 512 or not (state.isascii() and state.isprintable()):
+        return {"traceparent": parent}
+    return {"traceparent": parent, "tracestate": state}
 
 
 def _new_session_id() -> str:

@@ -2,11 +2,8 @@
 commands the API accepts in their per-session order, feeds SSE readers and unloads idle
 sessions.
 
-Commands live in memory here (the in-process equivalent of the PostgreSQL command table):
-each session has a gap-free ``cmd_seq`` counter, an ordered queue applied by one drain task
-at a time, an unconsumed count for back-pressure (429) and its idempotency answers. A process
-restart loses commands that were accepted but not yet applied; those already applied are in
-the log.
+Commands go through ``_commands.LocalCommands``: applied in order per session and answered
+once what they wrote is durable, recognised after a restart from the log alone.
 """
 
 from __future__ import annotations
@@ -20,29 +17,28 @@ import time
 import unicodedata
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from .._cancel import CancelCause
-from .._ids import new_id
 from .._runtime import Runtime
 from ..agent._agent import Agent
 from ..agent._decisions import StreamFrame, StreamFramePayload
 from ..agent._factory import AgentHandle
 from ..agent._handles import ASSISTANT_STREAM, SESSION_EVENT
-from ..errors import ApprovalError, SessionPersistenceNotFoundError
+from ..errors import SessionPersistenceNotFoundError
 from ..llm.chunks import chunk_to_json
-from ..messages import user_message
 from ..session._approvals import approval_state, pending_approvals
 from ..session._deferred import pending_deferred
 from ..session._events import ApprovalRequested, SessionEvent
 from ..session._session import Session, SessionEventPayload
 from ..session._state import fold_state
-from ._agui_commands import apply_command
+from ._commands import APPROVAL_BY, Command, CommandKind, LocalCommands, not_waiting
+from ._errors import ApiError
 from ._profile import ORIGIN_KIND, Profile, origin_setup
 from ._source import Wakeup
+from ._text import check_text, check_texts
 
 __all__ = [
+    "APPROVAL_BY",
     "MAX_SESSION_ID",
     "ApiError",
     "ServiceHost",
@@ -55,28 +51,9 @@ __all__ = [
 
 log = logging.getLogger("steerloop.service")
 
-MessageMode = Literal["followup", "steer", "inject"]
-CommandKind = Literal[
-    "followup", "steer", "inject", "cancel", "approval", "client_tools", "client_result", "state"
-]
-#: ``tool/approval-decided.by`` of a decision that came over HTTP.
-APPROVAL_BY = "http"
 _MAX_FRAMES = 4096
 """Live frames kept per open step; older ones are dropped (the committed
 ``assistant/message`` supersedes them), so a slow reader never makes the host buffer more."""
-
-
-class ApiError(Exception):
-    """An HTTP error answer: ``{"error": {"code", "message"}}`` with ``status``."""
-
-    def __init__(
-        self, status: int, code: str, message: str, headers: dict[str, str] | None = None
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.code = code
-        self.message = message
-        self.headers = headers or {}
 
 
 MAX_SESSION_ID = 128
@@ -103,37 +80,6 @@ def check_session_id(session_id: str) -> None:
     if problem is not None:
         shown = session_id if len(session_id) <= 40 else session_id[:40] + "…"
         raise ApiError(422, "invalid_session_id", f"session id {shown!r} {problem}")
-
-
-@dataclass(slots=True)
-class _Command:
-    cmd_seq: int
-    kind: CommandKind
-    message_id: str | None = None
-    content: str = ""
-    keep_inbox: bool = False
-    trace: Mapping[str, str] | None = None  # traceparent/tracestate of the request
-    # kind "approval": the call decided and the decision ("allow"/"deny"; ``content`` is
-    # the reason, "" for none)
-    call_id: str | None = None
-    decision: Literal["allow", "deny"] | None = None
-    body: Mapping[str, Any] | None = None  # the AG-UI kinds' (``_agui_input``)
-
-
-@dataclass(slots=True)
-class _Queue:
-    """One session's commands: accepted in ``cmd_seq`` order, applied in that order."""
-
-    next_seq: int = 1
-    pending: deque[_Command] = field(default_factory=deque)
-    applying: bool = False
-    drain: asyncio.Task[None] | None = None
-    answers: dict[str, tuple[int, dict[str, Any]]] = field(default_factory=dict)
-    deciding: set[str] = field(default_factory=set)  # call ids of unapplied decisions
-
-    @property
-    def unconsumed(self) -> int:
-        return len(self.pending) + (1 if self.applying else 0)
 
 
 def choose_profile(profiles: Mapping[str, Profile], name: str | None) -> Profile:
@@ -263,10 +209,12 @@ class ServiceHost:
         self._handles: dict[str, AgentHandle] = {}
         self._profile_of: dict[str, str] = {}
         self._locks: dict[str, asyncio.Lock] = {}
-        self._queues: dict[str, _Queue] = {}
         self._feeds: dict[str, _Feed] = {}
         self._idle_since: dict[str, float] = {}
         self._durable = _Durability()
+        self.commands = LocalCommands(
+            self.load, self._durable_through, max_unconsumed=max_unconsumed
+        )
         self._closed = False
         self._stop = asyncio.Event()
         self._unloader: asyncio.Task[None] | None = None
@@ -290,7 +238,8 @@ class ServiceHost:
             dispose()
         for feed in self._feeds.values():
             feed.bump()
-        tasks = [q.drain for q in self._queues.values() if q.drain is not None]
+        self.commands.closed = True
+        tasks = self.commands.drains()
         if self._unloader is not None:
             tasks.append(self._unloader)
         # No task is cancelled: each checks ``_closed`` between commands or sweeps.
@@ -327,6 +276,8 @@ class ServiceHost:
         self, session_id: str, profile: Profile, meta: dict[str, Any] | None, first: str | None
     ) -> dict[str, Any]:
         check_session_id(session_id)
+        check_texts(meta, "meta")
+        check_text(first, "input")
         lock = self._lock(session_id)
         async with lock:
             if await self.exists(session_id):
@@ -338,8 +289,10 @@ class ServiceHost:
                 meta=meta,
             )
             self._adopt(session_id, handle, profile)
+        # Answered once stored: a 201 is a session a restart still has.
+        await self._durable_through(session_id, handle.agent, handle.agent.session.next_seq - 1)
         if first is not None:
-            self.submit(session_id, "followup", first, None, None)
+            await self.send(session_id, "followup", first, None, None)
         return {}
 
     def _adopt(self, session_id: str, handle: AgentHandle, profile: Profile) -> None:
@@ -451,17 +404,6 @@ class ServiceHost:
 
     # --- commands -------------------------------------------------------------------------
 
-    def _queue(self, session_id: str) -> _Queue:
-        queue = self._queues.get(session_id)
-        if queue is None:
-            queue = self._queues[session_id] = _Queue()
-        return queue
-
-    def remembered(self, session_id: str, key: str | None) -> tuple[int, dict[str, Any]] | None:
-        if key is None:
-            return None
-        return self._queue(session_id).answers.get(key)
-
     async def send(
         self,
         session_id: str,
@@ -473,118 +415,34 @@ class ServiceHost:
         keep_inbox: bool = False,
         trace: Mapping[str, str] | None = None,
     ) -> dict[str, Any]:
-        """``submit`` with the PostgreSQL host's signature (the app awaits either)."""
-        return self.submit(session_id, kind, content, message_id, key, keep_inbox, trace)
+        """Apply one command in the session's order; its answer once it is durable.
 
-    def submit(
-        self,
-        session_id: str,
-        kind: CommandKind,
-        content: str,
-        message_id: str | None,
-        key: str | None,
-        keep_inbox: bool = False,
-        trace: Mapping[str, str] | None = None,
-        *,
-        call_id: str | None = None,
-        decision: Literal["allow", "deny"] | None = None,
-        body: Mapping[str, Any] | None = None,
-    ) -> dict[str, Any]:
-        """Accept one command: its ``cmd_seq`` is the next of the session, it is applied
-        after every earlier one. Synchronous, so two submits never interleave."""
-        if self._closed:
-            raise ApiError(503, "shutting_down", "the service is shutting down")
-        queue = self._queue(session_id)
-        if key is not None and key in queue.answers:
-            return queue.answers[key][1]
-        if queue.unconsumed >= self.max_unconsumed:
-            raise ApiError(
-                429,
-                "too_many_commands",
-                f"session {session_id!r} has {queue.unconsumed} commands not yet applied",
-                {"Retry-After": "1"},
-            )
-        command = _Command(
-            queue.next_seq,
-            kind,
+        Raises:
+            ApiError: 422 for text that is not text, 429 past ``max_unconsumed``, 409 for a
+                reused key (another request) or message id, 503 while shutting down.
+        """
+        check_text(content, "content")
+        check_text(message_id, "message_id")
+        check_text(key, "idempotency_key")
+        command = Command(
+            kind=kind,
             content=content,
+            message_id=message_id,
+            key=key,
             keep_inbox=keep_inbox,
             trace=trace,
-            call_id=call_id,
-            decision=decision,
-            body=body,
         )
-        queue.next_seq += 1
-        answer: dict[str, Any] = {"cmd_seq": command.cmd_seq}
-        if kind == "approval" and call_id is not None:
-            queue.deciding.add(call_id)
-        elif kind in ("followup", "steer", "inject"):
-            command.message_id = message_id or new_id("msg")
-            answer["message_id"] = command.message_id
-        queue.pending.append(command)
-        if key is not None:
-            queue.answers[key] = (202, answer)
-        if queue.drain is None or queue.drain.done():
-            queue.drain = asyncio.get_running_loop().create_task(self._drain(session_id))
-        return answer
+        return await self.commands.submit(session_id, command)
 
-    async def _drain(self, session_id: str) -> None:
-        queue = self._queue(session_id)
-        while queue.pending and not self._closed:
-            queue.applying = True
-            command = queue.pending[0]
-            try:
-                agent = await self.load(session_id)
-            except Exception:
-                # Kept queued, in order: the next command accepted for it retries the load.
-                log.exception("session %s: not loaded; commands stay queued", session_id)
-                queue.applying = False
-                return
-            try:
-                self._apply(agent, command)
-            except ApprovalError as exc:
-                # Its call stopped waiting after the decision was accepted (an earlier
-                # cancel, the turn's end): the first outcome stands.
-                log.info("session %s: command %d: %s", session_id, command.cmd_seq, exc)
-            except Exception:
-                # A command the agent refuses (e.g. a message id already in the log) is
-                # dropped so it cannot block the ones after it.
-                log.exception("session %s: command %d refused", session_id, command.cmd_seq)
-            finally:
-                if command.call_id is not None:
-                    queue.deciding.discard(command.call_id)
-            queue.pending.popleft()
-            queue.applying = False
-            self._idle_since[session_id] = self._clock()
-
-    def _apply(self, agent: Agent, command: _Command) -> None:
-        if command.body is not None:
-            apply_command(agent, command.kind, command.body)
-            return
-        if command.kind == "cancel":
-            agent.cancel(CancelCause.user(), keep_inbox=command.keep_inbox)
-            return
-        if command.kind == "approval":
-            assert command.call_id is not None and command.decision is not None
-            agent.decide_approval(
-                command.call_id, command.decision, reason=command.content or None, by=APPROVAL_BY
-            )
-            return
-        message = user_message(command.content, id=command.message_id)
-        if command.trace is not None:
-            _link_trace(agent, command.trace)
-        if command.kind == "followup":
-            agent.followup(message)
-        elif command.kind == "steer":
-            agent.steer(message)
-        else:
-            agent.inject(message)
+    async def _durable_through(self, session_id: str, agent: Agent, seq: int) -> None:
+        await self._durable.through(session_id, agent.session, seq)
 
     async def command(
         self, session_id: str, kind: CommandKind, body: Mapping[str, Any]
     ) -> dict[str, Any]:
-        """Queue one AG-UI command (``_agui_input.AGUI_COMMANDS``) behind the others."""
-        return self.submit(session_id, kind, "", None, None, body=body)
+        """Apply one AG-UI command (``_agui_input.AGUI_COMMANDS``) in the session's order;
+        its answer once it is durable."""
+        return await self.commands.submit(session_id, Command(kind=kind, body=body))
 
     async def log_events(self, session_id: str) -> tuple[SessionEvent, ...]:
         """The session's log: the live agent's, else the store's."""
@@ -624,27 +482,17 @@ class ServiceHost:
         calls), so what is accepted is pending in the live agent.
 
         Raises:
-            ApiError: 404 when the call is not waiting (or never asked about), 409 when it
-                was already decided or a decision for it is queued.
+            ApiError: 404 when the call is not waiting (or never asked about), 409
+                ``ALREADY_DECIDED`` when it was decided (by this or a concurrent request).
         """
         agent = await self.load(session_id)
-        if call_id in self._queue(session_id).deciding:
-            raise ApiError(
-                409, "approval_decided", f"a decision for call {call_id!r} is already queued"
-            )
         if not any(r.call_id == call_id for r in agent.pending_approvals):
-            if approval_state(agent.session.events, call_id) == "decided":
-                raise ApiError(409, "approval_decided", f"call {call_id!r} was already decided")
-            raise ApiError(
-                404, "approval_not_found", f"session {session_id!r} has no pending call {call_id!r}"
-            )
-        return self.submit(
-            session_id, "approval", reason or "", None, None, call_id=call_id, decision=decision
-        )
+            raise not_waiting(session_id, call_id, approval_state(agent.session.events, call_id))
+        command = Command(kind="approval", content=reason or "", call_id=call_id, decision=decision)
+        return await self.commands.submit(session_id, command)
 
     def unconsumed(self, session_id: str) -> int:
-        queue = self._queues.get(session_id)
-        return 0 if queue is None else queue.unconsumed
+        return self.commands.unconsumed(session_id)
 
     # --- idle unload ----------------------------------------------------------------------
 
@@ -673,6 +521,7 @@ class ServiceHost:
                 return
             del self._handles[session_id]
             self._durable.forget(session_id)
+            self.commands.forget(session_id)
             feed = self._feeds.get(session_id)
             if feed is not None and feed.readers <= 0:
                 del self._feeds[session_id]
@@ -811,12 +660,3 @@ def frame_json(frame: StreamFrame) -> dict[str, Any]:
     if frame.chunk is not None:
         body["chunk"] = chunk_to_json(frame.chunk)
     return body
-
-
-def _link_trace(agent: Agent, headers: Mapping[str, str]) -> None:
-    """Link the agent's next turn span to the caller's trace (a no-op without the otel extra)."""
-    try:
-        from ..telemetry import link_next_turn
-    except ImportError:
-        return
-    link_next_turn(agent, headers)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._host import ApiError
+from ._errors import ApiError
 from ._profile import Profile
 
 __all__ = ["NO_MODEL", "has_model", "require_model", "require_session_model"]

@@ -3,11 +3,14 @@
 from . import events
 from ._approvals import pending_approvals
 from ._events import Replace, SessionEvent, TurnEndReason
+from ._input_events import InputRequest
+from ._inputs import pending_inputs
 from ._session import EventSink, Session, SessionEventPayload
 from .store import MemoryStore, SessionInfo, SessionStore
 
 __all__ = [
     "EventSink",
+    "InputRequest",
     "MemoryStore",
     "Replace",
     "Session",
@@ -18,4 +21,5 @@ __all__ = [
     "TurnEndReason",
     "events",
     "pending_approvals",
+    "pending_inputs",
 ]

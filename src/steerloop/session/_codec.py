@@ -77,6 +77,13 @@ from ._events import (
     install_chunk_decoder,
 )
 from ._inbox_fold import fold_inbox
+from ._input_events import (
+    InputAnswered,
+    InputRequest,
+    MCPResourceUpdated,
+    MCPSampled,
+    MCPTaskCreated,
+)
 from ._state import StatePatchError, check_patch
 
 # Faster constructors for the records built on every append and every decoded row: the
@@ -509,6 +516,71 @@ def _approval_decided(data: Mapping[str, Json]) -> ApprovalDecided:
     )
 
 
+_INPUT_KINDS = ("elicitation", "sampling")
+_INPUT_ACTIONS = ("accept", "decline", "cancel")
+_SAMPLED_OUTCOMES = ("answered", "denied", "failed")
+
+
+def _one_of(data: Mapping[str, Json], key: str, allowed: tuple[str, ...], default: Any) -> Any:
+    value = data.get(key, default)
+    if value not in allowed:
+        _fail(f"{key} must be one of {', '.join(allowed)}, not {value!r}")
+    return value
+
+
+def _opt_obj(data: Mapping[str, Json], key: str) -> dict[str, Json] | None:
+    value = data.get(key)
+    return None if value is None else dict(_obj(_json(value, key), key))
+
+
+def _input_requested(data: Mapping[str, Json]) -> InputRequest:
+    return InputRequest(
+        id=_str(data, "id"),
+        server=_str(data, "server"),
+        message=_str(data, "message"),
+        schema=_opt_obj(data, "schema"),
+        url=_opt_str(data, "url"),
+        kind=_one_of(data, "kind", _INPUT_KINDS, "elicitation"),
+        call_id=_opt_str(data, "call_id"),
+        turn=_opt_int(data, "turn", minimum=1),
+        resume=_json(data.get("resume"), "resume"),
+    )
+
+
+def _input_answered(data: Mapping[str, Json]) -> InputAnswered:
+    return InputAnswered(
+        id=_str(data, "id"),
+        action=_one_of(data, "action", _INPUT_ACTIONS, None),
+        content=_opt_obj(data, "content"),
+        by=_opt_str(data, "by"),
+    )
+
+
+def _task_created(data: Mapping[str, Json]) -> MCPTaskCreated:
+    return MCPTaskCreated(
+        call_id=_str(data, "call_id"),
+        server=_str(data, "server"),
+        task_id=_str(data, "task_id"),
+        ttl_ms=_opt_int(data, "ttl_ms", minimum=0),
+        poll_ms=_opt_int(data, "poll_ms", minimum=0),
+    )
+
+
+def _sampled(data: Mapping[str, Json]) -> MCPSampled:
+    usage = data.get("usage")
+    return MCPSampled(
+        server=_str(data, "server"),
+        outcome=_one_of(data, "outcome", _SAMPLED_OUTCOMES, None),
+        call_id=_opt_str(data, "call_id"),
+        provider=_opt_str(data, "provider"),
+        model=_opt_str(data, "model"),
+        usage=None if usage is None else _usage(usage),
+        stop_reason=_opt_str(data, "stop_reason"),
+        text=_opt_str(data, "text"),
+        detail=_opt_str(data, "detail"),
+    )
+
+
 def _tool_deferred(data: Mapping[str, Json]) -> ToolDeferred:
     return ToolDeferred(
         turn=_int(data, "turn", minimum=1),
@@ -548,6 +620,13 @@ _DECODERS: dict[str, Callable[[Mapping[str, Json]], Any]] = {
     "context/compacted": _compacted,
     "tool/approval-requested": _approval_requested,
     "tool/approval-decided": _approval_decided,
+    "input/requested": _input_requested,
+    "input/answered": _input_answered,
+    "mcp/task-created": _task_created,
+    "mcp/resource-updated": lambda d: MCPResourceUpdated(
+        server=_str(d, "server"), uri=_str(d, "uri")
+    ),
+    "mcp/sampled": _sampled,
     "tool/deferred": _tool_deferred,
     "state/changed": _state_changed,
 }

@@ -23,6 +23,13 @@ from ..messages import (
     UserMessage,
 )
 from ._encode import encode
+from ._input_events import (
+    InputAnswered,
+    InputRequest,
+    MCPResourceUpdated,
+    MCPSampled,
+    MCPTaskCreated,
+)
 
 __all__ = [
     "COMPACTION_PLUGIN",
@@ -405,6 +412,11 @@ EventRecord: TypeAlias = (
     | ContextCompacted
     | ApprovalRequested
     | ApprovalDecided
+    | InputRequest
+    | InputAnswered
+    | MCPTaskCreated
+    | MCPResourceUpdated
+    | MCPSampled
     | ToolDeferred
     | StateChanged
 )
@@ -429,6 +441,11 @@ RECORD_TYPES: tuple[type[EventRecord], ...] = (
     ContextCompacted,
     ApprovalRequested,
     ApprovalDecided,
+    InputRequest,
+    InputAnswered,
+    MCPTaskCreated,
+    MCPResourceUpdated,
+    MCPSampled,
     ToolDeferred,
     StateChanged,
 )

@@ -28,8 +28,27 @@ def dumps(value: Any) -> str:
 
 
 def dumps_event(event: SessionEvent) -> str:
-    """The stored text of one event."""
-    return dumps(event.to_json())
+    """The stored text of one event.
+
+    Raises:
+        ValueError: the event holds text that is not Unicode (a lone surrogate): no UTF-8
+            reader could get it back, so no store may take it (the log must serve what it
+            holds). orjson refuses it already; this costs nothing on the common path.
+    """
+    value = event.to_json()
+    try:
+        return orjson.dumps(value).decode()
+    except (orjson.JSONEncodeError, TypeError):
+        pass
+    text = json.dumps(value, allow_nan=False, separators=(",", ":"), ensure_ascii=False)
+    try:
+        text.encode()
+    except UnicodeEncodeError as exc:
+        raise ValueError(
+            f"event {event.type!r} (seq {event.seq}) holds text that is not Unicode "
+            f"({exc.reason}): a log must not hold what it cannot serve back"
+        ) from None
+    return text
 
 
 class JSONDepthError(ValueError):

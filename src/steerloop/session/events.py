@@ -37,6 +37,13 @@ from ._events import (
     TurnOutput,
     TurnStart,
 )
+from ._input_events import (
+    InputAnswered,
+    InputRequest,
+    MCPResourceUpdated,
+    MCPSampled,
+    MCPTaskCreated,
+)
 
 __all__ = [
     "ApprovalDecided",
@@ -46,6 +53,11 @@ __all__ = [
     "ContextCompacted",
     "EventRecord",
     "InboxSpliced",
+    "InputAnswered",
+    "InputRequest",
+    "MCPResourceUpdated",
+    "MCPSampled",
+    "MCPTaskCreated",
     "Replace",
     "RequestContext",
     "RequestHeader",

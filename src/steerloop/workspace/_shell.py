@@ -34,11 +34,11 @@ import re
 import secrets
 import signal as signals
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from .._procs import marked_processes
 from .._signal import AbortSignal
 from ..tools import Tool, ToolError, ToolExec, ToolResult, define_tool
 from ._paths import Workspace
@@ -116,30 +116,10 @@ def _signal_group(pgid: int, sig: int) -> bool:
     return True
 
 
-def _marked(marker: bytes) -> list[int]:
-    """Pids of live processes whose environment holds ``marker`` (none without ``/proc``)."""
-    found: list[int] = []
-    me = os.getpid()
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return found
-    for entry in entries:
-        if not entry.isdigit() or int(entry) == me:
-            continue
-        try:
-            environ = Path(f"/proc/{entry}/environ").read_bytes()
-        except OSError:  # gone, or not ours to read
-            continue
-        if marker in environ.split(b"\0"):
-            found.append(int(entry))
-    return found
-
-
 def _signal_tree(pgid: int | None, marker: bytes, sig: int) -> bool:
     """Signal the group and every marked process; ``False`` when none was left."""
     any_left = pgid is not None and _signal_group(pgid, sig)
-    for pid in _marked(marker):
+    for pid in marked_processes(marker):
         try:
             os.kill(pid, sig)
         except ProcessLookupError:
@@ -161,7 +141,7 @@ async def _end_tree(pgid: int, marker: bytes, capture: _Capture, grace: float) -
     await _settled(capture, grace)
     deadline = asyncio.get_running_loop().time() + grace
     # The shell and the pipe are done; escapees hold neither, so poll for them.
-    while await asyncio.to_thread(_marked, marker):
+    while await asyncio.to_thread(marked_processes, marker):
         if asyncio.get_running_loop().time() >= deadline:
             break
         await asyncio.sleep(0.02)

@@ -148,7 +148,12 @@ class Commands:
         """Accept one command (see the module docstring); returns its answer.
 
         Raises:
-            ApiError: 404 for a session with no spec, 429 (``Retry-After``) past the limit.
+            ApiError: 404 for a session with no spec, 429 (``Retry-After``) past the limit,
+                409 ``IDEMPOTENCY_KEY_REUSED`` for a key stored with another request (its
+                ``body["request"]``), ``MESSAGE_ID_REUSED`` for a message id a command of
+                the session has, ``ALREADY_DECIDED`` for a second decision on one call.
+                Each is checked under the session's row lock: concurrent requests meet in
+                turn.
         """
         t = self.t
         # Three statements: the lock, then (with a snapshot taken after it, so a command
@@ -163,11 +168,36 @@ class Commands:
             if spec is None:
                 raise ApiError(404, "session_not_found", f"no session {session_id!r}")
             seen = await conn.fetchrow(
-                self._reads, session_id, key, spec["profile"], spec["profile_version"], self.ns
+                self._reads,
+                session_id,
+                key,
+                spec["profile"],
+                spec["profile_version"],
+                self.ns,
+                message_id,
+                body.get("call_id") if kind == "approval" else None,
             )
             if seen["stored"] is not None:
+                if seen["request"] != body.get("request"):
+                    raise ApiError(
+                        409,
+                        "IDEMPOTENCY_KEY_REUSED",
+                        f"idempotency key {key!r} was used for another request",
+                    )
                 answer: dict[str, Any] = json.loads(seen["stored"])
                 return answer
+            if seen["id_taken"]:
+                raise ApiError(
+                    409,
+                    "MESSAGE_ID_REUSED",
+                    f"session {session_id!r} already holds message {message_id!r}",
+                )
+            if seen["decided"]:
+                raise ApiError(
+                    409,
+                    "ALREADY_DECIDED",
+                    f"call {body.get('call_id')!r} was already decided",
+                )
             waiting = seen["waiting"]
             if waiting >= self.max_unconsumed:
                 raise ApiError(
@@ -215,9 +245,15 @@ class Commands:
         t = self.t
         return (
             f"WITH o AS (SELECT owner_key FROM {t.leases} WHERE session_id = $1 "
-            "AND lease_id IS NOT NULL AND expires_at > now()) "
-            f"SELECT (SELECT answer FROM {t.commands} WHERE session_id = $1 AND idem_key = $2)"
-            f" AS stored, (SELECT count(*) FROM {t.commands} WHERE session_id = $1 "
+            "AND lease_id IS NOT NULL AND expires_at > now()), "
+            f"k AS (SELECT answer, body FROM {t.commands} WHERE session_id = $1 "
+            "AND idem_key = $2) "
+            "SELECT (SELECT answer FROM k) AS stored, "
+            "(SELECT body->>'request' FROM k) AS request, "
+            f"EXISTS (SELECT 1 FROM {t.commands} WHERE session_id = $1 AND message_id = $6) "
+            f"AS id_taken, EXISTS (SELECT 1 FROM {t.commands} WHERE session_id = $1 "
+            "AND kind = 'approval' AND body->>'call_id' = $7) AS decided, "
+            f"(SELECT count(*) FROM {t.commands} WHERE session_id = $1 "
             "AND consumed_at IS NULL) AS waiting, (SELECT owner_key FROM o) AS owner_key, "
             "CASE WHEN NOT EXISTS (SELECT 1 FROM o) THEN EXISTS ("
             f"SELECT 1 FROM {t.workers} w WHERE NOT w.draining "

@@ -15,8 +15,11 @@ from ...session._approvals import approval_state, pending_approvals
 from ...session._events import SessionEvent
 from ...session._json import loads
 from ...session.store.postgres._store import PostgresStore
+from .._commands import not_waiting
 from .._host import ApiError, check_session_id, choose_profile, require_found, shared_fields
+from .._ledger import request_fingerprint
 from .._profile import Profile
+from .._text import check_text, check_texts
 from ._commands import CommandKind, Commands
 from ._worker import Worker
 
@@ -98,6 +101,8 @@ class PgHost:
         self, session_id: str, profile: Profile, meta: dict[str, Any] | None, first: str | None
     ) -> dict[str, Any]:
         check_session_id(session_id)
+        check_texts(meta, "meta")
+        check_text(first, "input")
         return await self._sql().create(session_id, profile.name, profile.version, meta, first)
 
     async def send(
@@ -112,9 +117,14 @@ class PgHost:
         trace: Mapping[str, str] | None = None,
         extra: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
+        check_text(content, "content")
+        check_text(message_id, "message_id")
+        check_text(key, "idempotency_key")
         body: dict[str, Any] = {}
         if kind in ("followup", "steer", "inject"):
             body["content"] = content
+            if key is not None:
+                body["request"] = request_fingerprint(kind, content, message_id)
         if kind == "cancel":
             body["keep_inbox"] = keep_inbox
         if trace:
@@ -176,27 +186,14 @@ class PgHost:
         """A decision for a pending call, as the session's next command (``approval``).
 
         Raises:
-            ApiError: 404 when the call waits for no decision, 409 when it was decided or a
-                decision for it is already queued.
+            ApiError: 404 when the call waits for no decision, 409 ``ALREADY_DECIDED``
+                when it was decided or another decision for it was accepted.
         """
         sql = self._sql()
         events = await self._stored_events(session_id)
         if not any(r.call_id == call_id for r in pending_approvals(events)):
-            if approval_state(events, call_id) == "decided":
-                raise ApiError(409, "approval_decided", f"call {call_id!r} was already decided")
-            raise ApiError(
-                404, "approval_not_found", f"session {session_id!r} has no pending call {call_id!r}"
-            )
-        queued = await sql.pool.fetchval(
-            f"SELECT 1 FROM {sql.t.commands} WHERE session_id = $1 AND kind = 'approval' "
-            "AND consumed_at IS NULL AND body->>'call_id' = $2",
-            session_id,
-            call_id,
-        )
-        if queued is not None:
-            raise ApiError(
-                409, "approval_decided", f"a decision for call {call_id!r} is already queued"
-            )
+            raise not_waiting(session_id, call_id, approval_state(events, call_id))
+        # The check that decides: under the session's row lock, with the decision's insert.
         body = {"call_id": call_id, "decision": decision, "reason": reason}
         return await sql.submit(session_id, "approval", body, None, None)
 
