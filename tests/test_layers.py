@@ -30,6 +30,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
         "steerloop._owned",
         "steerloop._procs",
         "steerloop._redact",
+        "steerloop._media",
+        "steerloop._binary",
         "steerloop.messages",
         "steerloop._model",
     ),

@@ -29,6 +29,8 @@ EXPECTED_ALL = [
     "CallConfig",
     "CancelCause",
     "Disposer",
+    "FileBlock",
+    "ImageBlock",
     "Inbox",
     "InputRequest",
     "LlmError",

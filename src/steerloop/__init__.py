@@ -56,6 +56,8 @@ if TYPE_CHECKING:
     from .messages import (
         AssistantMessage,
         Block,
+        FileBlock,
+        ImageBlock,
         Message,
         MessageSource,
         ReasoningBlock,
@@ -96,6 +98,8 @@ __all__ = [
     "CallConfig",
     "CancelCause",
     "Disposer",
+    "FileBlock",
+    "ImageBlock",
     "Inbox",
     "InputRequest",
     "LlmError",
@@ -175,6 +179,8 @@ _HOMES: dict[str, tuple[str, ...]] = {
     ".messages": (
         "AssistantMessage",
         "Block",
+        "FileBlock",
+        "ImageBlock",
         "Message",
         "MessageSource",
         "ReasoningBlock",

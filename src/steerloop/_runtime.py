@@ -12,6 +12,7 @@ from typing import Any
 
 from ._hooks import HookBus
 from ._ids import Clock, IdFactory, default_clock, new_id, set_id_factory
+from ._media import DEFAULT_LIMITS, AttachmentLimits
 from .agent._config import start_configured_agents, validate_agent_entries
 from .agent._factory import AgentRegistry, check_timeout
 from .agent._services import LoopLimits, LoopServices
@@ -57,14 +58,16 @@ class Runtime:
         clock: Clock = default_clock,
         store: SessionStore | None = None,
         ids: IdFactory = new_id,
+        attachments: AttachmentLimits = DEFAULT_LIMITS,
     ) -> None:
-        self._limits = LoopLimits(_check_parallel(max_parallel_tool_calls))
+        self._limits = LoopLimits(_check_parallel(max_parallel_tool_calls), attachments=attachments)
         self.clock = clock
         self.store = store
         self.hooks = HookBus()
         self.llm = LlmService()
         self.tools = ToolRegistry()
         self.tool_pipeline = ToolPipeline(self.hooks)
+        self.tool_pipeline.attachment_limits = attachments
         self.system_prompt = SystemPromptService(persona)
         # What the loop receives instead of this runtime (built once; the limits stay live).
         self.loop_services = LoopServices(
@@ -94,6 +97,8 @@ class Runtime:
         clock: Clock | None = None,
         ids: IdFactory | None = None,
         agents: Sequence[Mapping[str, Any]] | None = None,
+        max_attachment_bytes: int = DEFAULT_LIMITS.block_bytes,
+        max_message_attachment_bytes: int = DEFAULT_LIMITS.message_bytes,
     ) -> _Opening:
         """Open a runtime: ``rt = await Runtime.open(...)``, or ``async with Runtime.open(...)
         as rt`` (closed on exit).
@@ -110,11 +115,17 @@ class Runtime:
                 ``session_id`` (create) or ``resume_session_id`` (resume), ``agent_options``
                 and optionally ``setup`` and ``meta``. All are validated before anything
                 is opened (C7.2-4); if one fails to start, the runtime closes again.
+            max_attachment_bytes: the cap on one image or file block (10 MiB by default); a
+                larger one is refused when sent (``ValueError``) and replaced by a note in a
+                tool result.
+            max_message_attachment_bytes: the cap on all the image and file blocks of one
+                message (20 MiB by default).
 
         Raises:
             ValueError: an invalid option or agent entry, or a store URL this build cannot
                 open.
         """
+        attachments = AttachmentLimits(max_attachment_bytes, max_message_attachment_bytes)
         return _Opening(
             lambda: cls._open(
                 store=store,
@@ -123,6 +134,7 @@ class Runtime:
                 clock=clock,
                 ids=ids,
                 agents=agents,
+                attachments=attachments,
             )
         )
 
@@ -136,6 +148,7 @@ class Runtime:
         clock: Clock | None,
         ids: IdFactory | None,
         agents: Sequence[Mapping[str, Any]] | None,
+        attachments: AttachmentLimits = DEFAULT_LIMITS,
     ) -> Runtime:
         _check_parallel(max_parallel_tool_calls)
         if agents is not None:
@@ -147,6 +160,7 @@ class Runtime:
             clock=clock or default_clock,
             store=backend,
             ids=ids or new_id,
+            attachments=attachments,
         )
         rt._owns_store = isinstance(store, str)
         if ids is not None:
@@ -166,6 +180,13 @@ class Runtime:
     @max_parallel_tool_calls.setter
     def max_parallel_tool_calls(self, value: int) -> None:
         self._limits.max_parallel_tool_calls = _check_parallel(value)
+
+    @property
+    def attachment_limits(self) -> AttachmentLimits:
+        """The caps on image and file blocks: ``block_bytes`` each, ``message_bytes`` per
+        message (set with ``Runtime.open(max_attachment_bytes=...,
+        max_message_attachment_bytes=...)``)."""
+        return self._limits.attachments
 
     def open_session(
         self,

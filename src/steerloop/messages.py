@@ -3,16 +3,27 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, TypeAlias
 
+from ._binary import (
+    BinaryBlock,
+    FileBlock,
+    ImageBlock,
+    binary_from_json,
+    binary_to_json,
+    modality_of,
+)
 from ._ids import new_id
 from ._records import fast_init
 
 __all__ = [
     "AssistantMessage",
+    "BinaryBlock",
     "Block",
+    "FileBlock",
+    "ImageBlock",
     "Message",
     "MessageSource",
     "ReasoningBlock",
@@ -23,8 +34,10 @@ __all__ = [
     "UserMessage",
     "block_from_json",
     "block_to_json",
+    "blocks_of",
     "message_from_json",
     "message_to_json",
+    "modality_of",
     "user_message",
 ]
 
@@ -61,7 +74,8 @@ class ToolCallBlock:
     type: Literal["tool-call"] = field(default="tool-call", init=False, repr=False)
 
 
-Block: TypeAlias = TextBlock | ReasoningBlock | ToolCallBlock
+Block: TypeAlias = TextBlock | ReasoningBlock | ToolCallBlock | ImageBlock | FileBlock
+_BLOCK_CLASSES = (TextBlock, ReasoningBlock, ToolCallBlock, ImageBlock, FileBlock)
 
 
 @fast_init
@@ -144,8 +158,8 @@ def user_message(
     """Build a ``UserMessage`` from text or blocks; ``source`` defaults to ``{"kind": "user"}``."""
     blocks = (TextBlock(content),) if isinstance(content, str) else tuple(content)
     for block in blocks:
-        if not isinstance(block, TextBlock | ReasoningBlock | ToolCallBlock):
-            raise ValueError(f"not a content block: {block!r}")
+        if not isinstance(block, _BLOCK_CLASSES):
+            raise ValueError(f"not a content block: {block!r:.200}")
     if source is None:
         src = _USER
     elif isinstance(source, MessageSource):
@@ -173,7 +187,9 @@ def block_to_json(block: Block) -> dict[str, JsonValue]:
             "name": block.name,
             "arguments": block.arguments,
         }
-    raise ValueError(f"not a content block: {block!r}")
+    if isinstance(block, ImageBlock | FileBlock):
+        return binary_to_json(block)
+    raise ValueError(f"not a content block: {block!r:.200}")
 
 
 def block_from_json(data: Mapping[str, JsonValue]) -> Block:
@@ -184,7 +200,17 @@ def block_from_json(data: Mapping[str, JsonValue]) -> Block:
         return ReasoningBlock(_str(data, "text"), data.get("replay_state"))
     if kind == "tool-call":
         return ToolCallBlock(_str(data, "id"), _str(data, "name"), _str(data, "arguments"))
+    if kind == "image" or kind == "file":
+        return binary_from_json(data)
     raise ValueError(f"unknown block type {kind!r}")
+
+
+def blocks_of(messages: Iterable[Message]) -> Iterator[BinaryBlock]:
+    """The image and file blocks of ``messages``, in order."""
+    for message in messages:
+        for block in message.content:
+            if isinstance(block, ImageBlock | FileBlock):
+                yield block
 
 
 def source_to_json(source: MessageSource) -> dict[str, JsonValue]:

@@ -12,12 +12,22 @@ from typing import Any
 
 import pytest
 
-from steerloop import AgentOptions, Runtime, SessionConflictError, tool
+from steerloop import (
+    AgentOptions,
+    ImageBlock,
+    Runtime,
+    SessionConflictError,
+    SessionStorageError,
+    TextBlock,
+    tool,
+    user_message,
+)
 from steerloop.evals import assert_replay, export_bundle, load_bundle, replay
 from steerloop.evals._bundle import Blob, read_bundle, write_bundle
-from steerloop.session import SessionStore
+from steerloop.session import SessionEvent, SessionStore
 from steerloop.testing import ScriptedAdapter, text_response, tool_call_response
 
+from ..media import png
 from ..session.backends import POSTGRES_URL, scratch_schema
 from ..support import within
 
@@ -237,11 +247,43 @@ async def test_unreadable_bundle_files_are_refused(
         read_bundle(long)
 
 
-async def test_a_bundle_with_blobs_is_refused_by_stores_that_keep_none(tmp_path: Path) -> None:
-    path = _write(tmp_path / "b.bundle", [{**_bundle_lines()[0], "blobs": 1}, _blob_line(b"x")])
+async def test_a_bundle_carries_the_images_of_its_session(tmp_path: Path) -> None:
+    """Export writes each blob the events name once (bytes in base64); an import into another
+    store puts them before the events, and a resumed run sends the same bytes."""
+    image = ImageBlock("image/png", png(5, 5), name="shot.png")
+    async with Runtime.open(store=f"sqlite:///{tmp_path / 'a.db'}") as rt:
+        rt.llm.register_adapter(["rec"], ScriptedAdapter([text_response("a square")]))
+        agent = (await rt.agents.create(session_id="s-1", agent_options=REC)).agent
+        agent.followup(user_message([TextBlock("what?"), image]))
+        await within(agent.when_idle())
+        assert rt.store is not None
+        out = io.StringIO()
+        await export_bundle(rt.store, "s-1", out)
+    path = tmp_path / "s.bundle"
+    path.write_text(out.getvalue(), encoding="utf-8")
+    assert read_bundle(path).blobs == (Blob(image.blob or "", png(5, 5), "image/png"),)
     async with Runtime.open(store="memory://") as rt:
-        with pytest.raises(ValueError, match="carries 1 blobs and this build's stores keep none"):
+        assert await load_bundle(path, rt, session_id="copy") == "copy"
+        adapter = ScriptedAdapter([text_response("still a square")])
+        rt.llm.register_adapter(["rec"], adapter)
+        agent = (await rt.agents.resume(resume_session_id="copy", agent_options=REC)).agent
+        agent.followup(user_message("and?"))
+        await within(agent.when_idle())
+        [sent] = [b for m in adapter.requests[0].messages for b in m.content if b == image]
+        assert isinstance(sent, ImageBlock) and sent.data == png(5, 5)
+
+
+async def test_a_bundle_naming_a_blob_it_does_not_carry_is_not_stored(tmp_path: Path) -> None:
+    """Hostile: an event names a blob neither the bundle nor the store holds."""
+    ghost = ImageBlock("image/png", png(2, 2))
+    event = SessionEvent(
+        seq=1, time=1, type="user/message", data=user_message([ghost]), surface_op="append"
+    )
+    path = _write(tmp_path / "b.bundle", [{**_bundle_lines()[0], "events": 1}, event.to_json()])
+    async with Runtime.open(store="memory://") as rt:
+        with pytest.raises(SessionStorageError, match=f"references blob {ghost.blob}"):
             await load_bundle(path, rt)
+        assert rt.store is not None and not await rt.store.exists("s-1")
 
 
 async def test_assert_replay_passes_and_fails_with_the_divergence(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ names, schemas, results, validation, cancellation, timeouts, deaths, list change
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import sys
 from collections.abc import AsyncIterator
@@ -15,7 +16,7 @@ import pytest
 from steerloop import CancelCause, Runtime, define_tool, user_message
 from steerloop.errors import ToolDefinitionError
 from steerloop.mcp import MCPConnectionError, MCPServer, MCPTools, install_mcp
-from steerloop.messages import TextBlock, ToolResultMessage
+from steerloop.messages import ImageBlock, TextBlock, ToolResultMessage
 from steerloop.testing import text_response, tool_call_response, tool_calls_response
 from steerloop.workspace import install_approval
 
@@ -75,8 +76,8 @@ async def test_tools_are_registered_as_server_tool_with_schema_and_concurrency(
 async def test_results_text_json_structured_content_and_is_error(
     h: Harness, installed: MCPTools
 ) -> None:
-    """text → TextBlock; an image → its JSON text; structuredContent → tool/result meta;
-    isError → TOOL_FAILED."""
+    """text → TextBlock; an image → an ImageBlock of its bytes; structuredContent →
+    tool/result meta; isError → TOOL_FAILED."""
     agent = await h.agent(
         tool_calls_response(
             [
@@ -96,11 +97,7 @@ async def test_results_text_json_structured_content_and_is_error(
     got = results(h, 1)
     assert text(got["c1"]) == "hello"
     assert json.loads(text(got["c2"])) == {"n": 21, "double": 42}
-    assert json.loads(text(got["c3"])) == {
-        "type": "image",
-        "data": "iVBORw0KGgo=",
-        "mimeType": "image/png",
-    }
+    assert got["c3"].content == (ImageBlock("image/png", base64.b64decode("iVBORw0KGgo=")),)
     assert got["c4"].is_error and text(got["c4"]) == "Error executing tool fail"
     metas = {e.data.message.call_id: e.data.meta for e in events_of(agent.session, "tool/result")}
     assert metas["c2"] == {"structured_content": {"n": 21, "double": 42}}

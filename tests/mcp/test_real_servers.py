@@ -20,7 +20,7 @@ import pytest
 
 from steerloop import CancelCause, user_message
 from steerloop.mcp import MCPServer, install_mcp
-from steerloop.messages import TextBlock, ToolResultMessage
+from steerloop.messages import ImageBlock, TextBlock, ToolResultMessage
 from steerloop.testing import text_response, tool_call_response, tool_calls_response
 from steerloop.tools import ToolHookPayload
 
@@ -131,7 +131,7 @@ def everything(name: str = "ev") -> MCPServer:
 async def test_everything_over_stdio_results_errors_and_capabilities(
     h: Harness, errlog: TextIO
 ) -> None:
-    """server-everything: text, an image as its JSON text, structuredContent in meta, a
+    """server-everything: text, an image as an ImageBlock, structuredContent in meta, a
     schema violation refused here; no tool that needs a client capability not configured
     (sampling, roots) is offered; elicitation is always declared, so its tools are."""
     installed = await install_mcp(h.rt, [everything()], errlog=errlog)
@@ -157,8 +157,8 @@ async def test_everything_over_stdio_results_errors_and_capabilities(
     ]  # fmt: skip
     got = results(h, 1)
     assert texts(got["c1"]) == ["The sum of 1 and 2 is 3."]
-    image = [json.loads(t) for t in texts(got["c2"]) if t.startswith("{")]
-    assert image[0]["type"] == "image" and image[0]["mimeType"] == "image/png"
+    [image] = [b for b in got["c2"].content if isinstance(b, ImageBlock)]
+    assert image.media_type == "image/png" and image.data is not None and image.size
     metas = {e.data.message.call_id: e.data.meta for e in events_of(agent.session, "tool/result")}
     assert set(metas["c3"]["structured_content"]) == {"temperature", "conditions", "humidity"}
     await installed.close()

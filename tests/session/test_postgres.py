@@ -149,7 +149,8 @@ async def test_schema_is_created_with_a_version_and_refuses_a_newer_one(
 
 
 async def test_a_version_1_schema_upgrades_in_place(schema: str, stores: StoreFactory) -> None:
-    """A database written by a v1 steerloop gains the service tables and keeps its rows."""
+    """A database written by a v1 steerloop gains the service and blob tables and keeps its
+    rows."""
     from steerloop.session.store.postgres._schema import _MIGRATIONS, Tables
 
     tables = Tables(schema)
@@ -174,10 +175,11 @@ async def test_a_version_1_schema_upgrades_in_place(schema: str, stores: StoreFa
     )
     assert await stores().list() == ()
     rows = await sql(f"SELECT version FROM {tables.version} ORDER BY version")
-    assert [row["version"] for row in rows] == [1, 2]
+    assert [row["version"] for row in rows] == list(range(1, SCHEMA_VERSION + 1))
     leases = await sql(f"SELECT session_id, owner, token, owner_key FROM {tables.leases}")
     assert [tuple(row) for row in leases] == [("s1", "old-host", 7, None)]
-    for table in (tables.workers, tables.specs, tables.commands, tables.wakeups, tables.live):
+    service = (tables.workers, tables.specs, tables.commands, tables.wakeups, tables.live)
+    for table in (*service, tables.blobs, tables.blob_refs):
         assert [tuple(r) for r in await sql(f"SELECT count(*) FROM {table}")] == [(0,)]
 
 

@@ -21,6 +21,7 @@ from ..session._events import ApprovalRequested, SessionEvent, TurnEnd, TurnEndR
 from ..session._input_events import InputAction, InputRequest
 from ..session._repair import plan_repair
 from ._approvals import Approvals, Decision
+from ._attachments import check_limits
 from ._client_calls import ClientCalls
 from ._decisions import CompactPayload, ErrorPayload, StatusPayload
 from ._inbox import Inbox, InboxTarget, fold_inbox
@@ -127,6 +128,7 @@ class Agent(metaclass=RuntimeOwned):
             raise RuntimeError("setup composes, it does not drive: the agent is not published yet")
         if not isinstance(message, UserMessage):
             raise ValueError(f"send() takes a UserMessage, not {type(message).__name__}")
+        check_limits(message, self.services.limits.attachments)
         if target not in ("next-turn", "next-step"):
             raise ValueError(f"target must be 'next-turn' or 'next-step', not {target!r}")
         # Decided before insertion so a re-entrant cancel in an observer cannot reclassify.

@@ -7,6 +7,7 @@ Returns a typed outcome (``Settled | Retry | Aborted``, see ``_settle``); a fail
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, get_args
@@ -18,8 +19,9 @@ from ..llm._assembler import BlockAssembler
 from ..llm._runtime import PreparedCall
 from ..llm._types import CallConfig, GenerateRequest, LlmFailure
 from ..llm.chunks import StreamChunk
-from ..messages import UserMessage
+from ..messages import UserMessage, blocks_of
 from ..session._events import StreamRecord
+from ._attachments import refuse_unsupported
 from ._decisions import RequestErrorAction, RequestErrorPayload, RequestPayload
 from ._services import LoopServices
 from ._settle import (
@@ -64,6 +66,10 @@ async def attempt(ctx: StepContext, first: bool) -> AttemptOutcome:
     prepared = await ctx.rt.llm.prepare_call(config, signal)
     signal.throw_if_aborted()
     builder = ctx.agent._requests
+    model = f"{prepared.provider}/{prepared.model}"
+    if first:
+        # Input the model cannot take never reaches the surface: later turns stay usable.
+        refuse_unsupported(ctx.messages, prepared.input_modalities, model, "the new input")
     # A pre-step series declaration belongs to the step's first request, not its retries.
     series = ctx.starts_series and first
     builder.project_system_prompt(ctx.prompt, prepared, series, ctx.turn, ctx.step)
@@ -71,8 +77,19 @@ async def attempt(ctx: StepContext, first: bool) -> AttemptOutcome:
         for message in ctx.messages:
             ctx.session.append(message, surface_op="append")
     request = builder.build(prepared, ctx.rt.tools.schemas(ctx.agent.id), series, signal)
+    refuse_unsupported(request.messages, prepared.input_modalities, model, "the history")
+    request = await _with_blob_data(ctx, request)
     signal.throw_if_aborted()
     return await _stream(ctx, prepared, request)
+
+
+async def _with_blob_data(ctx: StepContext, request: GenerateRequest) -> GenerateRequest:
+    """The request with the bytes of blocks read back from the store (a resumed log holds
+    only their hashes), loaded now that a request needs them."""
+    if not any(b.data is None and b.blob is not None for b in blocks_of(request.messages)):
+        return request
+    messages = await ctx.session.with_blob_data(request.messages)
+    return dataclasses.replace(request, messages=messages)
 
 
 async def _request_config(ctx: StepContext) -> CallConfig:

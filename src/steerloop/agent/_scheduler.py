@@ -37,6 +37,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from .._cancel import escapes
+from .._media import MODALITIES
 from .._signal import AbortController, AbortSignal
 from ..errors import AbortedError, SessionPersistenceError
 from ..messages import MessageSource, ToolCallBlock, UserMessage
@@ -76,6 +77,8 @@ class _Slot:
 
 class ToolScheduler:
     """Runs the tool calls of one assistant message."""
+
+    input_modalities: frozenset[str] = MODALITIES  # of the model that made the calls
 
     def __init__(self, agent: Agent, turn: int, step: int, signal: AbortSignal) -> None:
         self.agent = agent
@@ -185,6 +188,7 @@ class ToolScheduler:
             agent=self.agent,
             turn=self.turn,
             step=self.step,
+            input_modalities=self.input_modalities,
         )
         tool = self._tool(index)
         cached = self.validated.get(index)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from .._hooks import HookBus
 from .._ids import Clock
+from .._media import DEFAULT_LIMITS, AttachmentLimits
 from ..llm._runtime import LlmService
 from ..prompt import SystemPromptService
 from ..tools._runtime import ToolPipeline, ToolRegistry
@@ -22,12 +23,18 @@ __all__ = ["LoopLimits", "LoopServices"]
 class LoopLimits:
     """Limits the host may change while agents run (read when a tool group begins)."""
 
-    __slots__ = ("max_parallel_tool_calls", "reconcile_timeout")
+    __slots__ = ("attachments", "max_parallel_tool_calls", "reconcile_timeout")
 
-    def __init__(self, max_parallel_tool_calls: int, reconcile_timeout: float = 10.0) -> None:
+    def __init__(
+        self,
+        max_parallel_tool_calls: int,
+        reconcile_timeout: float = 10.0,
+        attachments: AttachmentLimits = DEFAULT_LIMITS,
+    ) -> None:
         self.max_parallel_tool_calls = max_parallel_tool_calls
         self.reconcile_timeout = reconcile_timeout
         """Seconds a tool's ``reconcile`` may take at recovery before the call stays unknown."""
+        self.attachments = attachments
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from .._media import MODALITIES
 from ..llm._assembler import BlockAssembler
 from ..llm._runtime import PreparedCall
 from ..llm._types import LlmFailure
@@ -41,6 +42,8 @@ class Settled:
 
     kind: Literal["completed", "max-tokens"]
     calls: tuple[ToolCallBlock, ...] = ()
+    input_modalities: frozenset[str] = MODALITIES
+    """What the model that asked for ``calls`` accepts (their results are fitted to it)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,7 +173,7 @@ def settle_message(
     )
     if kind == "max-tokens":
         return Settled("max-tokens")
-    return Settled("completed", message.tool_calls)
+    return Settled("completed", message.tool_calls, prepared.input_modalities)
 
 
 def settle_aborted(

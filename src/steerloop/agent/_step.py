@@ -74,7 +74,9 @@ async def run_step(
             raise AbortedError(ctx.signal.reason)
         if not outcome.calls:
             return outcome.kind
-        concluded = await ToolScheduler(agent, ctx.turn, ctx.step, ctx.signal).run(outcome.calls)
+        scheduler = ToolScheduler(agent, ctx.turn, ctx.step, ctx.signal)
+        scheduler.input_modalities = outcome.input_modalities
+        concluded = await scheduler.run(outcome.calls)
         return "completed" if concluded else None
     except BaseException as exc:
         # Every exit closes the step: a host exception (Ctrl-C, exit, cancellation of

@@ -259,16 +259,30 @@ def sessions_export(
         str, typer.Option("--format", metavar="FORMAT", help="jsonl, markdown or bundle")
     ] = "jsonl",
     store: StoreOption = None,
+    attachments: Annotated[
+        Path | None,
+        typer.Option(
+            "--attachments",
+            metavar="DIR",
+            help="With markdown: write the session's images and files into DIR and link them.",
+        ),
+    ] = None,
 ) -> None:
-    """Export a session's log (jsonl: every event; markdown: the conversation; bundle: the
-    session as one file that steerloop.evals.load_bundle imports into any store)."""
+    """Export a session's log (jsonl: every event; markdown: the conversation, naming its
+    images and files; bundle: the session as one file that steerloop.evals.load_bundle
+    imports into any store)."""
+    import asyncio
     import json
 
     from rich.console import Console
 
+    from ..errors import SessionPersistenceError
+
     console = Console()
     if format not in ("jsonl", "markdown", "bundle"):
         raise typer.BadParameter("--format must be jsonl, markdown or bundle")
+    if attachments is not None and format != "markdown":
+        raise typer.BadParameter("--attachments goes with --format markdown")
     if format == "bundle":
         _export_bundle(store, session_id, console)
         return
@@ -276,8 +290,19 @@ def sessions_export(
     if format == "jsonl":
         for event in events:
             sys.stdout.write(json.dumps(event.to_json(), ensure_ascii=False) + "\n")
-    else:
-        sys.stdout.write(_markdown(session_id, events))
+        return
+    links: dict[str, str] = {}
+    if attachments is not None:
+        from ._attach import write_attachments
+
+        async def job(backend: Any) -> dict[str, str]:
+            return await write_attachments(backend, session_id, events, attachments)
+
+        try:
+            links = asyncio.run(_with_store(_settings(store, create=False).store, job))
+        except (OSError, SessionPersistenceError) as exc:
+            raise _fail(console, f"writing the attachments: {exc}") from None
+    sys.stdout.write(_markdown(session_id, events, links))
 
 
 def _export_bundle(store: str | None, session_id: str, console: Console) -> None:
@@ -301,9 +326,12 @@ def _export_bundle(store: str | None, session_id: str, console: Console) -> None
         raise _fail(console, str(exc)) from None
 
 
-def _markdown(session_id: str, events: tuple[SessionEvent, ...]) -> str:
+def _markdown(
+    session_id: str, events: tuple[SessionEvent, ...], links: dict[str, str] | None = None
+) -> str:
     from ..messages import TextBlock
     from ..session._session import Session
+    from ._attach import markdown_attachments
 
     lines = [f"# Session {session_id}", ""]
     for message in Session._create(session_id, seed=events, repair=False).derive_messages():
@@ -311,6 +339,8 @@ def _markdown(session_id: str, events: tuple[SessionEvent, ...]) -> str:
         if message.role == "assistant":
             calls = [f"`{b.name}({b.arguments})`" for b in message.content if b.type == "tool-call"]
             text = "\n".join(filter(None, [text, *calls]))
+        files = markdown_attachments(message.content, links or {})
+        text = "\n\n".join(filter(None, [text, *files]))
         lines += [f"**{message.role}**", "", text or "_(empty)_", ""]
     return "\n".join(lines)
 
@@ -488,6 +518,15 @@ def run(
             "--output-schema", help="A JSON-schema file; print the validated JSON answer."
         ),
     ] = None,
+    attach: Annotated[
+        list[Path] | None,
+        typer.Option(
+            "--attach",
+            metavar="FILE",
+            help="Send an image (PNG, JPEG, GIF, WEBP) or a file (PDF, text) with the prompt; "
+            "repeatable.",
+        ),
+    ] = None,
 ) -> None:
     """Run one turn (or a goal); the exit status follows the turn's end reason.
 
@@ -503,6 +542,12 @@ def run(
 
     if prompt is None and goal is None:
         raise typer.BadParameter("give a PROMPT, --goal TEXT, or both")
+    from ._attach import load_attachment
+
+    try:
+        attachments = [load_attachment(path) for path in attach or ()]
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--attach") from None
     schema = None
     if output_schema is not None:
         if prompt is None or goal is not None:
@@ -529,6 +574,7 @@ def run(
                 goal=goal,
                 full=full,
                 output_schema=schema,
+                attachments=attachments,
             )
         )
     except (ValueError, SteerloopError) as exc:

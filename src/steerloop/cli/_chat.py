@@ -40,9 +40,10 @@ from ..errors import AbortedError, SteerloopError
 from ..goals import GoalError, install_goals
 from ..llm._types import CallConfig
 from ..llm.config import ProviderConfigError
-from ..messages import TextBlock, user_message
+from ..messages import FileBlock, ImageBlock, TextBlock, user_message
 from ..session._session import SessionEventPayload
 from ..tools._define import ToolExec
+from ._attach import attachment_labels, load_attachment
 from ._chat_mcp import McpChat
 from ._chat_view import ChatView, Fragments, Screen, help_table, tools_table
 from ._inputs import answer_line, describe_request, prompt_label
@@ -106,10 +107,12 @@ class _Chat:
         self.asks: list[tuple[str, asyncio.Future[bool]]] = []
         self.last_interrupt = -_QUIT_WINDOW
         self.quitting = False
+        self.attached: list[ImageBlock | FileBlock] = []  # /attach: go with the next message
         self._commands: dict[str, Callable[[str], Awaitable[None]]] = {
             "/queue": self._queue,
             "/send": self._send,
             "/inject": self._inject,
+            "/attach": self._attach,
             "/sessions": self._sessions,
             "/resume": self._resume,
             "/fork": self._fork,
@@ -332,11 +335,15 @@ class _Chat:
         except ValueError as exc:
             self._error(str(exc))
             return
+        if self.attached:  # /attach: the staged files go with this message
+            blocks = [*message.content, *self.attached]
+            message = user_message(blocks, source=message.source, id=message.id)
         if self.agent.status == "running":
             self.agent.steer(message)
             self.screen.print(Text(f"steering: {summarise(line, 100)}", style="dim"))
         else:
             self.agent.followup(message)
+        self.attached = []
 
     def _error(self, message: str) -> None:
         self.screen.print(Text.assemble(("error: ", "red"), message))
@@ -390,6 +397,16 @@ class _Chat:
         for message in parked:
             self.agent.followup(message)
         self._note(f"sending {len(parked)} queued message{'s' if len(parked) > 1 else ''}")
+
+    async def _attach(self, path: str) -> None:
+        """Stage a file for the next message (``/attach`` alone lists what is staged)."""
+        if not path:
+            labels = attachment_labels(self.attached)
+            self._note("attached: " + " ".join(labels) if labels else "nothing is attached")
+            return
+        block = load_attachment(path)
+        self.attached.append(block)
+        self._note(f"attached {block.describe()}: it goes with your next message")
 
     async def _inject(self, text: str) -> None:
         if not text:

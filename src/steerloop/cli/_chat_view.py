@@ -29,6 +29,7 @@ from ..messages import TextBlock
 from ..session._events import SessionEvent
 from ..session._session import SessionEventPayload
 from ..tools._define import Tool
+from ._attach import attachment_labels
 from ._markdown import printable
 from ._render import EventRenderer, format_args, summarise
 
@@ -45,6 +46,7 @@ _HELP = (
     ("/queue TEXT", "send TEXT as a follow-up for after this turn"),
     ("/send", "send the messages a Ctrl-C kept queued, now"),
     ("/inject TEXT", "add TEXT to the next step without waking the agent"),
+    ("/attach FILE", "send an image or a file (PDF, text) with your next message; /attach lists"),
     ("/sessions", "list stored sessions"),
     ("/resume ID", "switch to a stored session and show its history"),
     ("/fork", "copy this session into a new one and switch to it"),
@@ -240,6 +242,7 @@ class ChatView:
         call = self.calls.get(message.call_id)
         name, args = (call.name, call.args) if call else ("tool", "")
         text = " ".join(b.text for b in message.content if isinstance(b, TextBlock))
+        text = " ".join(filter(None, [text, *attachment_labels(message.content)]))
         if message.is_error:
             code = d.error.code if d.error is not None else "ERROR"
             line = Text.assemble(

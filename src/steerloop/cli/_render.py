@@ -12,6 +12,7 @@ from rich.text import Text
 from ..llm.chunks import Finish
 from ..messages import ReasoningBlock, TextBlock, ToolCallBlock
 from ..session._events import SessionEvent
+from ._attach import attachment_labels
 from ._markdown import SafeMarkdown, printable
 
 __all__ = ["EventRenderer", "format_args", "summarise"]
@@ -68,6 +69,7 @@ class EventRenderer:
             source = d.source.kind
             label = {"user": "you", "plugin": "context", "tool": "tool context", "goal": "goal"}
             text = " ".join(b.text for b in d.content if isinstance(b, TextBlock))
+            text = " ".join(filter(None, [text, *attachment_labels(d.content)]))
             out.print(
                 Text.assemble((f"{label.get(source, source)} ❯ ", "bold cyan"), printable(text))
             )
@@ -109,6 +111,7 @@ class EventRenderer:
         elif kind == "tool/result":
             message = d.message
             text = " ".join(b.text for b in message.content if isinstance(b, TextBlock))
+            text = " ".join(filter(None, [text, *attachment_labels(message.content)]))
             name = self._names.get(message.call_id, "tool")
             if message.is_error:
                 code = d.error.code if d.error is not None else "ERROR"

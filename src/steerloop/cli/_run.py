@@ -7,6 +7,7 @@ import contextlib
 import json
 import signal
 import sys
+from collections.abc import Sequence
 from contextlib import AsyncExitStack
 from pathlib import Path
 from typing import Any
@@ -21,11 +22,12 @@ from ..agent._decisions import StreamFrame, StreamFramePayload
 from ..agent._factory import AgentScope
 from ..errors import InputError
 from ..llm.chunks import chunk_to_json
-from ..messages import user_message
+from ..messages import FileBlock, ImageBlock
 from ..session._events import SessionEvent
 from ..session._input_events import InputRequest
 from ..session._session import SessionEventPayload
 from ..tools._define import ToolExec
+from ._attach import with_attachments
 from ._inputs import INPUT_BY, answer_line, describe_request, prompt_label
 from ._render import EventRenderer
 from ._session_setup import LiveOptions, open_live
@@ -105,6 +107,7 @@ async def run_once(
     goal: str | None = None,
     full: bool = False,
     output_schema: dict[str, Any] | None = None,
+    attachments: Sequence[ImageBlock | FileBlock] = (),
 ) -> str:
     """Run ``prompt`` as one turn, then pursue ``goal`` if given; returns the outcome kind.
 
@@ -153,13 +156,14 @@ async def run_once(
         goal_kind: str | None = None
         try:
             first_new = len(agent.session.events)
+            message = with_attachments(prompt, attachments)
             if output_schema is not None:
-                result = await agent.run(prompt, output_type=output_schema)
+                result = await agent.run(message, output_type=output_schema)
                 if result.turn is not None and result.kind == "completed":
                     sys.stdout.write(json.dumps(result.output, ensure_ascii=False) + "\n")
                     sys.stdout.flush()
-            elif prompt:
-                agent.followup(user_message(prompt))
+            elif prompt or attachments:
+                agent.followup(message)
             if goal is None:
                 await agent.when_idle()
             else:

@@ -20,9 +20,10 @@ import math
 import weakref
 from collections.abc import Iterable, Sequence
 
-from ..messages import Message, ToolCallBlock
+from ..messages import FileBlock, ImageBlock, Message, ToolCallBlock
 from ..session._events import AssistantMessageEvent, Replace, surface_message
 from ..session._session import Session
+from ._media_tokens import binary_chars, binary_tokens
 
 __all__ = [
     "DEFAULT_TOKENS_PER_CHAR",
@@ -43,21 +44,32 @@ _MAX_RATIO = 1.0
 
 
 def message_chars(message: Message) -> int:
-    """The characters of a message the model reads: texts, tool names and arguments."""
+    """The characters of a message the model reads: texts, tool names and arguments, and
+    text files."""
     total = 0
     for block in message.content:
         if isinstance(block, ToolCallBlock):
             total += len(block.name) + len(block.arguments)
+        elif isinstance(block, ImageBlock | FileBlock):
+            total += binary_chars(block)
         else:
             total += len(block.text)
     return total
+
+
+def message_media_tokens(message: Message) -> int:
+    """The tokens of a message's images and PDFs (a count per block, not per character)."""
+    return sum(binary_tokens(b) for b in message.content if isinstance(b, ImageBlock | FileBlock))
 
 
 def estimate_message_tokens(
     messages: Iterable[Message], tokens_per_char: float = DEFAULT_TOKENS_PER_CHAR
 ) -> int:
     """The estimated tokens of ``messages`` at ``tokens_per_char``."""
-    return sum(math.ceil(message_chars(m) * tokens_per_char) + MESSAGE_OVERHEAD for m in messages)
+    return sum(
+        math.ceil(message_chars(m) * tokens_per_char) + message_media_tokens(m) + MESSAGE_OVERHEAD
+        for m in messages
+    )
 
 
 class _Tracker:
@@ -68,6 +80,7 @@ class _Tracker:
         "base_seq",
         "chars",
         "header_seq",
+        "media",
         "ratio",
         "replaced_seq",
         "scanned",
@@ -81,6 +94,7 @@ class _Tracker:
         self.replaced_seq = 0  # seq of the latest surface Replace
         self.ratio = DEFAULT_TOKENS_PER_CHAR
         self.chars: dict[int, int] = {}  # surface seq -> characters of its projection (-1: none)
+        self.media: dict[int, int] = {}  # surface seq -> tokens of its images and PDFs
         self.header_seq = 0
         self.tool_chars = 0
 
@@ -89,11 +103,14 @@ class _Tracker:
         if chars is None:
             message = surface_message(session.event(seq))
             chars = self.chars[seq] = -1 if message is None else message_chars(message)
+            self.media[seq] = 0 if message is None else message_media_tokens(message)
         return chars
 
     def node_tokens(self, session: Session, seq: int) -> int:
         chars = self.node_chars(session, seq)
-        return 0 if chars < 0 else math.ceil(chars * self.ratio) + MESSAGE_OVERHEAD
+        if chars < 0:
+            return 0
+        return math.ceil(chars * self.ratio) + self.media[seq] + MESSAGE_OVERHEAD
 
     def update(self, session: Session) -> None:
         events = session.events
@@ -127,6 +144,7 @@ class _Tracker:
         # The base request carried exactly the surface nodes before it (no Replace since).
         chars = self.tool_chars
         count = 0
+        media = 0  # counted per block, not per character: not part of the ratio
         for seq in session.surface_seqs():
             if seq >= self.base_seq:
                 break
@@ -134,9 +152,10 @@ class _Tracker:
             if node >= 0:
                 chars += node
                 count += 1
+                media += self.media[seq]
         if chars <= 0:
             return
-        ratio = (self.base_input - MESSAGE_OVERHEAD * count) / chars
+        ratio = (self.base_input - MESSAGE_OVERHEAD * count - media) / chars
         self.ratio = min(max(ratio, _MIN_RATIO), _MAX_RATIO)
 
     def estimate(self, session: Session) -> int:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ..messages import Message, TextBlock, ToolCallBlock
+from ..messages import FileBlock, ImageBlock, Message, TextBlock, ToolCallBlock
 from ..session._events import SURFACE_TYPES, surface_message
 from ..session._session import Session
 from ._estimate import node_tokens, tokens_per_char
@@ -65,7 +65,13 @@ def plan_cut(session: Session, keep_recent_tokens: int) -> Plan | None:
 
 
 def _text(message: Message) -> str:
-    return "\n".join(b.text for b in message.content if isinstance(b, TextBlock))
+    """The message's text; an image or a file is named (the summary model reads text, and
+    the compacted attachment is gone from the surface after the summary)."""
+    return "\n".join(
+        b.text if isinstance(b, TextBlock) else f"[attached {b.describe()}]"
+        for b in message.content
+        if isinstance(b, TextBlock | ImageBlock | FileBlock)
+    )
 
 
 def transcript(session: Session, nodes: Sequence[int], *, tool_result_chars: int | None) -> str:

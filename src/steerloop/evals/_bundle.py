@@ -29,6 +29,7 @@ from typing import IO, Any, Final
 from .._runtime import Runtime
 from ..errors import SessionCorruptError
 from ..session import SessionEvent, SessionStore
+from ..session._blobs import event_blobs
 from ..session._codec import decode_log
 
 __all__ = [
@@ -115,7 +116,13 @@ async def export_bundle(store: SessionStore, session_id: str, out: IO[str]) -> i
     """
     events = await store.load(session_id)
     header = await store.load_header(session_id)
-    write_bundle(out, session_id, header, events)
+    blobs: dict[str, Blob] = {}
+    for event in events:
+        for put in event_blobs(event):
+            if put.hash not in blobs:
+                stored = await store.get_blob(put.hash, session_id=session_id)
+                blobs[put.hash] = Blob(put.hash, stored.data, stored.media_type)
+    write_bundle(out, session_id, header, events, tuple(blobs.values()))
     return len(events)
 
 
@@ -242,16 +249,17 @@ async def load_bundle(
 async def import_bundle(
     bundle: Bundle, store: SessionStore, *, session_id: str | None = None
 ) -> str:
-    """Store a read bundle's session (under ``session_id`` when given); returns its id."""
-    if bundle.blobs:
-        raise ValueError(
-            f"the bundle of {bundle.session_id!r} carries {len(bundle.blobs)} blobs and this "
-            "build's stores keep none; import it with a steerloop whose stores keep blobs"
-        )
+    """Store a read bundle's session (under ``session_id`` when given); returns its id.
+
+    The blobs go in first (durable before the events that name them); an event naming a
+    blob the bundle does not carry (nor the store hold) fails the import.
+    """
     new_id = bundle.session_id if session_id is None else session_id
     if not isinstance(new_id, str) or not _SESSION_ID.match(new_id):
         raise ValueError("session_id must be 1 to 128 characters without control characters")
     await store.check_absent(new_id)
+    for blob in bundle.blobs:
+        await store.put_blob(blob.data, blob.media_type or "application/octet-stream")
     writer = await store.open_writer(new_id)
     try:
         writer.set_header(bundle.header)

@@ -17,6 +17,7 @@ __all__ = [
     "KNOWN_MODELS",
     "REASONING_MODELS",
     "RESPONSES_FIRST",
+    "UNKNOWN_INPUTS",
     "failure_from_exception",
     "open_client",
     "resolve_known",
@@ -44,8 +45,26 @@ _TABLE: Mapping[str, tuple[int, int, bool, bool]] = {
     "o3-mini": (200_000, 100_000, True, True),
     "o4-mini": (200_000, 100_000, True, True),
 }
+# What each takes in messages (OpenAI's model pages; DeepSeek's API takes text only). PDF
+# input is for the vision models ("gpt-4o and later"); o1-mini and o3-mini see no images.
+_ALL = frozenset({"text", "image", "file"})
+_TEXT = frozenset({"text"})
+_INPUTS: Mapping[str, frozenset[str]] = {
+    "deepseek-chat": _TEXT,
+    "deepseek-reasoner": _TEXT,
+    "gpt-4-turbo": frozenset({"text", "image"}),
+    "o1-mini": _TEXT,
+    "o3-mini": _TEXT,
+}
+UNKNOWN_INPUTS: frozenset[str] = frozenset({"text", "image"})
+"""What an OpenAI-compatible model the table does not know is taken to accept."""
 KNOWN_MODELS: Mapping[str, ModelInfo] = {
-    name: ModelInfo(context_window=window, max_output_tokens=ceiling, json_schema_output=schema)
+    name: ModelInfo(
+        context_window=window,
+        max_output_tokens=ceiling,
+        json_schema_output=schema,
+        input_modalities=_INPUTS.get(name, _ALL),
+    )
     for name, (window, ceiling, _, schema) in _TABLE.items()
 }
 RESPONSES_FIRST: frozenset[str] = frozenset(name for name, row in _TABLE.items() if row[2])
@@ -68,7 +87,7 @@ def resolve_known(model: str, models: Mapping[str, ModelInfo] | None = None) -> 
     """Limits of ``model`` from ``models`` over ``KNOWN_MODELS``, or an empty ``ModelInfo``."""
     table = {**KNOWN_MODELS, **(models or {})}
     name = _known_name(model, table)
-    return table[name] if name is not None else ModelInfo()
+    return table[name] if name is not None else ModelInfo(input_modalities=UNKNOWN_INPUTS)
 
 
 def responses_first(model: str) -> bool:

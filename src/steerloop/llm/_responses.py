@@ -32,6 +32,7 @@ from ..messages import (
 from ._failures import classify
 from ._http import redact
 from ._openai_shared import REASONING_MODELS, failure_from_exception, open_client, resolve_known
+from ._parts import content_parts, has_binary, responses_part
 from ._provider_stream import error_finish, provider_stream
 from ._tool_choice import openai_tool_fields
 from ._types import GenerateRequest, LlmFailure, ModelInfo, TokenUsage
@@ -204,6 +205,15 @@ def _text(blocks: tuple[Any, ...]) -> str:
     return "\n\n".join(b.text for b in blocks if isinstance(b, TextBlock))
 
 
+def _input_content(blocks: tuple[Any, ...]) -> str | list[dict[str, Any]]:
+    """Text alone as a string (as before images); with images or files, ``input_text`` /
+    ``input_image`` / ``input_file`` parts in order (a function call's output takes the same
+    list)."""
+    if not has_binary(blocks):
+        return _text(blocks)
+    return content_parts(blocks, "input_text", responses_part)
+
+
 _REASONING_FIELDS = frozenset({"id", "type", "summary", "content", "encrypted_content"})
 
 
@@ -232,13 +242,13 @@ def to_input_items(messages: tuple[Message, ...], provider: str) -> list[dict[st
         if isinstance(message, SystemMessage):
             items.append({"role": "system", "content": _text(message.content)})
         elif isinstance(message, UserMessage):
-            items.append({"role": "user", "content": _text(message.content)})
+            items.append({"role": "user", "content": _input_content(message.content)})
         elif isinstance(message, ToolResultMessage):
             items.append(
                 {
                     "type": "function_call_output",
                     "call_id": message.call_id,
-                    "output": _text(message.content),
+                    "output": _input_content(message.content),
                 }
             )
         elif isinstance(message, AssistantMessage):
@@ -256,7 +266,11 @@ def to_input_items(messages: tuple[Message, ...], provider: str) -> list[dict[st
                             "arguments": block.arguments,
                         }
                     )
-                elif same_provider and (item := _reasoning_item(block)) is not None:
+                elif (
+                    isinstance(block, ReasoningBlock)
+                    and same_provider
+                    and (item := _reasoning_item(block)) is not None
+                ):
                     items.append(item)
     return items
 

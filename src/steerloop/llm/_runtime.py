@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._hooks import Disposer
+from .._media import MODALITIES
 from .._signal import AbortSignal
 from ..errors import LlmError
 from ._assembler import BlockAssembler
@@ -37,6 +38,7 @@ class PreparedCall:
     retry_policy: RetryPolicy = field(default_factory=RetryPolicy)
     context_window: int | None = None
     reads_in_history_system: bool = False
+    input_modalities: frozenset[str] = MODALITIES
 
     @property
     def provider(self) -> str:
@@ -168,6 +170,7 @@ class LlmService:
             retry_policy=info.retry_policy,
             context_window=info.context_window,
             reads_in_history_system=info.reads_in_history_system,
+            input_modalities=frozenset(info.input_modalities),
         )
 
 

@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from .._media import MODALITIES
 from .._model import LlmFailure, TokenUsage
 from .._records import fast_init
 from ..messages import Message
@@ -92,6 +93,10 @@ class ModelInfo:
 
     ``json_schema_output``: the adapter sends ``CallConfig.output_schema`` the provider's
     native way (OpenAI ``response_format``); otherwise structured output uses a tool.
+
+    ``input_modalities``: what the model takes in messages (``"text"``, ``"image"``,
+    ``"file"``); a request holding a block of another kind is never sent (the turn ends
+    ``UNSUPPORTED_INPUT``). Unknown to an adapter: everything.
     """
 
     context_window: int | None = None
@@ -100,6 +105,7 @@ class ModelInfo:
     reads_in_history_system: bool = False
     retry_policy: RetryPolicy = field(default_factory=RetryPolicy)
     json_schema_output: bool = False
+    input_modalities: frozenset[str] = MODALITIES
 
 
 @fast_init

@@ -30,6 +30,8 @@ except ImportError:  # SDK releases before the httpx2 switch depend on httpx
 from ..messages import (
     AssistantMessage,
     Block,
+    FileBlock,
+    ImageBlock,
     Message,
     ReasoningBlock,
     SystemMessage,
@@ -40,6 +42,7 @@ from ..messages import (
 )
 from ._failures import classify
 from ._http import NO_KEY, redact, retry_after_ms
+from ._parts import anthropic_part
 from ._provider_stream import error_finish, provider_stream
 from ._tool_choice import anthropic_tool_choice
 from ._types import GenerateRequest, LlmFailure, ModelInfo, TokenUsage, ToolSchema
@@ -429,13 +432,15 @@ def to_anthropic_messages(
     return "\n\n".join(system), turns
 
 
-def _text_of(block: Block) -> str:
+def _text_of(block: TextBlock | ReasoningBlock | ToolCallBlock) -> str:
     if isinstance(block, TextBlock | ReasoningBlock):
         return block.text
     return json.dumps({"tool_call": block.name, "id": block.id, "arguments": block.arguments})
 
 
 def _user_part(block: Block) -> dict[str, Any] | None:
+    if isinstance(block, ImageBlock | FileBlock):
+        return anthropic_part(block)
     text = _text_of(block)
     return {"type": "text", "text": text} if text else None
 
@@ -453,6 +458,8 @@ def _assistant_part(block: Block) -> dict[str, Any] | None:
             if state.get("kind") == REDACTED_THINKING and isinstance(state.get("data"), str):
                 return {"type": "redacted_thinking", "data": state["data"]}
         return None
+    if isinstance(block, ImageBlock | FileBlock):
+        return anthropic_part(block)  # no adapter produces one; a hand-built log may
     try:
         arguments = json.loads(block.arguments) if block.arguments else {}
     except ValueError:

@@ -21,6 +21,8 @@ import openai
 
 from ..messages import (
     AssistantMessage,
+    FileBlock,
+    ImageBlock,
     Message,
     ReasoningBlock,
     SystemMessage,
@@ -38,6 +40,7 @@ from ._openai_shared import (
     resolve_known,
     responses_first,
 )
+from ._parts import chat_part, content_parts, has_binary
 from ._provider_stream import provider_stream
 from ._responses import OpenAIResponsesAdapter
 from ._tool_choice import openai_tool_fields
@@ -376,27 +379,62 @@ def _text(blocks: tuple[Any, ...]) -> str:
 def _messages(request: GenerateRequest, replay: ReasoningReplay) -> list[dict[str, Any]]:
     messages = request.messages
     last_user = max((i for i, m in enumerate(messages) if isinstance(m, UserMessage)), default=-1)
-    return [
-        _message(
-            message,
-            request,
-            replay == "tool-loop"
-            and (
-                i > last_user
-                or (isinstance(message, AssistantMessage) and bool(message.tool_calls))
-            ),
+    out: list[dict[str, Any]] = []
+    # A tool message holds text only: the images and files of a run of tool results follow
+    # it as one user message (after the last tool message: nothing may come between an
+    # assistant's tool calls and their results).
+    attached: list[dict[str, Any]] = []
+    for i, message in enumerate(messages):
+        if attached and not isinstance(message, ToolResultMessage):
+            out.append({"role": "user", "content": attached})
+            attached = []
+        if isinstance(message, ToolResultMessage):
+            attached.extend(_tool_attachments(message))
+        out.append(
+            _message(
+                message,
+                request,
+                replay == "tool-loop"
+                and (
+                    i > last_user
+                    or (isinstance(message, AssistantMessage) and bool(message.tool_calls))
+                ),
+            )
         )
-        for i, message in enumerate(messages)
-    ]
+    if attached:
+        out.append({"role": "user", "content": attached})
+    return out
+
+
+def _user_content(blocks: tuple[Any, ...]) -> str | list[dict[str, Any]]:
+    """Text alone as a string (as before images); with images or files, the parts in order."""
+    return content_parts(blocks, "text", chat_part) if has_binary(blocks) else _text(blocks)
+
+
+def _tool_attachments(message: ToolResultMessage) -> list[dict[str, Any]]:
+    binary = [b for b in message.content if isinstance(b, ImageBlock | FileBlock)]
+    if not binary:
+        return []
+    head = {"type": "text", "text": f"Attachments of the result of tool call {message.call_id}:"}
+    return [head, *(chat_part(b) for b in binary)]
+
+
+def _tool_text(message: ToolResultMessage) -> str:
+    text = _text(message.content)
+    binary = [b for b in message.content if isinstance(b, ImageBlock | FileBlock)]
+    if not binary:
+        return text
+    note = "; ".join(b.describe() for b in binary)
+    return f"{text}\n\n[attached below: {note}]" if text else f"[attached below: {note}]"
 
 
 def _message(message: Message, request: GenerateRequest, in_tool_loop: bool) -> dict[str, Any]:
     if isinstance(message, SystemMessage):
         return {"role": "system", "content": _text(message.content)}
     if isinstance(message, UserMessage):
-        return {"role": "user", "content": _text(message.content)}
+        return {"role": "user", "content": _user_content(message.content)}
     if isinstance(message, ToolResultMessage):
-        return {"role": "tool", "tool_call_id": message.call_id, "content": _text(message.content)}
+        return {"role": "tool", "tool_call_id": message.call_id, "content": _tool_text(message)}
     out: dict[str, Any] = {"role": "assistant", "content": _text(message.content)}
     calls = message.tool_calls
     if calls:

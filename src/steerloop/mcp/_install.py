@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import logging
 import os
 import re
@@ -34,6 +33,7 @@ from ..tools import Tool, ToolError, ToolExec, ToolResult, define_tool
 from ._calls import CallContext, Deadline
 from ._config import MCPServer
 from ._connection import Connection
+from ._content import block_from_mcp
 from ._limits import CUT_KEY
 from ._peer import Peer
 from ._prompts import expand_prompt, list_prompts, parse_prompt_arguments
@@ -74,14 +74,8 @@ def with_cut_note(result: ToolResult, mcp_result: types.CallToolResult) -> ToolR
 
 
 def result_from_mcp(result: types.CallToolResult) -> ToolResult:
-    """An MCP tool result as a steerloop one (text as text, other content as its JSON)."""
-    blocks: list[Block] = []
-    for item in result.content:
-        if isinstance(item, types.TextContent):
-            blocks.append(TextBlock(item.text))
-        else:
-            dumped = item.model_dump(mode="json", by_alias=True, exclude_none=True)
-            blocks.append(TextBlock(json.dumps(dumped, ensure_ascii=False)))
+    """An MCP tool result as a steerloop one (``block_from_mcp`` for each item)."""
+    blocks: list[Block] = [block_from_mcp(item) for item in result.content]
     meta = None
     if result.structured_content is not None:
         meta = {"structured_content": result.structured_content}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar, overload
@@ -9,8 +10,9 @@ from typing import Any, TypeVar, overload
 from .._hooks import HookBus
 from .._ids import Clock, default_clock
 from .._owned import RuntimeOwned
-from ..errors import SessionStorageError
+from ..errors import SessionCorruptError, SessionPersistenceNotFoundError, SessionStorageError
 from ..messages import Message, check_json
+from ._blobs import StoredBlob, blob_seq, with_blob_data
 from ._codec import KNOWN_TYPES
 from ._encode import encode
 from ._events import (
@@ -86,6 +88,16 @@ class EventSink:
     def set_header(self, header: Mapping[str, Any]) -> None:
         """The session header (EVENTS.md §2.7) to store when a fresh session is published."""
 
+    async def read_blob(self, hash: str) -> StoredBlob:
+        """The bytes of blob ``hash`` from the store behind this sink.
+
+        Raises:
+            SessionPersistenceNotFoundError: the store keeps no such blob (a sink without a
+                store keeps none).
+            SessionCorruptError: the stored blob is not what was stored.
+        """
+        raise SessionPersistenceNotFoundError(f"blob {hash} is not stored (no store)")
+
 
 class _EventsView(Sequence[SessionEvent]):
     __slots__ = ("_events",)
@@ -149,6 +161,7 @@ class Session(metaclass=RuntimeOwned):
         self._latest: dict[str, SessionEvent] = {}
         self._observers: list[Observer] = []
         self._sealed: str | None = None
+        self._blob_cache: OrderedDict[str, StoredBlob] = OrderedDict()
         self.last_turn = 0
         self.surface_replaced = 0
         for event in seed:
@@ -315,6 +328,40 @@ class Session(metaclass=RuntimeOwned):
         if observer in self._observers:
             self._observers.remove(observer)
 
+    async def with_blob_data(self, messages: Sequence[Message]) -> tuple[Message, ...]:
+        """``messages`` with the bytes of every image and file block read back from the
+        store (a resumed or forked log holds only their hashes): what a request needs.
+
+        Raises:
+            SessionCorruptError: a blob is missing or corrupt (names the seq of the event
+                that references it).
+        """
+        try:
+            return await with_blob_data(messages, self._read_blob)
+        except ValueError as exc:  # the stored bytes are not what the block says
+            raise SessionCorruptError(f"session {self.id!r}: a stored blob: {exc}") from None
+
+    async def _read_blob(self, hash: str) -> StoredBlob:
+        cached = self._blob_cache.get(hash)
+        if cached is not None:
+            self._blob_cache.move_to_end(hash)
+            return cached
+        try:
+            blob = await self._sink.read_blob(hash)
+        except (SessionPersistenceNotFoundError, SessionCorruptError) as exc:
+            seq = blob_seq(self._events, hash)
+            where = f"seq {seq}" if seq is not None else "an event"
+            why = "it is missing" if isinstance(exc, SessionPersistenceNotFoundError) else exc
+            raise SessionCorruptError(
+                f"session {self.id!r}: {where} references blob {hash}: {why}"
+            ) from None
+        # Later requests of the session send the same blobs again: keep the recent ones.
+        self._blob_cache[hash] = blob
+        total = sum(b.size for b in self._blob_cache.values())
+        while total > _BLOB_CACHE_BYTES and len(self._blob_cache) > 1:
+            total -= self._blob_cache.popitem(last=False)[1].size
+        return blob
+
     async def flush(self) -> None:
         """Barrier: every event appended so far is durable when this returns."""
         await self._sink.flush()
@@ -421,5 +468,6 @@ def _needs_seed_marker(last: SessionEvent, inherited: bool) -> bool:
     return inherited and not (isinstance(last.data, SessionEndSeed) and last.data.inherited)
 
 
+_BLOB_CACHE_BYTES = 32 * 1024 * 1024
 _TYPED = KNOWN_TYPES  # the types with a typed payload record (one list: the codec's)
 _TYPED_LOG_ONLY = _TYPED - SURFACE_TYPES

@@ -13,6 +13,7 @@ import jsonschema
 import pydantic
 from typing_extensions import TypeVar
 
+from .._media import MODALITIES
 from ..errors import ToolDefinitionError
 from ..messages import Block, ToolCallBlock, UserMessage
 from ._agent_ref import AgentRef
@@ -79,6 +80,9 @@ class ToolExec:
     turn: int = 0
     step: int = 0
     deferred: list[UserMessage] = field(default_factory=list)
+    input_modalities: frozenset[str] = MODALITIES
+    """What the model that made the call accepts (``"text"``, ``"image"``, ``"file"``): a
+    result block it does not is replaced by a note saying so."""
 
     @property
     def idempotency_key(self) -> str:

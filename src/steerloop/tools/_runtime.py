@@ -14,12 +14,14 @@ import pydantic
 
 from .._cancel import escapes
 from .._hooks import Disposer, HookBus
+from .._media import DEFAULT_LIMITS
 from .._records import fast_init
 from .._signal import AbortController
 from ..errors import AbortedError
 from ..llm._types import ToolSchema
 from ..messages import Block, TextBlock, ToolResultMessage, UserMessage, check_json
 from ..session._events import ApprovalRequested, ToolErrorInfo, ToolResultEvent
+from ._attachments import fit_result
 from ._define import PostExecute, Tool, ToolDecision, ToolError, ToolExec, ToolResult
 
 __all__ = [
@@ -232,6 +234,7 @@ class ToolPipeline:
 
     def __init__(self, hooks: HookBus) -> None:
         self._hooks = hooks
+        self.attachment_limits = DEFAULT_LIMITS  # the runtime's (``Runtime.open``)
 
     async def prepare(
         self,
@@ -308,7 +311,7 @@ class ToolPipeline:
             value = tool.execute(exec.arguments, exec)
             if inspect.isawaitable(value):
                 value = await value
-            result = _normalise(value)
+            result = fit_result(_normalise(value), exec, self.attachment_limits)
         except BaseException as exc:
             # A foreign CancelledError (the body awaited a task someone else cancelled), a
             # GeneratorExit or any other non-Exception is the tool's failure; only what

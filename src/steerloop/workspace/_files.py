@@ -14,12 +14,13 @@ import os
 import stat
 from collections.abc import Callable, Generator, Iterable, Iterator
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from .._media import sniff_image
 from .._signal import AbortSignal
-from ..messages import ToolCallBlock
+from ..messages import ImageBlock, TextBlock, ToolCallBlock
 from ..tools import Tool, ToolExec, ToolResult, define_tool
 from ..tools._runtime import error_result
 from ._paths import (
@@ -113,14 +114,17 @@ def _tool(
     name: str,
     description: str,
     model: type[A],
-    body: Callable[[A, AbortSignal], str],
+    body: Callable[[A, Any], str | ToolResult],
     *,
     safe: bool,
+    with_exec: bool = False,
     landed: Callable[[A], str | None] | None = None,
 ) -> Tool:
+    """A file tool; its body gets the call's signal (or, ``with_exec``, the whole call)."""
+
     async def execute(args: A, exec: ToolExec) -> str | ToolResult:
         try:
-            return await asyncio.to_thread(body, args, exec.signal)
+            return await asyncio.to_thread(body, args, exec if with_exec else exec.signal)
         except WorkspaceError as exc:
             return _failure(exc)
 
@@ -201,6 +205,23 @@ def _open_regular(path: Path, shown: str, flags: int, max_bytes: int) -> tuple[i
     return fd, st.st_size
 
 
+def _image(
+    path: str, media_type: str, raw: io.BufferedReader[io.FileIO], accepted: bool
+) -> ToolResult:
+    """An image file for a model that takes images (the open descriptor read whole: the file
+    was checked against the size limit when it was opened)."""
+    if not accepted:
+        raise WorkspaceError(
+            BINARY_FILE, f"{path!r} is an image ({media_type}); the model does not accept images"
+        )
+    data = raw.read()
+    try:
+        block = ImageBlock(media_type, data, name=Path(path).name or None)
+    except ValueError as exc:
+        raise WorkspaceError(BINARY_FILE, f"{path!r} is not a readable image: {exc}") from None
+    return ToolResult(content=[TextBlock(f"{path}: {block.describe()}"), block])
+
+
 def _decode_line(data: bytes, cut: bool) -> str:
     """``data`` as strict UTF-8; a ``cut`` line may end inside a character."""
     try:
@@ -259,7 +280,14 @@ class _Files:
             raise WorkspaceError(NOT_A_FILE, f"{path!r} is not a regular file")
         return resolved
 
-    def read_file(self, args: ReadFileArgs, signal: AbortSignal) -> str:
+    def read_any(self, args: ReadFileArgs, exec: ToolExec) -> str | ToolResult:
+        """``read_file``: a text file's lines, or an image as an image block when the model
+        that asked accepts images."""
+        return self.read_file(args, exec.signal, "image" in exec.input_modalities)
+
+    def read_file(
+        self, args: ReadFileArgs, signal: AbortSignal, images: bool = False
+    ) -> str | ToolResult:
         resolved = self._existing_file(args.path)
         fd, _ = _open_regular(resolved, args.path, os.O_RDONLY, self.max_file_bytes)
         shown: list[str] = []
@@ -269,7 +297,11 @@ class _Files:
         end = None if args.limit is None else args.offset + args.limit
         # A line is cut at max_line characters; UTF-8 needs at most 4 bytes a character.
         with io.BufferedReader(io.FileIO(fd, "r"), _CHUNK) as raw:
-            if _is_binary(raw.peek(_SNIFF)[:_SNIFF]):
+            head = raw.peek(_SNIFF)[:_SNIFF]
+            media_type = sniff_image(head)
+            if media_type is not None:
+                return _image(args.path, media_type, raw, images)
+            if _is_binary(head):
                 raise WorkspaceError(BINARY_FILE, f"{args.path!r} is a binary file, not UTF-8 text")
             try:
                 for total, (head, cut) in enumerate(_lines(raw, 4 * self.max_line), start=1):
@@ -525,10 +557,11 @@ def file_tools(
             "read_file",
             "Read a UTF-8 text file of the workspace. Lines come back prefixed by their line "
             "number and a tab (the prefix is not part of the file); use offset/limit for long "
-            "files.",
+            "files. An image file (PNG, JPEG, GIF, WEBP) comes back as the image.",
             ReadFileArgs,
-            files.read_file,
+            files.read_any,
             safe=True,
+            with_exec=True,
         ),
         _tool(
             "write_file",

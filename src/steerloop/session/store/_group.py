@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from ...errors import SessionPersistenceError, SessionStorageError
-from ._interface import BufferedWriter, stored_header
+from ._interface import BlobPut, BufferedWriter, stored_header
 from ._lease import WriteLease
 
 __all__ = [
@@ -45,6 +45,7 @@ __all__ = [
     "GroupWriter",
     "Op",
     "Publish",
+    "PutBlobs",
     "Stop",
     "Unit",
     "Waiter",
@@ -92,6 +93,18 @@ class Publish:
     header: dict[str, Any] | None
     base_len: int
     rows: list[tuple[int, str]]
+    blobs: list[BlobPut] = field(default_factory=list)
+    """The blobs the buffered events reference, stored in the same transaction, first."""
+
+
+@dataclass(slots=True)
+class PutBlobs:
+    """The blobs of writer ``key``'s next event(s): queued before them, so they are stored
+    in the same transaction as those events or an earlier one — never after."""
+
+    key: int
+    session_id: str
+    blobs: list[BlobPut]
 
 
 @dataclass(slots=True)
@@ -140,7 +153,7 @@ class Stop:
     waiter: Waiter
 
 
-Op = Append | Publish | Barrier | Fence | Close | Delete | Stop
+Op = Append | Publish | PutBlobs | Barrier | Fence | Close | Delete | Stop
 
 
 @dataclass(slots=True)
@@ -151,6 +164,8 @@ class Unit:
     publish: Publish | None = None
     rows: list[tuple[str, int, str]] = field(default_factory=list)
     delete: Delete | None = None
+    blobs: list[BlobPut] = field(default_factory=list)
+    """Blobs to store (and reference from the session) before the unit's rows."""
 
     def first_seq(self) -> int | None:
         """The first seq this unit would store (for failure messages)."""
@@ -210,6 +225,18 @@ class GroupWriter(BufferedWriter, Generic[LeaseT]):
         # does not count: its caller, not this one, is the one it answers).
         self._queued = 0
         self._synced = 0
+        self._publish_blobs: list[BlobPut] = []
+
+    def _check_blobs(self, blobs: list[BlobPut], seq: int) -> None:
+        """The store checks a reference to a blob it does not hold in the commit."""
+
+    def _store_blobs(self, blobs: list[BlobPut]) -> None:
+        if self._state == "open":  # the publication's: they ride on its Publish
+            self._publish_blobs = list(blobs)
+            return
+        self._check_queue()
+        self._enqueue(PutBlobs(self.key, self.session_id, blobs))
+        self._queued += 1
 
     def _check_queue(self) -> None:
         """Raise when the store takes no more operations (by default it always does)."""
@@ -223,7 +250,8 @@ class GroupWriter(BufferedWriter, Generic[LeaseT]):
         self._refuse()
         self._check_queue()
         header = None if self._stored else stored_header(self.session_id, self._header)
-        self._enqueue(Publish(self.key, self.session_id, header, self._base_len, pending))
+        blobs, self._publish_blobs = self._publish_blobs, []
+        self._enqueue(Publish(self.key, self.session_id, header, self._base_len, pending, blobs))
         self._queued += 1
 
 
@@ -287,7 +315,13 @@ class GroupCommitter:
                 unit.rows.append(op.row)
             elif isinstance(op, Publish):
                 if op.key not in failed:
-                    units[op.key] = Unit(op.session_id, publish=op)
+                    units[op.key] = Unit(op.session_id, publish=op, blobs=list(op.blobs))
+            elif isinstance(op, PutBlobs):
+                if op.key not in failed:
+                    unit = units.get(op.key)
+                    if unit is None:
+                        unit = units[op.key] = Unit(op.session_id)
+                    unit.blobs.extend(op.blobs)
             elif isinstance(op, Delete):
                 units[op.key] = Unit(op.session_id, delete=op)
                 durable = True
@@ -334,7 +368,7 @@ class GroupCommitter:
         """A bug or a failed rollback: fail every writer and waiter of the group loudly."""
         message = f"writing to {self.where} failed: {type(exc).__name__}: {exc}"
         for op in group:
-            if isinstance(op, Append | Publish):
+            if isinstance(op, Append | Publish | PutBlobs):
                 session_id = op.row[0] if isinstance(op, Append) else op.session_id
                 self.fail(op.key, (SessionStorageError, f"session {session_id!r}: {message}"))
             elif isinstance(op, Barrier | Fence | Close | Stop):

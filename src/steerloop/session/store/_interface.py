@@ -32,6 +32,7 @@ from ...errors import (
     SessionStorageError,
 )
 from ...messages import check_json
+from .._blobs import BlobPut, StoredBlob, event_blobs
 from .._codec import bulk_decoding, decode_log
 from .._events import SessionEvent
 from .._json import dumps_event, loads
@@ -39,9 +40,11 @@ from .._session import EventSink
 
 __all__ = [
     "LOG_VERSION",
+    "BlobPut",
     "BufferedWriter",
     "SessionInfo",
     "SessionStore",
+    "StoredBlob",
     "check_page",
     "decode_header",
     "decode_rows",
@@ -307,6 +310,38 @@ class SessionStore(abc.ABC):
     async def close(self) -> None:  # noqa: B027 - optional hook, no-op by default
         """Release the backend (flushing what is pending)."""
 
+    # --- blobs: the bytes of image and file blocks, once per store by content hash --------
+
+    async def put_blob(self, data: bytes, media_type: str) -> str:
+        """Store ``data`` durably (once per store) and return its hash (``sha256:…``).
+
+        A blob is kept while an event references it: one stored here that no event comes
+        to reference may be collected with the next deletion that frees its hash. Writers
+        store the blobs of the events they write themselves; this is for moving logs in
+        (a bundle import).
+
+        Raises:
+            SessionStorageError: the store keeps no blobs, or the backend failed.
+        """
+        raise SessionStorageError(f"{self.url or type(self).__name__} keeps no blobs")
+
+    async def get_blob(self, hash: str, *, session_id: str | None = None) -> StoredBlob:
+        """The blob stored under ``hash``; with ``session_id``, only if an event of that
+        session references it (what a per-session endpoint serves).
+
+        Raises:
+            SessionPersistenceNotFoundError: no such blob (for that session).
+            SessionCorruptError: the stored bytes do not hash to ``hash``.
+            ValueError: ``hash`` is not ``sha256:<64 hex>``.
+        """
+        raise SessionPersistenceNotFoundError(
+            f"no blob {hash} in {self.url or type(self).__name__}"
+        )
+
+    async def blob_exists(self, hash: str) -> bool:
+        """Whether a blob is stored under ``hash``."""
+        return False
+
 
 class BufferedWriter(EventSink, abc.ABC):
     """The publication state machine every store's write handle shares (C7.2-19).
@@ -323,6 +358,7 @@ class BufferedWriter(EventSink, abc.ABC):
         self._base_len = base_len  # events stored when the writer was opened
         self._next = base_len + 1
         self._pending: list[tuple[int, str]] = []
+        self._pending_blobs: list[BlobPut] = []
         self._header: dict[str, Any] = {}
         self._state = "open"
 
@@ -339,17 +375,26 @@ class BufferedWriter(EventSink, abc.ABC):
         if event.seq != self._next:
             raise self._seq_error(event.seq)
         line = dumps_event(event)  # may raise: the expected seq advances only after it
+        blobs = event_blobs(event)
+        if blobs:
+            self._check_blobs(blobs, event.seq)
         self._next += 1
         if self._state == "published":
+            if blobs:  # durable no later than the event: queued (and committed) first
+                self._store_blobs(blobs)
             self._store_line(event.seq, line)
         else:
+            self._pending_blobs.extend(blobs)
             self._pending.append((event.seq, line))
 
     def publish(self) -> None:
         if self._state != "open":
             raise SessionStorageError(f"session {self.session_id!r}: writer is {self._state}")
+        if self._pending_blobs:
+            self._store_blobs(self._pending_blobs)
         self._publish(self._pending)
         self._pending = []
+        self._pending_blobs = []
         self._state = "published"
 
     async def discard(self) -> None:
@@ -360,6 +405,7 @@ class BufferedWriter(EventSink, abc.ABC):
                 f"session {self.session_id!r} was already published; it cannot be discarded"
             )
         self._pending = []
+        self._pending_blobs = []
         self._state = "discarded"
         await self._release()
 
@@ -374,6 +420,18 @@ class BufferedWriter(EventSink, abc.ABC):
 
     def _refuse(self) -> None:
         """Raise to refuse every write (the store knows this session's writes fail)."""
+
+    def _check_blobs(self, blobs: list[BlobPut], seq: int) -> None:
+        """Raise to refuse an event whose blobs cannot be stored (before its seq is taken);
+        a store that keeps blobs overrides this and ``_store_blobs``."""
+        raise SessionStorageError(
+            f"session {self.session_id!r}: seq {seq} holds an image or file block and "
+            f"{type(self).__name__} keeps no blobs"
+        )
+
+    def _store_blobs(self, blobs: list[BlobPut]) -> None:
+        """Hand the blobs of the next event(s) to the store, ahead of the events."""
+        raise SessionStorageError(f"session {self.session_id!r}: this store keeps no blobs")
 
     @property
     def stored_length(self) -> int:

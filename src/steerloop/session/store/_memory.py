@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
+import builtins
 import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ...errors import SessionConflictError, SessionPersistenceNotFoundError
+from ..._media import blob_hash, check_blob_hash
+from ...errors import SessionConflictError, SessionPersistenceNotFoundError, SessionStorageError
+from .._blobs import checked_blob
 from .._events import SessionEvent
 from .._session import EventSink
 from ._interface import (
+    BlobPut,
     BufferedWriter,
     SessionInfo,
     SessionStore,
+    StoredBlob,
     check_page,
     decode_rows,
     last_time,
@@ -28,7 +33,8 @@ class MemoryStore(SessionStore):
 
     ``load`` decodes that text, so a resume from a ``MemoryStore`` exercises the same
     decode and validation path as a database. ``raw``/``put_raw`` expose the stored text
-    (tests use them to inspect an artifact or to plant a crashed or corrupt log).
+    (tests use them to inspect an artifact or to plant a crashed or corrupt log). Blobs
+    are kept once per store (``_blobs``) with the hashes each session references.
     """
 
     def __init__(self, url: str = "memory://") -> None:
@@ -36,6 +42,8 @@ class MemoryStore(SessionStore):
         self._logs: dict[str, list[str]] = {}
         self._headers: dict[str, dict[str, Any]] = {}
         self._writers: dict[str, _MemoryWriter] = {}
+        self._blobs: dict[str, tuple[str, bytes]] = {}  # hash -> (media type, bytes)
+        self._blob_refs: dict[str, set[str]] = {}  # session id -> the hashes it references
 
     async def load(self, session_id: str) -> tuple[SessionEvent, ...]:
         lines = self._logs.get(session_id)
@@ -84,9 +92,41 @@ class MemoryStore(SessionStore):
             raise SessionConflictError(f"session {session_id!r} has an open writer")
         del self._logs[session_id]
         self._headers.pop(session_id, None)
+        freed = self._blob_refs.pop(session_id, set())
+        still = set().union(*self._blob_refs.values()) if self._blob_refs else set()
+        for hash in freed - still:
+            self._blobs.pop(hash, None)
 
     async def exists(self, session_id: str) -> bool:
         return session_id in self._logs
+
+    # --- blobs -------------------------------------------------------------------------
+
+    async def put_blob(self, data: bytes, media_type: str) -> str:
+        if not isinstance(data, bytes) or not isinstance(media_type, str):
+            raise ValueError("put_blob takes bytes and a media type")
+        hash = blob_hash(data)
+        self._blobs.setdefault(hash, (media_type, data))
+        return hash
+
+    async def get_blob(self, hash: str, *, session_id: str | None = None) -> StoredBlob:
+        check_blob_hash(hash)
+        stored = self._blobs.get(hash)
+        refs = self._blob_refs.get(session_id, ()) if session_id is not None else None
+        if stored is None or (refs is not None and hash not in refs):
+            where = f"session {session_id!r}" if session_id is not None else self.url
+            raise SessionPersistenceNotFoundError(f"no blob {hash} in {where}")
+        return checked_blob(hash, stored[0], stored[1], self.url)
+
+    async def blob_exists(self, hash: str) -> bool:
+        return hash in self._blobs
+
+    def _keep_blobs(self, session_id: str, blobs: builtins.list[BlobPut]) -> None:
+        refs = self._blob_refs.setdefault(session_id, set())
+        for put in blobs:
+            if put.data is not None:
+                self._blobs.setdefault(put.hash, (put.media_type, put.data))
+            refs.add(put.hash)
 
     # --- raw access --------------------------------------------------------------------
 
@@ -117,6 +157,22 @@ class _MemoryWriter(BufferedWriter):
         self._store = store
         self._base = base  # the stored list at open time (None: a fresh session)
         self._log: list[str] | None = None  # the stored list once published
+        self._held_blobs: list[BlobPut] = []  # blobs of the publication, kept with it
+
+    def _check_blobs(self, blobs: list[BlobPut], seq: int) -> None:
+        held = {put.hash for put in self._pending_blobs if put.data is not None}
+        for put in blobs:
+            if put.data is None and put.hash not in self._store._blobs and put.hash not in held:
+                raise SessionStorageError(
+                    f"session {self.session_id!r}: seq {seq} references blob {put.hash}, "
+                    f"which {self._store.url} does not hold"
+                )
+
+    def _store_blobs(self, blobs: list[BlobPut]) -> None:
+        if self._state == "open":  # the publication's: kept once it succeeds
+            self._held_blobs = list(blobs)
+        else:
+            self._store._keep_blobs(self.session_id, blobs)
 
     def _store_line(self, seq: int, line: str) -> None:
         assert self._log is not None
@@ -134,9 +190,14 @@ class _MemoryWriter(BufferedWriter):
             self._store._headers[self.session_id] = header
         current.extend(line for _, line in pending)
         self._log = current
+        self._store._keep_blobs(self.session_id, self._held_blobs)
+        self._held_blobs = []
 
     async def _release(self) -> None:
         self._store._release(self)
+
+    async def read_blob(self, hash: str) -> StoredBlob:
+        return await self._store.get_blob(hash)
 
     async def flush(self) -> None:
         """Published writes are stored synchronously; buffered ones wait for ``publish``."""

@@ -220,6 +220,7 @@ class GroupCommit(Connected):
                         ),
                     )
             live = [key for key in live if units[key].session_id not in clash]
+        live = await self._store_blobs(conn, units, live)
         sids: builtins.list[str] = []
         seqs: builtins.list[int] = []
         texts: builtins.list[str] = []
@@ -245,6 +246,50 @@ class GroupCommit(Connected):
                 for payload in feed_payloads(tops):
                     await conn.execute("SELECT pg_notify($1, $2)", t.feed_channel, payload)
         return lost
+
+    async def _store_blobs(
+        self, conn: Any, units: dict[int, Unit], live: builtins.list[int]
+    ) -> builtins.list[int]:
+        """Store the blobs of the live units and their sessions' references, before the
+        events; a writer that references a blob the schema does not hold is failed (its
+        events are not stored). Returns the writers still live."""
+        t = self._tables
+        carried = [key for key in live if units[key].blobs]
+        if not carried:
+            return live
+        puts = {p.hash: p for key in carried for p in units[key].blobs if p.data is not None}
+        if puts:
+            await conn.execute(
+                t.insert_blobs,
+                list(puts),
+                [p.media_type for p in puts.values()],
+                [p.data for p in puts.values()],
+            )
+        wanted = {p.hash for key in carried for p in units[key].blobs}
+        held = {row[0] for row in await conn.fetch(t.held_blobs, list(wanted))}
+        sids: builtins.list[str] = []
+        hashes: builtins.list[str] = []
+        for key in carried:
+            unit = units[key]
+            missing = [p.hash for p in unit.blobs if p.hash not in held]
+            if missing:
+                self._group.fail(
+                    key,
+                    (
+                        SessionStorageError,
+                        f"session {unit.session_id!r}: blob {missing[0]} is referenced but "
+                        f"not stored in {self.url}; the events that reference it are not "
+                        "stored and the session takes no more writes",
+                    ),
+                )
+                continue
+            for put in unit.blobs:
+                sids.append(unit.session_id)
+                hashes.append(put.hash)
+        if sids:
+            await conn.execute(t.insert_blob_refs, sids, hashes)
+        failed = self._group.failed
+        return [key for key in live if key not in failed]
 
     async def _run_riders(self, conn: Any, writer: PostgresWriter) -> bool:
         """Run the statements attached to the events of ``writer`` this batch commits, in a

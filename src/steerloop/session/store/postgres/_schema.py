@@ -23,7 +23,7 @@ __all__ = [
     "migrate",
 ]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """Version of the table layout (``steerloop_schema_version``)."""
 
 
@@ -138,6 +138,24 @@ _MIGRATIONS: dict[int, str] = {
         PRIMARY KEY (session_id, after_seq, n)
     );
     """,
+    # v3: image and file bytes once per schema by content hash (``sha256:<hex>``), out of
+    # the event rows; a reference per (session, hash) keeps a blob while a session needs it
+    # (it goes with its session; a deletion collects the blobs nobody references). The
+    # foreign key to the blob makes a reference wait for, or fail against, a collection.
+    3: """
+    CREATE TABLE {blobs} (
+        hash text PRIMARY KEY,
+        media_type text NOT NULL,
+        size bigint NOT NULL,
+        data bytea NOT NULL
+    );
+    CREATE TABLE {blob_refs} (
+        session_id text NOT NULL REFERENCES {sessions} (session_id) ON DELETE CASCADE,
+        hash text NOT NULL REFERENCES {blobs} (hash),
+        PRIMARY KEY (session_id, hash)
+    );
+    CREATE INDEX ON {blob_refs} (hash);
+    """,
 }
 
 
@@ -156,6 +174,8 @@ class Tables:
         self.commands = f"{s}.steerloop_commands"
         self.wakeups = f"{s}.steerloop_wakeups"
         self.live = f"{s}.steerloop_live"
+        self.blobs = f"{s}.steerloop_blobs"
+        self.blob_refs = f"{s}.steerloop_blob_refs"
         # NOTIFY channels belong to the database, not to a schema: a schema (a tenant) gets
         # names of its own so its listeners never wake for another schema's rows. The
         # default schema keeps the plain names.
@@ -194,6 +214,33 @@ class Tables:
         self.insert_events = f"""
             INSERT INTO {self.events} (session_id, seq, payload)
             SELECT * FROM unnest($1::text[], $2::bigint[], $3::json[])"""
+        self.insert_blobs = f"""
+            INSERT INTO {self.blobs} (hash, media_type, size, data)
+            SELECT h, m, octet_length(d), d FROM unnest($1::text[], $2::text[], $3::bytea[])
+                AS b (h, m, d)
+            ON CONFLICT DO NOTHING"""
+        # Locks the rows it finds, so a collection cannot remove a blob a reference in
+        # this transaction is about to name.
+        self.held_blobs = f"""
+            SELECT hash FROM {self.blobs} WHERE hash = ANY($1::text[]) FOR KEY SHARE"""
+        self.insert_blob_refs = f"""
+            INSERT INTO {self.blob_refs} (session_id, hash)
+            SELECT * FROM unnest($1::text[], $2::text[]) ON CONFLICT DO NOTHING"""
+        # One statement: the foreign-key checks run at its end, after both deletions (the
+        # outer query still sees the session's references, hence ``<> $1``).
+        self.collect_blobs = f"""
+            WITH gone AS (
+                DELETE FROM {self.blob_refs} WHERE session_id = $1 RETURNING hash
+            )
+            DELETE FROM {self.blobs} AS b
+             WHERE b.hash IN (SELECT hash FROM gone)
+               AND NOT EXISTS (SELECT 1 FROM {self.blob_refs} AS r
+                                WHERE r.hash = b.hash AND r.session_id <> $1)"""
+        self.read_blob = f"SELECT media_type, data FROM {self.blobs} WHERE hash = $1"
+        self.read_session_blob = f"""
+            SELECT b.media_type, b.data FROM {self.blob_refs} AS r
+              JOIN {self.blobs} AS b ON b.hash = r.hash
+             WHERE r.session_id = $1 AND r.hash = $2"""
 
     def worker_channel(self, key: int) -> str:
         """The NOTIFY channel of the worker registered under ``key``."""
@@ -228,6 +275,8 @@ async def migrate(conn: Any, tables: Tables) -> None:
                     commands=tables.commands,
                     wakeups=tables.wakeups,
                     live=tables.live,
+                    blobs=tables.blobs,
+                    blob_refs=tables.blob_refs,
                 )
             )
             await conn.execute(f"INSERT INTO {tables.version} (version) VALUES ($1)", version)

@@ -34,12 +34,14 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ...._media import blob_hash, check_blob_hash
 from ....errors import (
     SessionConflictError,
     SessionPersistenceError,
     SessionPersistenceNotFoundError,
     SessionStorageError,
 )
+from ..._blobs import StoredBlob, checked_blob
 from ..._events import SessionEvent
 from ..._session import EventSink
 from .._interface import (
@@ -55,7 +57,7 @@ from .._interface import (
 )
 from ._commit import GroupCommit
 from ._notify import FEED_CHANNEL, PAYLOAD_BYTES, escape_id, feed_payloads, parse_feed_payload
-from ._schema import LOG_VERSION, SCHEMA_VERSION, LeaseInfo
+from ._schema import LOG_VERSION, SCHEMA_VERSION, LeaseInfo, asyncpg_module
 from ._writer import PostgresWriter
 
 __all__ = [
@@ -237,6 +239,7 @@ class PostgresStore(GroupCommit, SessionStore):
                         f"session {session_id!r} has an open writer ({held['owner']} holds its "
                         f"lease until {held['expires_at'].isoformat()})"
                     )
+                await self._collect_blobs(conn, session_id)
                 deleted = await conn.fetchval(
                     f"DELETE FROM {t.sessions} WHERE session_id = $1 RETURNING 1", session_id
                 )
@@ -245,6 +248,54 @@ class PostgresStore(GroupCommit, SessionStore):
                         f"no session {session_id!r} in {self.url}"
                     )
                 await conn.execute(f"DELETE FROM {t.leases} WHERE session_id = $1", session_id)
+
+    async def _collect_blobs(self, conn: Any, session_id: str) -> None:
+        """Remove the blobs only ``session_id`` references (its references go with its row).
+
+        In a savepoint: a reference another session's commit took meanwhile makes the
+        removal fail on the foreign key, and then the blob is simply kept.
+        """
+        asyncpg = asyncpg_module()
+        try:
+            async with conn.transaction():
+                await conn.execute(self._tables.collect_blobs, session_id)
+        except asyncpg.ForeignKeyViolationError:
+            pass
+
+    # --- blobs ----------------------------------------------------------------------------
+
+    async def get_blob(self, hash: str, *, session_id: str | None = None) -> StoredBlob:
+        check_blob_hash(hash)
+        pool = await self._acquire_pool()
+        t = self._tables
+        with self._errors(f"reading blob {hash}"):
+            if session_id is None:
+                row = await pool.fetchrow(t.read_blob, hash)
+            else:
+                row = await pool.fetchrow(t.read_session_blob, session_id, hash)
+        if row is None:
+            owner = f" for session {session_id!r}" if session_id is not None else ""
+            raise SessionPersistenceNotFoundError(f"no blob {hash}{owner} in {self.url}")
+        return checked_blob(hash, row[0], row[1], self.url)
+
+    async def put_blob(self, data: bytes, media_type: str) -> str:
+        if not isinstance(data, bytes) or not isinstance(media_type, str):
+            raise ValueError("put_blob takes bytes and a media type")
+        hash = blob_hash(data)
+        pool = await self._acquire_pool()
+        with self._errors(f"storing blob {hash}"):
+            await pool.execute(self._tables.insert_blobs, [hash], [media_type], [data])
+        return hash
+
+    async def blob_exists(self, hash: str) -> bool:
+        check_blob_hash(hash)
+        pool = await self._acquire_pool()
+        with self._errors(f"looking up blob {hash}"):
+            return bool(
+                await pool.fetchval(
+                    f"SELECT EXISTS (SELECT 1 FROM {self._tables.blobs} WHERE hash = $1)", hash
+                )
+            )
 
     async def revoke_lease(self, session_id: str) -> bool:
         """End the write lease of ``session_id`` now and bump its fencing token.

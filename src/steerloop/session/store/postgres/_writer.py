@@ -7,6 +7,7 @@ import uuid
 from typing import Any, Protocol
 
 from ....errors import SessionConflictError, SessionPersistenceError, SessionStorageError
+from ..._blobs import StoredBlob
 from .._group import Close, Failure, GroupCommitter, GroupWriter, Op, Waiter, raise_failure
 from ._lease import PgLease
 
@@ -27,6 +28,8 @@ class WriterHost(Protocol):
     async def _fence(self, key: int, session_id: str) -> None: ...
 
     async def _release(self, writer: PostgresWriter) -> None: ...
+
+    async def get_blob(self, hash: str, *, session_id: str | None = None) -> StoredBlob: ...
 
 
 class PostgresWriter(GroupWriter[PgLease]):
@@ -111,6 +114,9 @@ class PostgresWriter(GroupWriter[PgLease]):
 
     async def _release(self) -> None:
         await self._store._release(self)
+
+    async def read_blob(self, hash: str) -> StoredBlob:
+        return await self._store.get_blob(hash)
 
     async def flush(self) -> None:
         if self._state == "published":

@@ -104,6 +104,23 @@ MIGRATIONS: tuple[Migration, ...] = (
         "DROP TABLE sessions",
         "ALTER TABLE sessions_v3 RENAME TO sessions",
     ),
+    # v4: image and file bytes, once per file by content hash (``sha256:<hex>``), out of the
+    # event rows (an event names its blobs); ``blob_refs`` keeps a blob while a session
+    # references it (a fork shares, a delete collects).
+    (
+        """CREATE TABLE blobs (
+            hash TEXT PRIMARY KEY,
+            media_type TEXT NOT NULL,
+            size INTEGER NOT NULL,
+            data BLOB NOT NULL
+        )""",
+        """CREATE TABLE blob_refs (
+            session_id TEXT NOT NULL,
+            hash TEXT NOT NULL,
+            PRIMARY KEY (session_id, hash)
+        ) WITHOUT ROWID""",
+        "CREATE INDEX blob_refs_by_hash ON blob_refs (hash)",
+    ),
 )
 
 SCHEMA_VERSION: Final = len(MIGRATIONS)

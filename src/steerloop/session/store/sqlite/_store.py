@@ -63,12 +63,14 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ...._media import blob_hash, check_blob_hash
 from ....errors import (
     SessionCorruptError,
     SessionPersistenceError,
     SessionPersistenceNotFoundError,
     SessionStorageError,
 )
+from ..._blobs import StoredBlob
 from ..._events import SessionEvent
 from ..._json import dumps
 from ..._session import EventSink
@@ -97,6 +99,7 @@ from .._interface import (
     last_time,
     page_rows,
 )
+from ._blobs import collect_blobs, put_blob, read_blob, store_blobs
 from ._schema import (
     LOG_VERSION,
     MIGRATIONS,
@@ -281,7 +284,10 @@ class _WriterThread:
                     self._publish(conn, unit.publish)
                     session_id = unit.session_id
                     rows.extend((session_id, seq, body) for seq, body in unit.publish.rows)
+                if unit.blobs:  # before the rows that reference them
+                    store_blobs(conn, unit.session_id, unit.blobs)
                 if unit.delete is not None:
+                    collect_blobs(conn, unit.session_id)
                     conn.execute("DELETE FROM events WHERE session_id = ?", (unit.session_id,))
                     cursor = conn.execute("DELETE FROM sessions WHERE id = ?", (unit.session_id,))
                     deleted.append((unit.delete, cursor.rowcount))
@@ -590,6 +596,37 @@ class SqliteStore(SessionStore):
         )
         return row is not None
 
+    # --- blobs -------------------------------------------------------------------------
+
+    async def get_blob(self, hash: str, *, session_id: str | None = None) -> StoredBlob:
+        check_blob_hash(hash)
+        await self._sync()  # a blob queued with an accepted event is readable
+        blob: StoredBlob = await self._read(
+            lambda conn: read_blob(conn, hash, session_id, self.path), session_id
+        )
+        return blob
+
+    async def put_blob(self, data: bytes, media_type: str) -> str:
+        if not isinstance(data, bytes) or not isinstance(media_type, str):
+            raise ValueError("put_blob takes bytes and a media type")
+        hash = blob_hash(data)
+
+        def write(conn: sqlite3.Connection) -> None:
+            conn.execute("PRAGMA synchronous=FULL")  # durable on return
+            put_blob(conn, hash, media_type, data)
+
+        await self._read(write, None)
+        return hash
+
+    async def blob_exists(self, hash: str) -> bool:
+        check_blob_hash(hash)
+        await self._sync()
+        row = await self._read(
+            lambda conn: conn.execute("SELECT 1 FROM blobs WHERE hash = ?", (hash,)).fetchone(),
+            None,
+        )
+        return row is not None
+
     def _load(self, conn: sqlite3.Connection, session_id: str) -> tuple[SessionEvent, ...]:
         where = f"session {session_id!r} in {self.path}"
         conn.execute("BEGIN")  # one snapshot for the header and the events
@@ -740,6 +777,9 @@ class _SqliteWriter(GroupWriter[Lease]):
     async def _release(self) -> None:
         self._store._writers.pop(self.key, None)
         self._lease.release()
+
+    async def read_blob(self, hash: str) -> StoredBlob:
+        return await self._store.get_blob(hash)
 
     async def flush(self) -> None:
         """Return once every published write is durable; raise if one could not be stored."""
