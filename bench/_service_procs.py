@@ -7,6 +7,11 @@ python bench/_service_procs.py owner URL SCHEMA KEY SECONDS
 python bench/_service_procs.py turns URL SECONDS SESSIONS TAG
     A Runtime on the store (``notify=1``) running scripted turns (a followup answered by
     one text reply) on SESSIONS sessions for SECONDS; prints how many turns ended.
+python bench/_service_procs.py readers BASE_URL SESSION N AFTER
+    N SSE readers of one session from seq AFTER on (``Last-Event-ID``; raw sockets: the
+    bench measures the server, not a client's parser); prints "ready" once each has its
+    first event, then, after a line on stdin, the number of events each received (min and
+    max) and exits.
 python bench/_service_procs.py writer URL SECONDS SESSIONS TAG RATE
     A Runtime on the store (``notify=1``) sending followups at RATE per second over
     SESSIONS sessions, each message carrying its wall-clock send time; prints "ready"
@@ -123,6 +128,33 @@ async def writer(url: str, seconds: float, sessions: int, tag: str, rate: float)
     await store.close()
 
 
+async def readers(base: str, session: str, n: int, after: int) -> None:
+    host, _, port = base.removeprefix("http://").partition(":")
+    counts = [0] * n
+    first = [asyncio.Event() for _ in range(n)]
+
+    async def read(i: int) -> None:
+        reader, writer = await asyncio.open_connection(host, int(port))
+        request = f"GET /v1/sessions/{session}/events HTTP/1.1\r\nHost: {host}\r\n"
+        writer.write((request + f"Last-Event-ID: {after}\r\n\r\n").encode())
+        await writer.drain()
+        tail = b""
+        while chunk := await reader.read(65536):
+            data = tail + chunk  # an "\nid: " across two reads counts once
+            counts[i] += data.count(b"\nid: ") - tail.count(b"\nid: ")
+            tail = data[-8:]
+            if counts[i]:
+                first[i].set()
+
+    tasks = [asyncio.create_task(read(i)) for i in range(n)]
+    await asyncio.wait_for(asyncio.gather(*(e.wait() for e in first)), 120)
+    print("ready", flush=True)
+    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+    print(f"{min(counts)} {max(counts)}", flush=True)
+    for task in tasks:
+        task.cancel()  # this child's own readers
+
+
 def main() -> None:
     kind, *args = sys.argv[1:]
     if kind == "owner":
@@ -130,6 +162,8 @@ def main() -> None:
     elif kind == "turns":
         notify = len(args) < 5 or args[4] == "1"
         asyncio.run(turns(args[0], float(args[1]), int(args[2]), args[3], notify))
+    elif kind == "readers":
+        asyncio.run(readers(args[0], args[1], int(args[2]), int(args[3])))
     elif kind == "writer":
         asyncio.run(writer(args[0], float(args[1]), int(args[2]), args[3], float(args[4])))
     else:

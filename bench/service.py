@@ -28,6 +28,10 @@ children in ``bench/_service_procs.py``):
   (one LISTEN connection); from the stamp to the splice arriving on SSE here.
 * scripted-turn throughput with 1, 2 and 4 processes (Runtime + PostgresStore) on one
   database, with the ratio to one process.
+* fan-out (``--only fan-out`` runs just this): send→visible of a probe session on one
+  ``--role all`` server while another session, busy (2 injects/s), has ``--readers`` SSE
+  readers (default 400, in a child process) against none, alternating in 3 rounds; the
+  feed's reads per second (scans of the schema's events and live tables).
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ import os
 import re
 import selectors
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -85,7 +90,7 @@ def profiles(rt: Any) -> list[Any]:
 
 
 def start_server(
-    store: str, idle_unload: float, role: str = "all"
+    store: str, idle_unload: float, role: str = "all", extra: tuple[str, ...] = ()
 ) -> tuple[subprocess.Popen[str], str]:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT / "bench")]))
     proc = subprocess.Popen(
@@ -103,6 +108,7 @@ def start_server(
             "--idle-unload",
             str(idle_unload),
             *(["--role", role] if role != "all" else []),
+            *extra,
         ],
         cwd=ROOT / "bench",
         env=env,
@@ -546,6 +552,158 @@ async def split_roles(url: str, workers: int, args: argparse.Namespace) -> None:
         kill_all(procs)
 
 
+async def table_reads(url: str, schema: str) -> int:
+    """Index and sequential scans of the schema's events and live tables so far (the feed's
+    reads; the statistics of other schemas and databases are not counted)."""
+    import asyncpg
+
+    conn = await asyncpg.connect(url.split("?")[0])
+    try:
+        return int(
+            await conn.fetchval(
+                "SELECT coalesce(sum(coalesce(idx_scan, 0) + seq_scan), 0) FROM "
+                "pg_stat_user_tables WHERE schemaname = $1 "
+                "AND relname IN ('steerloop_events', 'steerloop_live')",
+                schema,
+            )
+        )
+    finally:
+        await conn.close()
+
+
+async def fan_out(
+    store: str,
+    schema: str,
+    readers: int,
+    *,
+    busy_rate: float = 2,
+    rate: int = 20,
+    seconds: float = 10,
+    rounds: int = 3,
+) -> None:
+    """send→visible on SSE of a probe session while another, busy session (injects at
+    ``busy_rate``/s) has ``readers`` SSE readers (a child process, raw sockets), against
+    the same with none, alternating for ``rounds`` rounds (a shared machine's load drifts);
+    and the feed's table reads per second in each phase."""
+    room = str(readers + 100)  # the edge's stream bounds (16 per session by default)
+    bounds = ("--max-connections", room, "--max-streams", room, "--max-streams-per-session", room)
+    proc, base = start_server(store, 300, extra=bounds)
+    try:
+        async with bench_client(base, 50) as client:
+            for sid in ("busy", "probe"):
+                await post_accepted(
+                    client, "/v1/sessions", {"session_id": sid, "profile": "hang", "input": "x"}
+                )
+            stop = asyncio.Event()
+            busy = asyncio.create_task(keep_busy(client, busy_rate, stop))
+            results: dict[int, list[tuple[list[float], float]]] = {0: [], readers: []}
+            try:
+                for r in range(rounds):
+                    for count in (0, readers):
+                        found = await fan_out_phase(
+                            client, base, store, schema, count, rate, seconds, f"p{r}-{count}"
+                        )
+                        results[count].append(found)
+            finally:
+                stop.set()
+                await busy
+        print(
+            f"send→visible of another session while one session (injects {busy_rate:.0f}/s) "
+            f"has SSE readers (probe {rate}/s for {seconds:.0f} s per phase, {rounds} rounds "
+            "alternating, --role all):"
+        )
+        for count, found in results.items():
+            seen = [x for one, _ in found for x in one]
+            per_round = ", ".join(f"{pct(one, 0.5):.0f}" for one, _ in found)
+            reads = statistics.mean(r for _, r in found)
+            print(
+                line(f"  {count} readers", seen)
+                + f"   feed reads {reads:.0f}/s   (p50 per round: {per_round} ms)"
+            )
+        alone = [x for one, _ in results[0] for x in one]
+        crowded = [x for one, _ in results[readers] for x in one]
+        print(
+            f"  p50 with {readers} readers / without: "
+            f"{pct(crowded, 0.5) / max(pct(alone, 0.5), 1e-3):.2f}x"
+        )
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+
+
+async def keep_busy(client: httpx.AsyncClient, rate: float, stop: asyncio.Event) -> None:
+    """Injects into ``busy`` at ``rate``/s until ``stop``."""
+    n = 0
+    while not stop.is_set():
+        n += 1
+        await post_accepted(
+            client, "/v1/sessions/busy/messages", {"mode": "inject", "content": f"b{n}"}
+        )
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), 1 / rate)
+
+
+async def fan_out_phase(
+    client: httpx.AsyncClient,
+    base: str,
+    store: str,
+    schema: str,
+    count: int,
+    rate: int,
+    seconds: float,
+    tag: str,
+) -> tuple[list[float], float]:
+    """One phase: ``count`` readers on ``busy`` (none: no child), the probe's latencies and
+    the feed's table reads per second meanwhile."""
+    readers_proc = None
+    if count:  # readers that follow the session live (from its last seq on)
+        last = (await client.get("/v1/sessions/busy")).json()["last_seq"]
+        readers_proc = child("readers", base, "busy", str(count), str(last))
+        assert await answer(readers_proc) == "ready"
+    await asyncio.sleep(2.0)  # the readers settle; the statistics are flushed
+    before = await table_reads(store, schema)
+    started = time.perf_counter()
+    seen = await probe(client, rate, seconds, tag)
+    await asyncio.sleep(1.5)  # the server's statistics reach the view
+    reads = (await table_reads(store, schema) - before) / (time.perf_counter() - started)
+    if readers_proc is not None:
+        go([readers_proc])
+        got = await answer(readers_proc)
+        readers_proc.wait(timeout=30)
+        print(f"  {count} readers of the busy session each got {got} events (min max)")
+    return seen, reads
+
+
+async def probe(client: httpx.AsyncClient, rate: int, seconds: float, tag: str) -> list[float]:
+    """Injects into ``probe`` paced at ``rate``/s; each one's time to its splice on SSE."""
+    seen: dict[str, float] = {}
+    watcher = asyncio.create_task(watch(client, "probe", seen))
+    await asyncio.sleep(0.5)
+    sent: dict[str, float] = {}
+    start = time.perf_counter()
+    tasks = []
+
+    async def one(mid: str) -> None:
+        sent[mid] = time.perf_counter()
+        await post_accepted(
+            client, "/v1/sessions/probe/messages",
+            {"mode": "inject", "content": mid, "message_id": mid},
+        )  # fmt: skip
+
+    for i in range(int(rate * seconds)):
+        delay = start + i / rate - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        tasks.append(asyncio.create_task(one(f"{tag}-{i}")))
+    await asyncio.gather(*tasks)
+    async with asyncio.timeout(120):
+        while any(m not in seen for m in sent):
+            await asyncio.sleep(0.05)
+    watcher.cancel()  # the bench's own reader
+    await asyncio.gather(watcher, return_exceptions=True)
+    return [seen[m] - sent[m] for m in sent]
+
+
 async def drop_schema(url: str, schema: str) -> None:
     import asyncpg
 
@@ -587,12 +745,25 @@ async def main() -> None:
     parser.add_argument("--events", type=int, default=5000)
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--workers", type=int, default=4)
-    parser.add_argument("--only", choices=["idle-reload"], help="run one figure of part 1")
+    parser.add_argument(
+        "--only", choices=["idle-reload", "fan-out"], help="run one figure (fan-out: PostgreSQL)"
+    )
+    parser.add_argument("--readers", type=int, default=400)
     args = parser.parse_args()
     print(
         f"{os.cpu_count()} cores  ·  Python {sys.version.split()[0]}  ·  "
         f"load average {os.getloadavg()[0]:.1f} at start"
     )
+    if args.only == "fan-out":
+        if not args.postgres:
+            raise SystemExit("--only fan-out needs --postgres")
+        schema = f"bench_fan_{uuid.uuid4().hex[:8]}"
+        sep = "&" if "?" in args.postgres else "?"
+        try:
+            await fan_out(f"{args.postgres}{sep}schema={schema}", schema, args.readers)
+        finally:
+            await drop_schema(args.postgres, schema)
+        return
     with tempfile.TemporaryDirectory() as tmp:
         await role_all(args.store or f"sqlite:///{tmp}/bench.db", args)
     if args.postgres and not args.store:
@@ -611,6 +782,11 @@ async def main() -> None:
             await send_to_owner(pg, schema, args.workers, args.rate, args.seconds, 0)
             await send_to_owner(pg, schema, args.workers, args.rate, args.seconds, 2)
             await cross_process_sse(pg, args.workers, 5, args.rate, args.seconds)
+            fan = f"bench_fan_{uuid.uuid4().hex[:8]}"
+            try:
+                await fan_out(f"{args.postgres}{sep}schema={fan}", fan, args.readers)
+            finally:
+                await drop_schema(args.postgres, fan)
             await turn_scaling(pg, [1, 2, 4], 5.0, 8)
             await turn_scaling(pg, [1, 2, 4], 5.0, 8, notify=False)
         finally:

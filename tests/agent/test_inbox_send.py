@@ -55,9 +55,13 @@ async def test_send_mapping(h: Harness, call: str, target: str, wakes: bool) -> 
     m = u("m")
     if call.startswith("send"):
         _, short, mode = call.split("-")
-        agent.send(m, "next-turn" if short == "nt" else "next-step", mode == "wake")
+        seq = agent.send(m, "next-turn" if short == "nt" else "next-step", mode == "wake")
     else:
-        getattr(agent, call)(m)
+        seq = getattr(agent, call)(m)
+    # The seq returned is the splice this call wrote (API.md round 3, "Service").
+    written = agent.session.events[seq - 1]
+    assert written.seq == seq and isinstance(written.data, InboxSpliced)
+    assert written.data.inserted == (m,)
     assert spliced(agent)[0].target == target
     assert spliced(agent)[0].inserted == (m,)
     assert agent.status == ("running" if wakes else "idle")

@@ -155,7 +155,9 @@ class Cluster:
             on_notify=lambda c, p: None,
         )
         await self.control.start()
-        self.sweeper = Sweeper(self.pool, self.t, self.control, period=0.1)
+        # No hung-worker deposition here: a paused owner is found by its lease's TTL (the
+        # path these tests pin; test_pg_takeover_time.py covers the deposition).
+        self.sweeper = Sweeper(self.pool, self.t, self.control, period=0.1, stale_after=None)
         assert (await self.sweeper.sweep_once()).leader
         self.sweeper.start()
 

@@ -298,7 +298,7 @@ async def test_the_feed_holds_at_most_one_page_for_a_slow_reader(pg: tuple[str, 
         source.events_after = counting  # type: ignore[method-assign]
         gen = _feed(source, "big", 0, 0)
         taken = [await anext(gen) for _ in range(10)]
-        assert [t["id"] for t in taken] == [str(s) for s in range(1, 11)]
+        assert [t["id"] for t in taken if isinstance(t, dict)] == [str(s) for s in range(1, 11)]
         assert sum(read) == _PAGE
         assert feed.hub.readers() == 1
         for _ in range(_PAGE):

@@ -653,3 +653,89 @@ async def test_hostile_keys_in_stored_rows_do_not_break_a_sweep(world: World) ->
     assert await world.leases() == {"a": (2, False)}
     assert await world.wakeups() == {"a": ("takeover", None), "b": ("create", None)}
     assert (await sweeper.sweep_once()).absent == []
+
+
+# --- deaths as events (issue 25: takeover within a second) -------------------------------------
+
+
+async def waiting_watches(name: str) -> int:
+    """Watch connections of worker ``name`` waiting for a lock right now."""
+    rows = await sql(
+        "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 "
+        "AND wait_event_type = 'Lock'",
+        f"steerloop-watch:{name}",
+    )
+    return int(rows[0][0])
+
+
+async def test_a_watched_workers_death_is_swept_at_once_without_the_grace(world: World) -> None:
+    """The running leader waits for each other worker's lock on a connection of its own:
+    when that worker's connection ends, the watch gets the lock, gives it back, and the
+    leader sweeps at once — the lease revoked and the takeover queued with the grace never
+    elapsed on the leader's clock (and no periodic pass: the period is an hour)."""
+    leader = await world.control("leader")
+    victim = await world.control("victim")
+    await world.spec("run", "running")
+    await world.lease("run", victim.key)
+    sweeper = await world.sweeper(leader, dsn=POSTGRES_URL, period=3600)
+    sweeper.start()
+    await poll(lambda: waiting_watches("leader"), until=lambda n: n == 1, timeout=10)
+    assert sweeper.leader and sweeper.watches is not None
+    assert sweeper.watches.watching == (victim.key,)
+    await kill_backend(victim)
+    leases = await poll(world.leases, until=lambda found: found["run"] == (2, False), timeout=10)
+    assert leases == {"run": (2, False)}
+    assert await world.wakeups() == {"run": ("takeover", None)}
+    assert world.clock.now == 1000.0  # the grace (1 s on this clock) never passed
+    assert await world.workers() == ["leader"]
+    await poll(lambda: waiting_watches("leader"), until=lambda n: n == 0, timeout=10)
+
+
+async def test_the_others_wait_for_the_leader_and_take_over_at_its_death(world: World) -> None:
+    """A non-leading sweeper waits for the leadership lock: when the leader's connection
+    ends it leads at once and revokes the dead leader's leases without a grace."""
+    first = await world.control("first")
+    second = await world.control("second")
+    await world.spec("run", "running")
+    await world.lease("run", first.key)
+    one = await world.sweeper(first, dsn=POSTGRES_URL, period=3600)
+    one.start()
+    await poll(lambda: now(one.leader), until=bool, timeout=10)
+    two = await world.sweeper(second, dsn=POSTGRES_URL, period=3600)
+    two.start()
+    await poll(lambda: waiting_watches("second"), until=lambda n: n == 1, timeout=10)
+    assert not two.leader
+    await kill_backend(first)
+    await poll(lambda: now(two.leader), until=bool, timeout=10)
+    await poll(world.leases, until=lambda found: found["run"] == (2, False), timeout=10)
+    assert await world.wakeups() == {"run": ("takeover", None)}
+    assert world.clock.now == 1000.0
+
+
+async def test_a_hung_worker_is_deposed_and_its_leases_revoked(world: World) -> None:
+    """A worker whose heartbeat stopped (its loop is stuck, its socket and lock live on) is
+    deposed by the leader once the heartbeat is ``stale_after`` old: its control connection
+    is ended (it learns it lost it), and its leases are revoked without a grace."""
+    leader = await world.control("leader")
+    hung = ControlConnection(
+        POSTGRES_URL,
+        world.schema,
+        worker_id="hung",
+        profiles={"default": 1},
+        capacity=4,
+        on_lost=lambda: world.lost.append("hung"),
+        on_notify=lambda c, p: None,
+        check_interval=3600,  # no heartbeat after its registration
+    )
+    world.controls.append(hung)
+    await hung.start()
+    await world.spec("run", "running")
+    await world.lease("run", hung.key)
+    sweeper = await world.sweeper(leader, stale_after=0.5)
+    report = await sweep_until(sweeper, lambda r: r.hung == [hung.key], timeout=10)
+    if report.dead != [hung.key]:  # its lock went after this sweep looked: the next one
+        report = await sweep_until(sweeper, lambda r: r.dead == [hung.key], timeout=10)
+    assert report.revoked == ["run"]
+    await poll(lambda: now(hung.lost), until=bool, timeout=10)
+    assert world.clock.now == 1000.0
+    assert world.lost == ["hung"]

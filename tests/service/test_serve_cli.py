@@ -104,6 +104,31 @@ async def test_serve_with_a_profiles_module_runs_turns(tmp_path: Path) -> None:
             assert texts == ["reply 1", "reply 2"]
 
 
+async def test_serve_with_an_async_profiles_callable(tmp_path: Path) -> None:
+    """API.md round 3 "Service": ``--profiles MODULE:ATTR`` naming ``async def profiles(rt)``
+    (which awaits ``install_mcp`` of a real MCP server over stdio) is awaited by ``steerloop
+    serve``: the profile serves, and its turn calls the MCP server's tool."""
+    store = f"sqlite:///{tmp_path / 'sessions.db'}"
+    args = ("--store", store, "--profiles", "tests.service.async_profiles:profiles")
+    with serve(tmp_path / "home", *args) as url:
+        async with httpx.AsyncClient(base_url=url, timeout=WAIT) as client:
+            created = await client.post("/v1/sessions", json={"session_id": "s", "input": "time?"})
+            assert created.status_code == 201, created.text
+            events = await _wait_turns(client, "s", 1)
+    results = [e for e in events if e["type"] == "tool/result"]
+    assert len(results) == 1
+    message = results[0]["data"]["message"]  # type: ignore[index]
+    assert message["call_id"] == "t1" and not message.get("is_error")
+    (text,) = [
+        block["text"]
+        for e in events
+        if e["type"] == "assistant/message"
+        for block in e["data"]["message"]["content"]  # type: ignore[index]
+        if block.get("type") == "text"
+    ]
+    assert text.startswith("the server said ") and '"timezone": "UTC"' in text
+
+
 def test_an_idle_connection_outlives_uvicorns_default_keep_alive(tmp_path: Path) -> None:
     """Pins ``KEEP_ALIVE_SECONDS``: a connection idle for 6 s (past uvicorn's default 5 s)
     still carries the next request, so a client expiring its idle connections after 5 s

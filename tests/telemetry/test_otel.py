@@ -24,8 +24,9 @@ from steerloop.llm import TokenUsage
 from steerloop.llm.chunks import UsageChunk
 from steerloop.llm.retry import install_retry
 from steerloop.subagents import install_subagents
+from steerloop.telemetry import _metrics as metric_names
 from steerloop.telemetry import _otel as names
-from steerloop.telemetry import install_otel, link_next_turn
+from steerloop.telemetry import continue_trace, install_otel, link_next_turn
 from steerloop.testing import (
     ScriptedAdapter,
     error_response,
@@ -158,6 +159,7 @@ async def test_parallel_tools_and_a_retried_request_give_the_exact_tree(
         "gen_ai.operation.name": "invoke_agent",
         "gen_ai.conversation.id": "s-1",
         "gen_ai.agent.id": "s-1",
+        "gen_ai.provider.name": "mock",  # learnt with the first request of a new session
     }
     assert failed.kind == SpanKind.CLIENT
     assert dict(failed.attributes or {}) == {
@@ -227,6 +229,52 @@ async def test_parallel_tools_and_a_retried_request_give_the_exact_tree(
     # Recorded at the first chunk, before the response is known: one series for all three.
     assert [(p.count, dict(p.attributes)) for p in first] == [(3, base_failed)]
     assert first[0].sum >= 0
+
+    # The current names (semantic-conventions-genai): the same durations and first chunks,
+    # a gap per later chunk, token counters by modality and per-operation histograms, the
+    # failed attempt counted with 0 tokens.
+    assert {
+        p.attributes.get("error.type"): (p.count, dict(p.attributes))
+        for p in otel.points("gen_ai.client.inference.duration")
+    } == durations
+    assert [
+        (p.count, dict(p.attributes))
+        for p in otel.points("gen_ai.client.inference.time_to_first_chunk")
+    ] == [(3, base_failed)]
+    gaps = otel.points("gen_ai.client.inference.time_per_output_chunk")
+    assert [dict(p.attributes) for p in gaps] == [base_failed] and gaps[0].count >= 1
+    counted = {**base, "gen_ai.token.modality": "unknown"}
+    sums = {
+        name: sorted(
+            ((p.value, dict(p.attributes)) for p in otel.points(name)), key=lambda x: -x[0]
+        )
+        for name in (
+            "gen_ai.client.inference.usage.input_tokens",
+            "gen_ai.client.inference.usage.output_tokens",
+            "gen_ai.client.inference.usage.cache_read.input_tokens",
+            "gen_ai.client.inference.usage.cache_write.input_tokens",
+            "gen_ai.client.inference.usage.reasoning.output_tokens",
+        )
+    }
+    unanswered = {k: v for k, v in counted.items() if k != "gen_ai.response.model"}
+    assert sums == {
+        "gen_ai.client.inference.usage.input_tokens": [(55, counted), (0, unanswered)],
+        "gen_ai.client.inference.usage.output_tokens": [(12, counted), (0, unanswered)],
+        "gen_ai.client.inference.usage.cache_read.input_tokens": [(5, counted)],
+        "gen_ai.client.inference.usage.cache_write.input_tokens": [],
+        "gen_ai.client.inference.usage.reasoning.output_tokens": [(2, counted)],
+    }
+    per_operation = {
+        name: sorted((p.count, p.sum, p.attributes.get("error.type")) for p in otel.points(name))
+        for name in (
+            "gen_ai.client.inference.operation.input_tokens",
+            "gen_ai.client.inference.operation.output_tokens",
+        )
+    }
+    assert per_operation == {
+        "gen_ai.client.inference.operation.input_tokens": [(1, 0, "overloaded"), (2, 55, None)],
+        "gen_ai.client.inference.operation.output_tokens": [(1, 0, "overloaded"), (2, 12, None)],
+    }
 
 
 async def test_an_error_turn_marks_its_span_and_the_attempt(h: Harness, otel: Otel) -> None:
@@ -536,6 +584,14 @@ async def test_latest_conventions_opt_in_drops_the_v1_36_system_attribute(
     chat = next(s for s in otel.spans() if s.name == "chat m")
     assert (chat.attributes or {})["gen_ai.provider.name"] == "mock"
     assert "gen_ai.system" not in (chat.attributes or {})
+    # Only the current metric names: the v1.36 ones are not emitted any more.
+    assert otel.points("gen_ai.client.inference.duration")
+    for legacy in (
+        "gen_ai.client.operation.duration",
+        "gen_ai.client.operation.time_to_first_chunk",
+        "gen_ai.client.token.usage",
+    ):
+        assert otel.points(legacy) == []
 
 
 def test_attribute_names_are_the_conventions_names() -> None:
@@ -553,10 +609,9 @@ def test_attribute_names_are_the_conventions_names() -> None:
         ga.GEN_AI_RESPONSE_MODEL,
         ga.GEN_AI_RESPONSE_FINISH_REASONS,
     )
-    assert (names.INPUT_TOKENS, names.OUTPUT_TOKENS, names.TOKEN_TYPE) == (
+    assert (names.INPUT_TOKENS, names.OUTPUT_TOKENS) == (
         ga.GEN_AI_USAGE_INPUT_TOKENS,
         ga.GEN_AI_USAGE_OUTPUT_TOKENS,
-        ga.GEN_AI_TOKEN_TYPE,
     )
     assert (names.CACHE_READ_TOKENS, names.CACHE_CREATION_TOKENS, names.REASONING_TOKENS) == (
         ga.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS,
@@ -577,10 +632,19 @@ def test_attribute_names_are_the_conventions_names() -> None:
         ga.GEN_AI_OUTPUT_MESSAGES,
     )
     assert names.ERROR_TYPE == error_attributes.ERROR_TYPE
-    assert (names.TOKEN_USAGE, names.OPERATION_DURATION, names.TIME_TO_FIRST_CHUNK) == (
+    assert names.AGENT_NAME == ga.GEN_AI_AGENT_NAME
+    # The v1.36 metric names the installed conventions package still carries (kept unless
+    # the latest conventions are opted into).
+    assert (
+        metric_names.LEGACY_TOKEN_USAGE,
+        metric_names.LEGACY_OPERATION_DURATION,
+        metric_names.LEGACY_TIME_TO_FIRST_CHUNK,
+        metric_names.TOKEN_TYPE,
+    ) == (
         gm.GEN_AI_CLIENT_TOKEN_USAGE,
         gm.GEN_AI_CLIENT_OPERATION_DURATION,
         gm.GEN_AI_CLIENT_OPERATION_TIME_TO_FIRST_CHUNK,
+        ga.GEN_AI_TOKEN_TYPE,
     )
 
 
@@ -652,3 +716,117 @@ async def test_a_hostile_session_header_gives_a_root_turn(
     agent.followup(u("go"))
     await within(agent.when_idle())
     assert otel.tree() == [("invoke_agent#s-x", None), ("chat m", "invoke_agent#s-x")]
+
+
+# --- the caller's trace continued (issue 25) ----------------------------------------------------
+
+CALLER_A = ("0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331")
+CALLER_B = ("4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7")
+
+
+def waiting_tool(release: asyncio.Event) -> Any:
+    """A tool ``wait`` whose calls return once ``release`` is set (a turn held open)."""
+
+    async def wait_tool(args: Any, exec: ToolExec) -> str:
+        await release.wait()
+        return "ok"
+
+    return define_tool(
+        name="wait", description="waits", parameters={"type": "object"}, execute=wait_tool
+    )
+
+
+def traceparent(caller: tuple[str, str]) -> dict[str, str]:
+    return {"traceparent": f"00-{caller[0]}-{caller[1]}-01"}
+
+
+def ids_of(context: Any) -> tuple[str, str]:
+    return format(context.trace_id, "032x"), format(context.span_id, "016x")
+
+
+async def test_the_turn_a_traced_message_causes_is_a_child_of_the_caller(
+    h: Harness, otel: Otel
+) -> None:
+    """The turn that takes in a traced followup starts as a child of the caller's span (its
+    trace is the caller's); a later turn caused by an untraced message keeps a link to it;
+    a traced followup queued while a turn runs parents the turn that takes it in, which
+    links back to the earlier caller."""
+    otel.install(h.rt)
+    release = asyncio.Event()
+    h.rt.tools.register(waiting_tool(release))
+    agent = await h.agent(
+        text_response("one"),
+        tool_call_response("c1", "wait", {}),
+        text_response("two"),
+        text_response("three"),
+    )
+    first = u("first")
+    assert continue_trace(agent, traceparent(CALLER_A), first.id)
+    assert not continue_trace(agent, {"traceparent": "00-zz-bad-01"}, "nope")
+    agent.followup(first)
+    await within(agent.when_idle())
+    agent.followup(u("second"))  # untraced; its turn waits in the tool
+    await within(asyncio.sleep(0))
+    third = u("third")
+    assert continue_trace(agent, traceparent(CALLER_B), third.id)
+    agent.followup(third)  # queued behind the running turn: the turn after it takes it in
+    release.set()
+    await within(agent.when_idle())
+    turns = [s for s in otel.spans() if s.name == "invoke_agent"]
+    assert len(turns) == 3
+    one, two, three = turns
+    assert one.parent is not None and one.parent.is_remote
+    assert ids_of(one.parent) == CALLER_A and ids_of(one.context)[0] == CALLER_A[0]
+    assert [ids_of(lk.context) for lk in one.links] == []
+    assert two.parent is None and ids_of(two.context)[0] != CALLER_A[0]
+    assert [ids_of(lk.context) for lk in two.links] == [CALLER_A]  # later turns keep a link
+    assert three.parent is not None and ids_of(three.parent) == CALLER_B
+    assert [ids_of(lk.context) for lk in three.links] == [CALLER_A]
+    # The agent's own spans of a caused turn are in the caller's trace.
+    in_a = [s for s in otel.spans() if ids_of(s.context)[0] == CALLER_A[0]]
+    assert [s.name for s in in_a] == ["invoke_agent", "chat m"]
+
+
+async def test_a_traced_steer_into_a_running_turn_links_it(h: Harness, otel: Otel) -> None:
+    """A traced message a running turn takes in at its next step (a steer) cannot re-parent
+    that turn: it becomes a link of it, and the session's next turn links to it too."""
+    otel.install(h.rt)
+    release = asyncio.Event()
+    h.rt.tools.register(waiting_tool(release))
+    agent = await h.agent(
+        tool_call_response("c1", "wait", {}), text_response("steered"), text_response("next")
+    )
+    agent.followup(u("go"))
+    await within(asyncio.sleep(0))
+    steer = u("steer")
+    assert continue_trace(agent, traceparent(CALLER_B), steer.id)
+    agent.steer(steer)
+    release.set()
+    await within(agent.when_idle())
+    agent.followup(u("later"))
+    await within(agent.when_idle())
+    running, later = [s for s in otel.spans() if s.name == "invoke_agent"]
+    assert running.parent is None
+    assert [ids_of(lk.context) for lk in running.links] == [CALLER_B]
+    assert [ids_of(lk.context) for lk in later.links] == [CALLER_B]
+
+
+async def test_invoke_agent_names_the_agent_and_its_provider(h: Harness, otel: Otel) -> None:
+    """A session built from a service profile (header ``origin.profile``) names its agent:
+    span ``invoke_agent NAME`` with ``gen_ai.agent.name``; a resumed turn of a known route
+    carries ``gen_ai.provider.name`` from its start."""
+    otel.install(h.rt)
+
+    def setup(scope: Any) -> None:
+        scope.agent.session.header["origin"] = {"kind": "service", "profile": "helper"}
+
+    agent = await h.agent(text_response("one"), text_response("two"), setup=setup)
+    agent.followup(u("a"))
+    await within(agent.when_idle())
+    agent.followup(u("b"))
+    await within(agent.when_idle())
+    turns = [s for s in otel.spans() if s.name.startswith("invoke_agent")]
+    assert [s.name for s in turns] == ["invoke_agent helper", "invoke_agent helper"]
+    for span in turns:
+        assert (span.attributes or {})["gen_ai.agent.name"] == "helper"
+        assert (span.attributes or {})["gen_ai.provider.name"] == "mock"

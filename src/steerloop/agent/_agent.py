@@ -102,20 +102,23 @@ class Agent(metaclass=RuntimeOwned):
 
     # --- sending ---------------------------------------------------------------------
 
-    def followup(self, message: UserMessage) -> None:
-        """Queue ``message`` for the next turn and wake the agent."""
-        self.send(message, "next-turn", True)
+    def followup(self, message: UserMessage) -> int:
+        """Queue ``message`` for the next turn and wake the agent; returns the seq of the
+        ``agent/inbox/spliced`` written, synchronously, by this call."""
+        return self.send(message, "next-turn", True)
 
-    def steer(self, message: UserMessage) -> None:
-        """Queue ``message`` for the next step and wake the agent."""
-        self.send(message, "next-step", True)
+    def steer(self, message: UserMessage) -> int:
+        """Queue ``message`` for the next step and wake the agent; returns the splice's seq."""
+        return self.send(message, "next-step", True)
 
-    def inject(self, message: UserMessage) -> None:
-        """Queue ``message`` for the next step without waking the agent."""
-        self.send(message, "next-step", False)
+    def inject(self, message: UserMessage) -> int:
+        """Queue ``message`` for the next step without waking the agent; returns the
+        splice's seq."""
+        return self.send(message, "next-step", False)
 
-    def send(self, message: UserMessage, target: InboxTarget, wakeup: bool) -> None:
+    def send(self, message: UserMessage, target: InboxTarget, wakeup: bool) -> int:
         """Insert ``message`` into ``target``; with ``wakeup``, start or latch a driver.
+        Returns the seq of the ``agent/inbox/spliced`` that inserted it.
 
         Raises:
             RuntimeError: the agent is disposed, or unpublished and ``wakeup`` is set.
@@ -140,15 +143,16 @@ class Agent(metaclass=RuntimeOwned):
             and controller is not None
             and controller.signal.aborted
         )
-        self.inbox.append("next-turn" if redirect else target, message)
+        seq = self.inbox.append("next-turn" if redirect else target, message)
         if not wakeup or phase.disposing:
-            return
+            return seq
         if redirect or phase.phase == "maintenance":
             # Disposal never latches: the owner is exiting, nothing may run after it (C7.4-14).
             if not self._aborted_by_disposal():
                 phase.latch()
         elif phase.phase == "idle":
             self._start_driver()
+        return seq
 
     # --- shared state (state/changed) -------------------------------------------------
 

@@ -75,6 +75,7 @@ class Inbox(metaclass=RuntimeOwned):
             "next-turn": list(next_turn),
             "next-step": list(next_step),
         }
+        self._last_seq = 0  # the seq of the last splice written (what append returns)
 
     def _owner(self) -> AgentRef:
         agent = self._agent()
@@ -108,11 +109,15 @@ class Inbox(metaclass=RuntimeOwned):
         """Remove and insert messages, like ``list`` splice; returns the removed ones."""
         return self._splice(target, start, delete_count, items, outcome="canceled")
 
-    def append(self, target: InboxTarget, message: UserMessage) -> None:
+    def append(self, target: InboxTarget, message: UserMessage) -> int:
+        """Queue ``message`` last in ``target``; returns the seq of the splice written."""
         self._splice(target, len(self.queue(target)), 0, (message,), outcome="canceled")
+        return self._last_seq
 
-    def prepend(self, target: InboxTarget, message: UserMessage) -> None:
+    def prepend(self, target: InboxTarget, message: UserMessage) -> int:
+        """Queue ``message`` first in ``target``; returns the seq of the splice written."""
         self._splice(target, 0, 0, (message,), outcome="canceled")
+        return self._last_seq
 
     def replace(self, message_id: str, message: UserMessage) -> bool:
         """Rewrite a pending message in place; ``False`` if ``message_id`` is not pending."""
@@ -192,7 +197,7 @@ class Inbox(metaclass=RuntimeOwned):
                     raise ValueError(f"message {message.id!r} is already pending")
                 seen.add(message.id)
         removed = queue[s : s + d]
-        self._session.append(
+        self._last_seq = self._session.append(
             InboxSpliced(
                 target=target,
                 start=s,
@@ -200,7 +205,7 @@ class Inbox(metaclass=RuntimeOwned):
                 inserted=inserted,
                 outcome=outcome if d else None,
             ),
-        )
+        ).seq
         queue[s : s + d] = inserted
         if outcome is not None:
             if removed and self._hooks.has("agent/inbox/discarded"):

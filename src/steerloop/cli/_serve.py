@@ -142,8 +142,8 @@ def serve_main(
         spec = profiles
         sys.path.insert(0, os.getcwd())
 
-        def found(rt: Runtime) -> Any:
-            return list(load_profiles(spec, rt).values())
+        async def found(rt: Runtime) -> Any:
+            return list((await load_profiles(spec, rt)).values())
 
     names = [*allowed_hosts, *([] if host in WILDCARD_BINDS else [host])]
     app = create_app(

@@ -34,6 +34,7 @@ from ..llm.retry import install_retry
 from ..session._json import dumps, loads
 from ._bodies import CancelBody, CreateBody, DecisionBody, MessageBody
 from ._errors import ApiError, error_response, to_api_error
+from ._fanout import SharedFeeds, event_json, event_sse
 from ._host import ServiceHost
 from ._hostcheck import HostCheckMiddleware, allowed_names
 from ._limits import Limits
@@ -184,7 +185,11 @@ def create_app(
                         pg_store, rt if role != "api" else None, name=ident
                     )
                 state["host"] = host
-                state["source"] = host if pg_feed is None else pg_feed.source
+                # One read per session per process, fanned out to its readers.
+                source: FeedSource = (
+                    pg_feed.source if pg_feed is not None else cast(ServiceHost, host)
+                )
+                state["source"] = SharedFeeds(source)
                 try:
                     yield
                 finally:
@@ -297,7 +302,7 @@ def create_app(
         body = await _json_body(request, body_limit)
         return sse(await start_run(host, source_of(), _pages, body))
 
-    def sse(items: AsyncGenerator[dict[str, Any]]) -> Response:
+    def sse(items: AsyncGenerator[dict[str, Any] | bytes]) -> Response:
         return EventSourceResponse(
             _one_per_turn(items),
             ping=ping_seconds,
@@ -377,8 +382,8 @@ async def _pages(
 
 
 async def _one_per_turn(
-    items: AsyncGenerator[dict[str, Any]],
-) -> AsyncGenerator[dict[str, Any]]:
+    items: AsyncGenerator[dict[str, Any] | bytes],
+) -> AsyncGenerator[dict[str, Any] | bytes]:
     """``items`` for the SSE response, one per turn of the event loop.
 
     The server writes each item to the socket at once (uvicorn's ``send`` does not suspend),
@@ -386,12 +391,23 @@ async def _one_per_turn(
     it at the first failed write (or a read of the reset), but the server marks the request
     disconnected, and sse-starlette ends the stream, only in a later turn of the loop; each
     write in between lands on a closed transport (asyncio logs ``socket.send() raised
-    exception.`` from the fifth on). Yielding to the loop after each item lets that report
-    run before the next write: the server drops the write and the stream ends."""
+    exception.`` from the fifth on). A turn of the loop between two writes lets that report
+    run first: the server drops the write and the stream ends. Only an item ready at once
+    needs one made for it; one that came after the feed waited had it (hundreds of readers
+    of one session each take one event per wake: no extra turn each)."""
+    loop = asyncio.get_running_loop()
+    turned = [True]
+
+    def mark() -> None:
+        turned[0] = True
+
     async with contextlib.aclosing(items):
         async for item in items:
+            if not turned[0]:
+                await asyncio.sleep(0)  # the previous write's report runs first
+            turned[0] = False
+            loop.call_soon(mark)  # runs at the loop's next turn, whoever causes it
             yield item
-            await asyncio.sleep(0)
 
 
 async def _retry_later(reader: FeedReader, exc: Exception) -> None:
@@ -403,7 +419,7 @@ async def _retry_later(reader: FeedReader, exc: Exception) -> None:
 
 async def _feed(
     source: FeedSource, session_id: str, seq: int, n: int
-) -> AsyncGenerator[dict[str, Any]]:
+) -> AsyncGenerator[dict[str, Any] | bytes]:
     """The SSE feed: durable events after ``seq`` (``id`` = seq), then live frames of the
     open step after ``n`` (``event: stream``, ``id`` = ``seq:n``)."""
     reader = source.subscribe(session_id)  # before the first read: no wake-up is missed
@@ -413,7 +429,11 @@ async def _feed(
             if kind == "caught-up":
                 continue
             if kind == "event":
-                yield {"event": body["type"], "id": str(at), "data": dumps(body)} | retry
+                shared = None if retry else event_sse(body)
+                if shared is not None:
+                    yield shared  # encoded once for every reader of the session
+                else:
+                    yield {"event": body["type"], "id": str(at), "data": event_json(body)} | retry
             else:
                 yield {"event": "stream", "id": f"{at}:{number}", "data": dumps(body)} | retry
             retry = {}

@@ -30,6 +30,7 @@ from ..session._approvals import approval_state
 from ._agui_commands import apply_command
 from ._errors import ApiError, to_api_error
 from ._ledger import HTTP_SOURCE, Ledger, request_fingerprint
+from ._trace import continue_caller_trace
 
 __all__ = ["APPROVAL_BY", "CommandKind", "LocalCommands"]
 
@@ -229,8 +230,7 @@ class LocalCommands:
             id=command.message_id or new_id("msg"),
             source=MessageSource(extra={HTTP_SOURCE: record}),
         )
-        if command.trace is not None:
-            _link_trace(agent, command.trace)
+        continue_caller_trace(agent, command.trace, message.id)
         if command.kind == "followup":
             agent.followup(message)
         elif command.kind == "steer":
@@ -279,12 +279,3 @@ def _release(queue: _Queue, done: asyncio.Future[Applied]) -> None:
 def _settle(done: asyncio.Future[Applied], error: ApiError) -> None:
     if not done.done():
         done.set_exception(error)
-
-
-def _link_trace(agent: Agent, headers: Mapping[str, str]) -> None:
-    """Link the agent's next turn span to the caller's trace (a no-op without the otel extra)."""
-    try:
-        from ..telemetry import link_next_turn
-    except ImportError:
-        return
-    link_next_turn(agent, headers)

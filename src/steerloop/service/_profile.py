@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
@@ -67,9 +68,10 @@ def check_profiles(profiles: Sequence[Profile]) -> dict[str, Profile]:
     return by_name
 
 
-def load_profiles(spec: str, rt: Runtime) -> dict[str, Profile]:
+async def load_profiles(spec: str, rt: Runtime) -> dict[str, Profile]:
     """Resolve ``MODULE:ATTR``: a sequence of ``Profile``, or a callable ``(rt) -> sequence``
-    called once with this process's runtime.
+    called once with this process's runtime; the callable may be ``async def`` (so it can
+    ``await install_mcp(...)`` and the like), its result is awaited.
 
     Raises:
         ValueError: a malformed spec, a missing module or attribute, or a wrong result.
@@ -87,6 +89,8 @@ def load_profiles(spec: str, rt: Runtime) -> dict[str, Profile]:
         raise ValueError(f"--profiles: {module_name!r} has no attribute {attr!r}") from None
     if callable(found):
         found = found(rt)
+        if inspect.isawaitable(found):
+            found = await found
     if isinstance(found, Profile) or not isinstance(found, Sequence) or isinstance(found, str):
         raise ValueError(f"--profiles {spec}: expected a sequence of Profile, got {found!r}")
     return check_profiles(found)

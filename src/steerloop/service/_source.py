@@ -37,14 +37,22 @@ class Wakeup:
         """Return when the version moved past ``seen`` (at once if it has), or at ``timeout``."""
         if self.version != seen:
             return
-        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[None] = loop.create_future()
         self.waiters.add(waiter)
+        # A timer handle, not ``wait_for``: hundreds of readers wait on one session, and
+        # each wake re-arms every one of them.
+        expiry = loop.call_later(timeout, _expire, waiter)
         try:
-            await asyncio.wait_for(waiter, timeout)
-        except TimeoutError:
-            pass
+            await waiter
         finally:
+            expiry.cancel()
             self.waiters.discard(waiter)
+
+
+def _expire(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
 
 
 class FeedReader(Protocol):

@@ -30,17 +30,27 @@ from typing import Any
 
 from opentelemetry import metrics, trace
 from opentelemetry.context import Context
-from opentelemetry.trace import Link, Span, SpanContext, SpanKind, Status, StatusCode
-from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+from opentelemetry.trace import (
+    Link,
+    NonRecordingSpan,
+    Span,
+    SpanContext,
+    SpanKind,
+    Status,
+    StatusCode,
+)
 
 from .. import hooks as h
 from .._hooks import Disposer
 from .._runtime import Runtime
-from ..agent._decisions import AgentPayload, StatusPayload, StreamFramePayload
+from ..agent._decisions import AgentPayload, ClaimedPayload, StatusPayload, StreamFramePayload
+from ..agent._handles import INBOX_CLAIMED
 from ..session._events import SessionEvent
 from ..session._session import Session, SessionEventPayload
 from ..tools._agent_ref import AgentRef
 from ._content import input_messages, output_messages, redacted, text_of
+from ._metrics import ClientMetrics, Tokens
+from ._trace import span_context_of, step_trace, turn_trace
 
 __all__ = ["Telemetry", "install_otel", "link_next_turn"]
 
@@ -51,6 +61,7 @@ PROVIDER = "gen_ai.provider.name"
 SYSTEM = "gen_ai.system"  # the v1.36 name of PROVIDER, kept unless the latest is opted in
 CONVERSATION_ID = "gen_ai.conversation.id"
 AGENT_ID = "gen_ai.agent.id"
+AGENT_NAME = "gen_ai.agent.name"
 REQUEST_MODEL = "gen_ai.request.model"
 RESPONSE_MODEL = "gen_ai.response.model"
 FINISH_REASONS = "gen_ai.response.finish_reasons"
@@ -59,7 +70,6 @@ OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
 CACHE_READ_TOKENS = "gen_ai.usage.cache_read.input_tokens"
 CACHE_CREATION_TOKENS = "gen_ai.usage.cache_creation.input_tokens"
 REASONING_TOKENS = "gen_ai.usage.reasoning.output_tokens"
-TOKEN_TYPE = "gen_ai.token.type"
 TOOL_NAME = "gen_ai.tool.name"
 TOOL_CALL_ID = "gen_ai.tool.call.id"
 TOOL_TYPE = "gen_ai.tool.type"
@@ -69,19 +79,12 @@ INPUT_MESSAGES = "gen_ai.input.messages"
 OUTPUT_MESSAGES = "gen_ai.output.messages"
 ERROR_TYPE = "error.type"
 
-TOKEN_USAGE = "gen_ai.client.token.usage"
-OPERATION_DURATION = "gen_ai.client.operation.duration"
-TIME_TO_FIRST_CHUNK = "gen_ai.client.operation.time_to_first_chunk"
-
 CANCELLED = "cancelled"
 """``error.type`` of a cancelled turn or attempt (the span status stays unset)."""
 OTHER = "_OTHER"
 OPT_IN_ENV = "OTEL_SEMCONV_STABILITY_OPT_IN"
 LATEST = "gen_ai_latest_experimental"
 _CANCEL_CODES = frozenset({"ABORTED", "ABORTED_BEFORE_DISPATCH"})
-# Bucket boundaries the GenAI conventions advise for these two histograms.
-_SECONDS = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96, 81.92)
-_TOKENS = tuple(float(4**i) for i in range(14))
 
 try:  # the API's stand-in until the application sets a meter provider
     from opentelemetry.metrics._internal import _ProxyMeterProvider as _Unset
@@ -97,13 +100,12 @@ _pending_links: weakref.WeakKeyDictionary[Session, SpanContext] = weakref.WeakKe
 def link_next_turn(agent: AgentRef, headers: Mapping[str, str]) -> bool:
     """Link ``agent``'s next ``invoke_agent`` span to the W3C trace context in ``headers``.
 
-    For a server that receives ``traceparent`` with the request causing a turn. Returns
-    whether the headers carried a valid context (an invalid or absent one is ignored).
+    Returns whether the headers carried a valid context (an invalid or absent one is
+    ignored). A server continuing the caller's trace uses ``continue_trace`` instead, which
+    makes the turn a child of the caller's span.
     """
-    carrier = {str(k).lower(): str(v) for k, v in headers.items()}
-    context = TraceContextTextMapPropagator().extract(carrier)
-    span_context = trace.get_current_span(context).get_span_context()
-    if not span_context.is_valid:
+    span_context = span_context_of(headers)
+    if span_context is None:
         return False
     _pending_links[agent.session] = span_context
     return True
@@ -112,23 +114,36 @@ def link_next_turn(agent: AgentRef, headers: Mapping[str, str]) -> bool:
 class _Chat:
     """One attempt: its span, timing and settled outcome."""
 
-    __slots__ = ("attrs", "elapsed", "end_ns", "first", "outcome", "span", "start")
+    __slots__ = (
+        "attrs",
+        "elapsed",
+        "end_ns",
+        "first",
+        "last",
+        "outcome",
+        "span",
+        "start",
+        "tokens",
+    )
 
     def __init__(self, span: Span, attrs: dict[str, Any]) -> None:
         self.span = span
         self.attrs = attrs  # the metric attributes
         self.start = time.perf_counter()
         self.first = False
+        self.last = self.start  # when the latest chunk came
+        self.tokens: Tokens | None = None
         self.outcome: tuple[str, Any] | None = None
         self.end_ns: int | None = None  # when the stream ended (the span's end)
         self.elapsed: float | None = None  # seconds from start to the stream's end
 
 
 class _Turn:
-    __slots__ = ("chats", "ctx", "pending", "span", "tools")
+    __slots__ = ("chats", "ctx", "pending", "provider", "span", "tools")
 
-    def __init__(self, span: Span) -> None:
+    def __init__(self, span: Span, provider: bool) -> None:
         self.span = span
+        self.provider = provider  # gen_ai.provider.name is set on the span
         self.ctx = trace.set_span_in_context(span)
         self.chats: dict[str, _Chat] = {}  # attempt id -> open attempt
         self.pending: list[_Chat] = []  # ended streams whose outcome the turn end decides
@@ -147,27 +162,10 @@ class Telemetry:
     ) -> None:
         self.tracer = trace.get_tracer("steerloop.telemetry", tracer_provider=tracer_provider)
         meter = metrics.get_meter("steerloop.telemetry", meter_provider=meter_provider)
-        self.duration = meter.create_histogram(
-            OPERATION_DURATION,
-            unit="s",
-            description="GenAI operation duration.",
-            explicit_bucket_boundaries_advisory=_SECONDS,
-        )
-        self.tokens = meter.create_histogram(
-            TOKEN_USAGE,
-            unit="{token}",
-            description="Number of input and output tokens used.",
-            explicit_bucket_boundaries_advisory=_TOKENS,
-        )
-        self.first_chunk = meter.create_histogram(
-            TIME_TO_FIRST_CHUNK,
-            unit="s",
-            description="Time from issuing a request to receiving the first chunk.",
-            explicit_bucket_boundaries_advisory=_SECONDS,
-        )
         self.capture = capture_content
         opt_in = {s.strip() for s in os.environ.get(OPT_IN_ENV, "").split(",")}
         self.legacy = LATEST not in opt_in
+        self.metrics = ClientMetrics(meter, legacy=self.legacy)
         self.turns: dict[str, _Turn] = {}  # session (= agent) id -> open turn
         self.models: dict[str, tuple[str, str]] = {}  # session id -> (provider, model)
         # The tool call whose body runs in this context: (agent id, call id).
@@ -208,6 +206,7 @@ class Telemetry:
         self.disposers += [
             self.hooks.on(h.SESSION_EVENT, self._on_event),
             self.hooks.on(h.AGENT_DISPOSED, self._on_disposed),
+            self.hooks.on(INBOX_CLAIMED, self._on_claimed),
         ]
 
     def _on_status(self, payload: StatusPayload) -> None:
@@ -256,9 +255,11 @@ class Telemetry:
         kind = frame.kind
         if kind == "chunk":
             chat = turn.chats.get(frame.attempt_id)
-            if chat is not None and not chat.first:
+            if chat is not None:
+                now = time.perf_counter()
+                self.metrics.chunk(chat.attrs, not chat.first, now - chat.last)
                 chat.first = True
-                self.first_chunk.record(time.perf_counter() - chat.start, chat.attrs)
+                chat.last = now
         elif kind == "start":
             self._chat_start(turn, payload.agent, frame.attempt_id)
         elif kind == "end":
@@ -277,22 +278,39 @@ class Telemetry:
         previous = self.turns.pop(session.id, None)
         if previous is not None:  # a turn/end we never saw (installed mid-turn): close it
             self._close_turn(previous, None)
-        attributes = {
+        attributes: dict[str, Any] = {
             OPERATION: "invoke_agent",
             CONVERSATION_ID: session.id,
             AGENT_ID: session.id,
         }
+        name = _agent_name(session)
+        if name is not None:
+            attributes[AGENT_NAME] = name
+        provider = self._known_provider(session)
+        if provider:
+            attributes[PROVIDER] = provider
+        # The caller of a message this turn takes in is its parent (a sub-agent's turn
+        # keeps its spawning call as parent; the caller is then a link).
+        caller, links = turn_trace(session)
+        context = self._parent_of(session)
+        if caller is not None:
+            if context is None:
+                context = trace.set_span_in_context(NonRecordingSpan(caller))
+            else:
+                links.insert(0, caller)
         link = _pending_links.pop(session, None)
+        if link is not None and link not in links:
+            links.append(link)
         span = self.tracer.start_span(
-            "invoke_agent",
-            context=self._parent_of(session),
+            f"invoke_agent {name}" if name is not None else "invoke_agent",
+            context=context,
             kind=SpanKind.INTERNAL,
             attributes=attributes,
-            links=[Link(link)] if link is not None else None,
+            links=[Link(lk) for lk in links] or None,
         )
         if not span.is_recording() and not self._metrics_live():
             return  # nothing would be recorded: track nothing for this turn
-        self.turns[session.id] = _Turn(span)
+        self.turns[session.id] = _Turn(span, bool(provider))
         if self.frames is None:
             self.frames = self.hooks.on(h.ASSISTANT_STREAM, self._on_frame)
 
@@ -367,6 +385,23 @@ class Telemetry:
     def _request_context(self, session: Session, event: SessionEvent) -> None:
         data = event.data
         self.models[session.id] = (data.provider, data.model)
+        turn = self.turns.get(session.id)
+        if turn is not None and not turn.provider and data.provider:
+            # A new session's first turn learns its provider with its first request.
+            turn.span.set_attribute(PROVIDER, data.provider)
+            turn.provider = True
+
+    def _known_provider(self, session: Session) -> str:
+        return self._model_of(session)[0]
+
+    def _on_claimed(self, payload: ClaimedPayload) -> None:
+        # A traced message a running turn took in at a step boundary (a steer): its caller
+        # becomes a link of that turn (its parent was fixed at its start).
+        agent = payload.agent
+        span_context = step_trace(agent.session, payload.message.id)
+        turn = self.turns.get(agent.id)
+        if span_context is not None and turn is not None:
+            turn.span.add_link(span_context)
 
     def _model_of(self, session: Session) -> tuple[str, str]:
         known = self.models.get(session.id)
@@ -451,8 +486,14 @@ class Telemetry:
             span.set_attribute(CACHE_CREATION_TOKENS, cache_write)
         if usage.reasoning_tokens is not None:
             span.set_attribute(REASONING_TOKENS, reasoning)
-        self.tokens.record(input_tokens, {**chat.attrs, TOKEN_TYPE: "input"})
-        self.tokens.record(output_tokens, {**chat.attrs, TOKEN_TYPE: "output"})
+        chat.tokens = Tokens(
+            input_tokens,
+            output_tokens,
+            usage.cache_read_tokens,
+            usage.cache_write_tokens,
+            usage.reasoning_tokens,
+        )
+        self.metrics.settled_usage(chat.attrs, chat.tokens)
 
     def _chat_end(self, chat: _Chat) -> None:
         kind, failure = chat.outcome or ("error", None)
@@ -469,7 +510,7 @@ class Telemetry:
             span.set_status(Status(StatusCode.ERROR, redacted(message) if message else None))
             attrs[ERROR_TYPE] = code
         elapsed = chat.elapsed if chat.elapsed is not None else time.perf_counter() - chat.start
-        self.duration.record(elapsed, attrs)
+        self.metrics.ended(attrs, elapsed, chat.tokens)
         span.end(end_time=chat.end_ns)
 
     # --- tool calls -------------------------------------------------------------------
@@ -536,3 +577,12 @@ def install_otel(
         ``dispose``: call it to stop emitting.
     """
     return Telemetry(rt, tracer_provider, meter_provider, capture_content)
+
+
+def _agent_name(session: Session) -> str | None:
+    """The agent's name: the service profile that built the session (its header's
+    ``origin.profile``), when there is one."""
+    header = getattr(session, "header", None)
+    origin = header.get("origin") if isinstance(header, dict) else None
+    name = origin.get("profile") if isinstance(origin, dict) else None
+    return name if isinstance(name, str) and name else None

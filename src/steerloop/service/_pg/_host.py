@@ -21,6 +21,7 @@ from .._ledger import request_fingerprint
 from .._profile import Profile
 from .._text import check_text, check_texts
 from ._commands import CommandKind, Commands
+from ._queue import queued_reason
 from ._worker import Worker
 
 __all__ = ["PgHost"]
@@ -148,17 +149,30 @@ class PgHost:
         if spec is None:
             raise ApiError(404, "session_not_found", f"no session {session_id!r}")
         owner = await sql.owner(session_id)
-        status = spec["status"] if owner is not None else "unloaded"
         return {
             "session_id": session_id,
             "profile": spec["profile"],
-            "status": status if status in ("idle", "running") else "unloaded",
+            **await self._status_fields(spec, owner),
             "last_seq": await sql.last_seq(session_id),
             "owner": owner,
             "pending_approvals": [
                 approval_json(r) for r in await self.pending_approvals(session_id)
             ],
         } | shared_fields(await self._stored_events(session_id))
+
+    async def _status_fields(self, spec: Any, owner: Any) -> dict[str, Any]:
+        """``status`` (``idle``/``running`` while a worker holds the session; ``queued``,
+        with ``queued_reason``, while its work waits for one; else ``unloaded``)."""
+        if owner is not None:
+            status = spec["status"]
+            return {"status": status if status in ("idle", "running") else "unloaded"}
+        sql = self._sql()
+        reason = await queued_reason(
+            sql.pool, sql.t, sql.ns, spec["session_id"], spec["profile"], spec["profile_version"]
+        )
+        if reason is None:
+            return {"status": "unloaded"}
+        return {"status": "queued", "queued_reason": reason}
 
     async def _stored_events(self, session_id: str) -> tuple[SessionEvent, ...]:
         if not await self.store.exists(session_id):

@@ -51,6 +51,7 @@ from typing import Any
 
 from ...session.store.postgres._schema import Tables
 from ._control import LEADER_KEY, ControlConnection
+from ._watch import Watches
 
 __all__ = ["SweepReport", "Sweeper"]
 
@@ -58,6 +59,8 @@ log = logging.getLogger("steerloop.service")
 
 TAKEOVER = "takeover"
 RECONCILE = "reconcile"
+_PROVEN_TTL = 60.0
+"""Seconds a proven death is kept for a key not (yet) seen absent."""
 
 
 @dataclass(slots=True)
@@ -75,6 +78,9 @@ class SweepReport:
     renotified: list[str] = field(default_factory=list)
     deposed: int | None = None
     """The key of a stale leader whose control connection this (non-leading) sweep ended."""
+    hung: list[int] = field(default_factory=list)
+    """Keys of workers whose heartbeat went stale: this (leading) sweep ended their control
+    connections, so their leases are revoked now rather than at their TTL."""
 
 
 class Sweeper:
@@ -94,9 +100,19 @@ class Sweeper:
         renotify_after: age in seconds of an unconsumed command whose live owner is notified
             again (and the least time between two such notifications of one session).
         leader_stale_after: seconds without a heartbeat after which a leader counts as
-            hung and is deposed (well above the control connection's check interval).
+            hung and is deposed (the default: the control connection's check interval
+            plus its timeout, past which a live worker has given itself up anyway).
+        stale_after: the same for any other worker, judged by the leader: a paused or hung
+            owner's control connection is ended, so its sessions are taken over now instead
+            of at their leases' expiry (``None``: only the TTL shows a paused owner). The
+            paused worker, once it runs again, finds its connection gone and self-fences.
         query_timeout: seconds any one statement of a sweep may take.
         clock: the leader's clock for the grace (seconds, monotonic).
+        dsn: with it, the running sweeper (``start``) also *watches* locks (``_watch.py``):
+            as leader each other worker's key, else the leadership lock, each on a
+            connection of its own. A death a watch proves is swept at once, without the
+            grace; without ``dsn`` deaths are found by the periodic pass only.
+        max_watches: most worker keys the leader watches (one connection each).
     """
 
     def __init__(
@@ -110,14 +126,19 @@ class Sweeper:
         ttl_takeover: bool = True,
         reconcile_after: float = 1.0,
         renotify_after: float = 2.0,
-        leader_stale_after: float = 10.0,
+        leader_stale_after: float = 6.0,
+        stale_after: float | None = 6.0,
         query_timeout: float = 10.0,
         clock: Callable[[], float] = time.monotonic,
+        dsn: str | None = None,
+        max_watches: int = 32,
     ) -> None:
         if grace < 0 or not period > 0 or reconcile_after < 0 or renotify_after < 0:
             raise ValueError("grace, reconcile_after and renotify_after ≥ 0, period > 0")
         if not leader_stale_after > 0 or not query_timeout > 0:
             raise ValueError("leader_stale_after and query_timeout must be positive")
+        if stale_after is not None and not stale_after > 0:
+            raise ValueError("stale_after must be positive (or None)")
         self._pool = pool
         self._t = tables
         self.control = control
@@ -127,6 +148,7 @@ class Sweeper:
         self.reconcile_after = reconcile_after
         self.renotify_after = renotify_after
         self.leader_stale_after = leader_stale_after
+        self.stale_after = stale_after
         self._timeout = query_timeout
         self._clock = clock
         self.leader = False
@@ -136,6 +158,13 @@ class Sweeper:
         self._task: asyncio.Task[None] | None = None
         self.sweeps = 0
         """Sweeps run as leader (for tests and metrics)."""
+        self._proven: dict[int, float] = {}  # key -> when a watch proved its holder gone
+        self._again = asyncio.Event()  # a watch fired: sweep now
+        self.watches: Watches | None = None
+        if dsn is not None:
+            self.watches = Watches(
+                dsn, control.ns, LEADER_KEY, control.worker_id, self._on_dead, limit=max_watches
+            )
 
     def start(self) -> None:
         """Start the sweep task (call from the running loop)."""
@@ -148,9 +177,12 @@ class Sweeper:
     async def close(self) -> None:
         """Stop cooperatively (the current sweep finishes), then give up leadership."""
         self._stop.set()
+        self._again.set()
         if self._task is not None:
             with contextlib.suppress(Exception):
                 await self._task
+        if self.watches is not None:
+            await self.watches.close()
         if self.leader:
             self.leader = False
             with contextlib.suppress(Exception):
@@ -162,13 +194,33 @@ class Sweeper:
 
     async def _run(self) -> None:
         while not self._stop.is_set():
+            self._again.clear()
             try:
                 await self.sweep_once()
+                await self._sync_watches()
             except Exception:
                 log.exception("sweeper of %s: sweep failed", self.control.worker_id)
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self.period):
-                    await self._stop.wait()
+                    await self._again.wait()  # a watch proved a death, or close()
+
+    def prove(self, key: int) -> None:
+        """``key``'s worker is gone for certain (e.g. this worker's own previous key after it
+        lost its control connection): when this sweeper leads, its leases are revoked at
+        once, without the grace."""
+        self._on_dead(key)
+
+    def _on_dead(self, key: int) -> None:
+        """A watch got the lock of ``key`` (a worker's, or the dead leader's): its holder is
+        gone for certain; sweep now (never blocks)."""
+        self._proven[key] = self._clock()
+        self._again.set()
+
+    async def _sync_watches(self) -> None:
+        if self.watches is None or self._stop.is_set() or self.control.lost:
+            return
+        async with self._pool.acquire() as conn:
+            await self.watches.sync(conn, self._t.workers, self.control.key, self.leader)
 
     async def _elect(self) -> bool:
         """Hold or try to take the leadership lock; forget leader state on a change."""
@@ -203,6 +255,8 @@ class Sweeper:
             return report
         report.leader = True
         async with self._pool.acquire() as conn:
+            if self.stale_after is not None:
+                await self._depose_hung(conn, report)
             await self._find_dead(conn, report)
             if report.dead:
                 await self._revoke(conn, report)
@@ -253,6 +307,39 @@ class Sweeper:
         await conn.fetchval("SELECT pg_terminate_backend($1)", row["pid"], timeout=self._timeout)
         return int(row["key"])
 
+    async def _depose_hung(self, conn: Any, report: SweepReport) -> None:
+        """End the control connections of workers whose heartbeat is older than
+        ``stale_after`` (paused, partitioned behind a live socket, or hung): their locks go,
+        and the deaths count as proven (no grace), so their sessions are taken over now."""
+        rows = await conn.fetch(
+            f"""
+            SELECT l.pid, w.key FROM {self._t.workers} w
+              JOIN pg_locks l ON l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
+                   AND l.classid = $1::bigint::oid AND l.objid::bigint = w.key
+             WHERE w.key <> $2 AND w.heartbeat_at < now() - make_interval(secs => $3)
+            """,
+            self.control.ns,
+            self.control.key,
+            self.stale_after,
+            timeout=self._timeout,
+        )
+        for row in rows:
+            log.warning(
+                "sweeper of %s: worker key %s has no heartbeat for %.1f s: ending its "
+                "control connection (backend %s)",
+                self.control.worker_id,
+                row["key"],
+                self.stale_after,
+                row["pid"],
+            )
+            await conn.fetchval(
+                "SELECT pg_terminate_backend($1)", row["pid"], timeout=self._timeout
+            )
+            self._proven[int(row["key"])] = self._clock()
+            report.hung.append(int(row["key"]))
+        if rows:
+            self._again.set()  # its lock is gone a moment later: sweep again at once
+
     async def _find_dead(self, conn: Any, report: SweepReport) -> None:
         t = self._t
         rows = await conn.fetch(
@@ -281,7 +368,13 @@ class Sweeper:
         for key in absent:
             self._absent_since.setdefault(key, now)
         report.absent = sorted(absent)
-        report.dead = sorted(k for k in absent if now - self._absent_since[k] >= self.grace)
+        # A death a watch proved needs no grace; one only seen missing waits for it.
+        for key, when in list(self._proven.items()):
+            if key not in absent and now - when > _PROVEN_TTL:
+                del self._proven[key]
+        report.dead = sorted(
+            k for k in absent if k in self._proven or now - self._absent_since[k] >= self.grace
+        )
         if absent:
             await conn.execute(
                 f"UPDATE {t.workers} SET lock_missing_since = now() "
@@ -336,6 +429,7 @@ class Sweeper:
         report.woken.extend(row["session_id"] for row in woken)
         for key in dead:
             self._absent_since.pop(key, None)
+            self._proven.pop(key, None)
 
     async def _ttl(self, conn: Any, report: SweepReport) -> None:
         t = self._t

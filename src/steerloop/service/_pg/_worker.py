@@ -30,7 +30,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,13 +42,14 @@ from ...agent._decisions import StatusPayload
 from ...agent._factory import AgentHandle
 from ...errors import SessionConflictError, SessionPersistenceError
 from ...messages import user_message
-from ...session._events import InboxSpliced, SessionEvent
 from ...session._session import SessionEventPayload
 from ...session.store.postgres._store import PostgresStore
 from ...session.store.postgres._writer import PostgresWriter
 from .._agui_commands import AGUI_COMMANDS, apply_command
 from .._profile import Profile, origin_setup
 from .._takeover import takeover_message
+from .._trace import continue_caller_trace
+from ._capacity import ADMIT_AFTER, claim_wakeups, least_recent_idle
 from ._control import ControlConnection
 from ._feed import LivePublisher
 from ._sweeper import Sweeper
@@ -150,7 +151,7 @@ class Worker:
         await control.start()
         self.control = control
         self.store.owner_key = control.key
-        self._sweeper = Sweeper(self._pool, self.t, control)
+        self._sweeper = Sweeper(self._pool, self.t, control, dsn=self.store.dsn)
         self._sweeper.start()
         self._wake = True
         self._kick.set()
@@ -287,6 +288,10 @@ class Worker:
         if channel == self.t.wake_channel:
             self._wake = True
             self._kick.set()
+            if len(self._residents) + len(self._loading) >= self.capacity:
+                # Full: the newcomer may be admitted in place of an idle session once it
+                # has waited ADMIT_AFTER (a worker with a free slot had it first).
+                asyncio.get_running_loop().call_later(ADMIT_AFTER * 1.2, self._rewake)
             return
         session_id = payload.rpartition(":")[0] or payload
         if session_id in self._residents and not self._lost and not self._leaving:
@@ -295,6 +300,10 @@ class Worker:
         else:
             self._dirty.add(session_id)
             self._kick.set()
+
+    def _rewake(self) -> None:
+        self._wake = True
+        self._kick.set()
 
     def _on_lost(self) -> None:
         self._lost = True
@@ -380,6 +389,8 @@ class Worker:
         while not self._closing:
             try:
                 await self._register()
+                if old is not None and self._sweeper is not None:
+                    self._sweeper.prove(old.key)  # should it lead: no grace for itself
                 return
             except Exception:
                 log.exception("worker %s: registering again failed", self.worker_id)
@@ -407,27 +418,20 @@ class Worker:
     # --- claims ---------------------------------------------------------------------------
 
     async def _claim(self) -> None:
+        """Claim what fits (``_capacity.py``): free slots first; when they are all taken,
+        wakeups that waited ``ADMIT_AFTER`` in place of the least recently active idle
+        sessions, which are unloaded once the newcomers' loads are under way."""
         control = self.control
-        free = self.capacity - len(self._residents) - len(self._loading)
-        if control is None or control.lost or free <= 0 or not self.profiles:
+        if control is None or control.lost or not self.profiles:
             return
-        t = self.t
-        names = list(self.profiles)
-        versions = [self.profiles[name].version for name in names]
-        rows = await self._pool.fetch(
-            f"UPDATE {t.wakeups} w SET claimed_by = $1, claimed_at = now(), "
-            "attempts = w.attempts + 1 WHERE w.session_id IN ("
-            f"SELECT k.session_id FROM {t.wakeups} k JOIN {t.specs} s USING (session_id) "
-            "JOIN unnest($2::text[], $3::int[]) AS p (name, version) "
-            "ON s.profile = p.name AND s.profile_version = p.version "
-            "WHERE k.claimed_by IS NULL AND k.due_at <= now() "
-            "ORDER BY k.due_at LIMIT $4 FOR UPDATE OF k SKIP LOCKED) "
-            "RETURNING w.session_id, w.reason",
-            control.key,
-            names,
-            versions,
-            free,
-        )
+        served = {name: p.version for name, p in self.profiles.items()}
+        free = self.capacity - len(self._residents) - len(self._loading)
+        rows = await claim_wakeups(self._pool, self.t, control.key, served, free)
+        if len(rows) >= free:  # full (or now full): room only in place of idle sessions
+            room = len(self._idle_lru()) + min(free, 0)
+            rows += await claim_wakeups(
+                self._pool, self.t, control.key, served, room, min_age=ADMIT_AFTER
+            )
         for row in rows:
             session_id = row["session_id"]
             if session_id in self._residents or session_id in self._loading:
@@ -436,6 +440,29 @@ class Worker:
                 continue
             self._loading.add(session_id)
             self._spawn(self._load(session_id, control.key), f"steerloop-load {session_id}")
+        over = len(self._residents) + len(self._loading) - self.capacity
+        for session_id in self._idle_lru()[: max(over, 0)]:
+            log.info("worker %s: unloading idle %s for a newcomer", self.worker_id, session_id)
+            await self._unload(session_id)
+
+    def _idle_lru(self) -> list[str]:
+        """The resident sessions unloading would lose nothing of, least recently active first."""
+        return least_recent_idle(
+            (sid, self._unloadable(sid), r.idle_since) for sid, r in self._residents.items()
+        )
+
+    def _unloadable(self, session_id: str) -> bool:
+        """Idle with nothing left to apply: unloading it loses no work."""
+        resident = self._residents.get(session_id)
+        if resident is None or session_id in self._loading:
+            return False
+        agent = resident.handle.agent
+        return (
+            agent.status == "idle"
+            and not agent.inbox.has_pending
+            and not resident.dirty
+            and (resident.drain is None or resident.drain.done())
+        )
 
     async def _done_wakeup(self, session_id: str, key: int) -> None:
         await self._pool.execute(
@@ -578,24 +605,21 @@ class Worker:
                 return
             try:
                 message = user_message(content, id=message_id)
-                message_id = message.id
-                before = agent.session.next_seq
+                continue_caller_trace(agent, body.get("trace"), message.id)
                 if kind == "followup":
-                    agent.followup(message)
+                    seq = agent.followup(message)
                 elif kind == "steer":
-                    agent.steer(message)
+                    seq = agent.steer(message)
                 else:
-                    agent.inject(message)
+                    seq = agent.inject(message)
             except ValueError:
                 log.exception("session %s: command %d refused", session_id, cmd_seq)
                 await self._consume_fenced(session_id, cmd_seq, writer)
                 return
-            seq = _splice_seq(agent.session.events, before, message_id)
-            if seq is None:  # no event carries it (should not happen): consume on its own
-                await self._consume_fenced(session_id, cmd_seq, writer)
-                return
+            # The consumption rides on the splice's own batch (fence, event and consumption
+            # commit together or not at all).
             writer.attach(seq, self._consume_sql, session_id, cmd_seq, seq)
-            resident.seen_ids.add(message_id)
+            resident.seen_ids.add(message.id)
         elif kind == "cancel":
             # At most once: consumed (fenced) before it is applied.
             if await self._consume_fenced(session_id, cmd_seq, writer):
@@ -694,13 +718,7 @@ class Worker:
     async def _unload_idle(self, now: float) -> None:
         assert self.idle_unload is not None
         for session_id, resident in list(self._residents.items()):
-            agent = resident.handle.agent
-            if (
-                agent.status == "idle"
-                and not agent.inbox.has_pending
-                and (resident.drain is None or resident.drain.done())
-                and now - resident.idle_since >= self.idle_unload
-            ):
+            if self._unloadable(session_id) and now - resident.idle_since >= self.idle_unload:
                 await self._unload(session_id)
 
     async def _unload(self, session_id: str, *, check: bool = True) -> None:
@@ -742,12 +760,3 @@ class Worker:
                 )
         except Exception:
             log.exception("worker %s: after unloading %s", self.worker_id, session_id)
-
-
-def _splice_seq(events: Sequence[SessionEvent], before: int, message_id: str) -> int | None:
-    """The seq of the splice (at or after ``before``) that inserted ``message_id``."""
-    for event in events[before - 1 :]:
-        data = event.data
-        if isinstance(data, InboxSpliced) and any(m.id == message_id for m in data.inserted):
-            return int(event.seq)
-    return None
