@@ -16,59 +16,74 @@ function-local imports included):
 8. ``cli``
 """
 
-from ._cancel import CancelCause
-from ._hooks import Disposer
-from ._runtime import Runtime
-from ._signal import AbortController, AbortSignal
-from .agent import (
-    Agent,
-    AgentHandle,
-    AgentOptions,
-    AgentScope,
-    Inbox,
-    PreStepDecision,
-    RequestErrorAction,
-    TurnResult,
-    TurnStream,
-)
-from .errors import (
-    AbortedError,
-    LlmError,
-    SessionConflictError,
-    SessionCorruptError,
-    SessionPersistenceError,
-    SessionPersistenceNotFoundError,
-    SessionStorageError,
-    SteerloopError,
-    ToolDefinitionError,
-)
-from .llm import CallConfig, LlmFailure, RetryPolicy
-from .messages import (
-    AssistantMessage,
-    Block,
-    FileBlock,
-    ImageBlock,
-    Message,
-    MessageSource,
-    ReasoningBlock,
-    SystemMessage,
-    TextBlock,
-    ToolCallBlock,
-    ToolResultMessage,
-    UserMessage,
-    user_message,
-)
-from .session import InputRequest, Session, SessionEvent, TurnEndReason
-from .tools import (
-    PostExecute,
-    Tool,
-    ToolDecision,
-    ToolError,
-    ToolExec,
-    ToolResult,
-    define_tool,
-    tool,
-)
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ._cancel import CancelCause
+    from ._hooks import Disposer
+    from ._runtime import Runtime
+    from ._signal import (
+        AbortController,
+        AbortSignal,
+    )
+    from .agent import (
+        Agent,
+        AgentHandle,
+        AgentOptions,
+        AgentScope,
+        Inbox,
+        PreStepDecision,
+        RequestErrorAction,
+        TurnResult,
+        TurnStream,
+    )
+    from .errors import (
+        AbortedError,
+        LlmError,
+        SessionConflictError,
+        SessionCorruptError,
+        SessionPersistenceError,
+        SessionPersistenceNotFoundError,
+        SessionStorageError,
+        SteerloopError,
+        ToolDefinitionError,
+    )
+    from .llm import (
+        CallConfig,
+        LlmFailure,
+        RetryPolicy,
+    )
+    from .messages import (
+        AssistantMessage,
+        Block,
+        FileBlock,
+        ImageBlock,
+        Message,
+        MessageSource,
+        ReasoningBlock,
+        SystemMessage,
+        TextBlock,
+        ToolCallBlock,
+        ToolResultMessage,
+        UserMessage,
+        user_message,
+    )
+    from .session import (
+        InputRequest,
+        Session,
+        SessionEvent,
+        TurnEndReason,
+    )
+    from .tools import (
+        PostExecute,
+        Tool,
+        ToolDecision,
+        ToolError,
+        ToolExec,
+        ToolResult,
+        define_tool,
+        tool,
+    )
 
 __all__ = [
     "AbortController",
@@ -124,6 +139,93 @@ __all__ = [
     "user_message",
 ]
 
+# Loaded on first use (PEP 562), so ``import steerloop.cli`` (``steerloop --version``, ``--help``)
+# does not import the runtime; the first public name asked for loads them all at once.
+_HOMES: dict[str, tuple[str, ...]] = {
+    "._cancel": ("CancelCause",),
+    "._hooks": ("Disposer",),
+    "._runtime": ("Runtime",),
+    "._signal": (
+        "AbortController",
+        "AbortSignal",
+    ),
+    ".agent": (
+        "Agent",
+        "AgentHandle",
+        "AgentOptions",
+        "AgentScope",
+        "Inbox",
+        "PreStepDecision",
+        "RequestErrorAction",
+        "TurnResult",
+        "TurnStream",
+    ),
+    ".errors": (
+        "AbortedError",
+        "LlmError",
+        "SessionConflictError",
+        "SessionCorruptError",
+        "SessionPersistenceError",
+        "SessionPersistenceNotFoundError",
+        "SessionStorageError",
+        "SteerloopError",
+        "ToolDefinitionError",
+    ),
+    ".llm": (
+        "CallConfig",
+        "LlmFailure",
+        "RetryPolicy",
+    ),
+    ".messages": (
+        "AssistantMessage",
+        "Block",
+        "FileBlock",
+        "ImageBlock",
+        "Message",
+        "MessageSource",
+        "ReasoningBlock",
+        "SystemMessage",
+        "TextBlock",
+        "ToolCallBlock",
+        "ToolResultMessage",
+        "UserMessage",
+        "user_message",
+    ),
+    ".session": (
+        "InputRequest",
+        "Session",
+        "SessionEvent",
+        "TurnEndReason",
+    ),
+    ".tools": (
+        "PostExecute",
+        "Tool",
+        "ToolDecision",
+        "ToolError",
+        "ToolExec",
+        "ToolResult",
+        "define_tool",
+        "tool",
+    ),
+}
+
+
+def __getattr__(name: str) -> object:
+    if name not in __all__:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    _load()
+    return globals()[name]
+
+
+def _load() -> None:
+    import importlib
+
+    for module, names in _HOMES.items():
+        home = importlib.import_module(module, __name__)
+        for name in names:
+            globals()[name] = getattr(home, name)
+    _rehome(__all__)
+
 
 def _rehome(names: list[str]) -> None:
     """Give every exported class and function the public ``__module__`` ``steerloop``, so
@@ -170,6 +272,3 @@ def _resolve(value: object, home: dict[str, object], local: dict[str, object] | 
         return eval(value, home, local)
     except NameError:
         return value
-
-
-_rehome(__all__)

@@ -7,6 +7,7 @@
     ├── LlmError                      a model call failed; carries an ``LlmFailure``
     ├── ToolDefinitionError           a tool definition is malformed
     ├── ApprovalError                 a decision for a call that is not waiting for one
+    ├── CompactionError               a compaction was refused (its summary would not shrink)
     ├── InputError                    an answer to an input request that is not waiting
     └── SessionPersistenceError       the session log could not be loaded or stored
         ├── SessionPersistenceNotFoundError
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
 __all__ = [
     "AbortedError",
     "ApprovalError",
+    "CompactionError",
     "InputError",
     "LlmError",
     "SessionConflictError",
@@ -110,3 +112,12 @@ class SessionConflictError(SessionPersistenceError):
 
 class SessionStorageError(SessionPersistenceError):
     """The storage backend failed (I/O, disk full, read-only, unreachable)."""
+
+
+class CompactionError(SteerloopError):
+    """A compaction was refused and changed nothing; ``reason`` names why
+    (``"not-smaller"``: the summary would not shrink the context)."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason

@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
+import socket
 from typing import Any
 
 import pydantic
 import pytest
 
 from steerloop import SessionCorruptError, TurnResult, user_message
+from steerloop.agent._output import OutputSpec
 from steerloop.llm import ModelInfo
 from steerloop.session._codec import event_from_json
 from steerloop.testing import (
@@ -275,3 +278,26 @@ async def test_cancelling_the_waiting_task_does_not_stop_the_structured_turn(
     ]  # fmt: skip
     assert TurnResult.from_session(agent.session, 1, Weather).output == PARIS_WEATHER
     assert not h.rt.hooks.has("agent/turn-stopping")
+
+
+def test_a_network_ref_in_an_output_schema_is_never_fetched() -> None:
+    """SEP-2106: validating an answer against an output schema never retrieves a ``$ref`` to
+    a network URI (an answer that reaches it is invalid, naming it, and nothing connects);
+    same-document references still resolve."""
+    with socket.create_server(("127.0.0.1", 0)) as canary:
+        canary.setblocking(False)
+        url = f"http://127.0.0.1:{canary.getsockname()[1]}/city.json"
+        spec: OutputSpec[Any] = OutputSpec(
+            {
+                "type": "object",
+                "$defs": {"c": {"type": "number"}},
+                "properties": {"celsius": {"$ref": "#/$defs/c"}, "city": {"$ref": url}},
+            }
+        )
+        assert spec.from_json({"celsius": 21.5}) == {"celsius": 21.5}
+        with pytest.raises(ValueError, match="celsius"):
+            spec.from_json({"celsius": "warm"})
+        with pytest.raises(ValueError, match=re.escape(url)):
+            spec.from_json({"celsius": 1, "city": "Paris"})
+        with pytest.raises(BlockingIOError):
+            canary.accept()

@@ -309,22 +309,21 @@ async def test_resume_header_and_process_local_frames() -> None:
     store = MemoryStore()
     seen: list[list[Any]] = []
     for round_ in range(2):
-        rt = await Runtime.open(store=store)
-        adapter = ScriptedAdapter([text_response(f"r{round_}")])
-        rt.llm.register_adapter(["mock"], adapter)
-        frames: list[Any] = []
-        rt.hooks.on("agent/assistant-stream", lambda p, frames=frames: frames.append(p.frame))
-        options = AgentOptions(provider="mock", model="m")
-        if round_ == 0:
-            handle = await rt.agents.create(session_id="s-1", agent_options=options)
-        else:
-            handle = await rt.agents.resume(resume_session_id="s-1", agent_options=options)
-        agent = handle.agent
-        agent.followup(user_message(f"u{round_}"))
-        await settle(agent)
-        seen.append(frames)
-        reasons = [e.data.reason for e in events_of(agent.session, "request/header")]
-        await rt.close()
+        async with await Runtime.open(store=store) as rt:  # closed if settle times out
+            adapter = ScriptedAdapter([text_response(f"r{round_}")])
+            rt.llm.register_adapter(["mock"], adapter)
+            frames: list[Any] = []
+            rt.hooks.on("agent/assistant-stream", lambda p, frames=frames: frames.append(p.frame))
+            options = AgentOptions(provider="mock", model="m")
+            if round_ == 0:
+                handle = await rt.agents.create(session_id="s-1", agent_options=options)
+            else:
+                handle = await rt.agents.resume(resume_session_id="s-1", agent_options=options)
+            agent = handle.agent
+            agent.followup(user_message(f"u{round_}"))
+            await settle(agent)
+            seen.append(frames)
+            reasons = [e.data.reason for e in events_of(agent.session, "request/header")]
     assert reasons == ["initial", "resume"]
     assert [f.revision for f in seen[0]] == [f.revision for f in seen[1]]
     assert seen[0][0].revision == 1

@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from steerloop.cli._mcp_table import build_server
 from steerloop.cli._settings import load_settings
+from steerloop.mcp import MCPOAuth
 from tests.cli.helpers import (
     clean_env,
     run_cli,
@@ -56,12 +58,24 @@ def test_the_loader_reads_mcp_servers_and_refuses_bad_ones(
         '[mcp.servers.time]\ncommand = "mcp-server-time"\nargs = ["--local-timezone", "UTC"]\n'
         '[mcp.servers.docs]\nurl = "http://127.0.0.1:8931/mcp"\n'
         'headers = { Authorization = "Bearer x" }\n'
+        '[mcp.servers.wiki]\nurl = "https://wiki.example.com/mcp"\noauth = true\n'
+        '[mcp.servers.crm]\nurl = "https://crm.example.com/mcp"\n'
+        '[mcp.servers.crm.oauth]\nclient_id = "steerloop"\nscope = "read"\n'
     )
     settings = load_settings(tmp_path)
     assert settings.mcp_servers == {
         "time": {"command": "mcp-server-time", "args": ["--local-timezone", "UTC"]},
         "docs": {"url": "http://127.0.0.1:8931/mcp", "headers": {"Authorization": "Bearer x"}},
+        "wiki": {"url": "https://wiki.example.com/mcp", "oauth": True},
+        "crm": {
+            "url": "https://crm.example.com/mcp",
+            "oauth": {"client_id": "steerloop", "scope": "read"},
+        },
     }
+    crm = build_server("crm", settings.mcp_servers["crm"])
+    assert crm.oauth is not None and crm.oauth.authorize is None
+    assert (crm.oauth.client_id, crm.oauth.scope) == ("steerloop", "read")
+    assert build_server("wiki", settings.mcp_servers["wiki"]).oauth == MCPOAuth()
     bad = {
         '[mcp.servers.a]\ncommand = "x"\nurl = "http://h/mcp"\n': "exactly one of command",
         '[mcp.servers.a]\nargs = ["x"]\n': "exactly one of command",
@@ -70,6 +84,13 @@ def test_the_loader_reads_mcp_servers_and_refuses_bad_ones(
         '[mcp.servers.a]\ncommand = "x"\nenv = { A = 1 }\n': "env must map strings",
         '[mcp.servers."a b"]\ncommand = "x"\n': "server name",
         '[mcp.servers.a]\nurl = "ftp://h"\n': "url must be",
+        '[mcp.servers.a]\ncommand = "x"\noauth = true\n': "unknown key",
+        '[mcp.servers.a]\nurl = "http://h/mcp"\noauth = "yes"\n': "oauth must be true",
+        '[mcp.servers.a]\nurl = "http://h/mcp"\noauth = { token = "t" }\n': "unknown key.*token",
+        '[mcp.servers.a]\nurl = "http://h/mcp"\noauth = { redirect_uri = "https://a/cb" }\n':
+            "without authorize",
+        '[mcp.servers.a]\nurl = "http://h/mcp"\nheaders = { Authorization = "x" }\n'
+        'oauth = true\n': "Authorization header and oauth",
         '[mcp]\nother = 1\n': r"only \[mcp.servers.NAME\]",
     }  # fmt: skip
     for text, message in bad.items():

@@ -430,24 +430,25 @@ async def test_reasoning_tool_loop_replayed_after_resume_in_a_fresh_runtime(
     url = f"sqlite:///{tmp_path / 'sessions.db'}"
     server = await SSEServer.start()
     try:
-        rt = await Runtime.open(store=url)
-        adapter = adapter_at(server)
-        agent = await agent_on(rt, adapter, reasoning_effort="medium")
-        server.add(
-            step_with_call(Wire("resp_1"), "rs_1", "Need a.", ENC_1, "fc_1", "call_1", "a"),
-            step_with_call(Wire("resp_2"), "rs_2", "Need b.", ENC_2, "fc_2", "call_2", "b"),
-            text_step(Wire("resp_3"), "a and b"),
-        )
-        await run(agent, "u1")
-        assert turn_end(agent).kind == "completed"
-        await rt.close()
+        # async with: a run that times out under load still closes the store's writer
+        async with await Runtime.open(store=url) as rt:
+            adapter = adapter_at(server)
+            agent = await agent_on(rt, adapter, reasoning_effort="medium")
+            server.add(
+                step_with_call(Wire("resp_1"), "rs_1", "Need a.", ENC_1, "fc_1", "call_1", "a"),
+                step_with_call(Wire("resp_2"), "rs_2", "Need b.", ENC_2, "fc_2", "call_2", "b"),
+                text_step(Wire("resp_3"), "a and b"),
+            )
+            await run(agent, "u1")
+            assert turn_end(agent).kind == "completed"
 
-        fresh = await Runtime.open(store=url)
-        resumed = await agent_on(fresh, adapter_at(server), resume=True, reasoning_effort="medium")
-        server.add(text_step(Wire("resp_4"), "again"))
-        await run(resumed, "u2")
-        assert turn_end(resumed).kind == "completed"
-        await fresh.close()
+        async with await Runtime.open(store=url) as fresh:
+            resumed = await agent_on(
+                fresh, adapter_at(server), resume=True, reasoning_effort="medium"
+            )
+            server.add(text_step(Wire("resp_4"), "again"))
+            await run(resumed, "u2")
+            assert turn_end(resumed).kind == "completed"
     finally:
         await server.stop()
 

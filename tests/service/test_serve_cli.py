@@ -71,7 +71,8 @@ async def _wait_turns(client: httpx.AsyncClient, sid: str, n: int) -> list[dict[
 
 async def test_serve_with_no_flags_starts_on_a_fresh_machine(tmp_path: Path) -> None:
     """No config, no server: the embedded SQLite store under XDG_DATA_HOME; without a
-    configured provider there is no ``default`` profile, and creating a session says so."""
+    configured provider the ``default`` profile has no model, and creating a session says so
+    (503 ``NO_MODEL``, ``tests/service/test_serve_default.py``)."""
     home = tmp_path / "home"
     with serve(home) as url:
         async with httpx.AsyncClient(base_url=url, timeout=WAIT) as client:
@@ -79,8 +80,8 @@ async def test_serve_with_no_flags_starts_on_a_fresh_machine(tmp_path: Path) -> 
             assert health["ok"] is True
             assert health["role"] == "all"
             answer = await client.post("/v1/sessions", json={})
-            assert answer.status_code == 422
-            assert answer.json()["error"]["code"] == "unknown_profile"
+            assert answer.status_code == 503
+            assert answer.json()["error"]["code"] == "NO_MODEL"
             assert (await client.get("/v1/sessions")).json() == {"sessions": []}
     assert (home / ".local" / "share" / "steerloop" / "sessions.db").is_file()
 

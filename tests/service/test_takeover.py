@@ -45,9 +45,12 @@ async def crash_and_resume(tmp_path: Path, mode: str) -> tuple[Any, Harness, int
         await child.until("tool-running" if mode == "tool" else "streaming")
     finally:
         await child.kill()
-    store = SqliteStore(path)
+    # By URL: the runtime owns (and its close closes) the store and its writer thread; a
+    # SqliteStore object handed to it was never closed by the callers, who close h.rt.
+    rt = await Runtime.open(store=f"sqlite:///{path}")
+    store = rt.sessions.persistence
+    assert store is not None
     stored = await store.load(SESSION)
-    rt = await Runtime.open(store=store)
     h = Harness(rt)
     handle = await rt.agents.resume(resume_session_id=SESSION, agent_options=OPTIONS)
     return handle.agent, h, len(stored) + 1
@@ -118,17 +121,20 @@ async def test_no_interrupted_turn_gives_none(tmp_path: Path) -> None:
     finally:
         await h.rt.close()
     store = SqliteStore(tmp_path / "crash.db")
-    rt = await Runtime.open(store=store)
     try:
-        Harness(rt)
-        before = await store.load(SESSION)
-        handle = await rt.agents.resume(resume_session_id=SESSION, agent_options=OPTIONS)
-        events = handle.agent.session.events
-        assert [e.type for e in events[len(before) :]] == ["session/end-seed"]
-        assert takeover_message(events, len(before) + 1) is None
-        assert takeover_message(events, first) is not None  # the first takeover's repair
+        rt = await Runtime.open(store=store)
+        try:
+            Harness(rt)
+            before = await store.load(SESSION)
+            handle = await rt.agents.resume(resume_session_id=SESSION, agent_options=OPTIONS)
+            events = handle.agent.session.events
+            assert [e.type for e in events[len(before) :]] == ["session/end-seed"]
+            assert takeover_message(events, len(before) + 1) is None
+            assert takeover_message(events, first) is not None  # the first takeover's repair
+        finally:
+            await rt.close()
     finally:
-        await rt.close()
+        await store.close()  # a store the runtime was given is not the runtime's to close
 
 
 def _event(seq: int, data: Any, type: str) -> SessionEvent:

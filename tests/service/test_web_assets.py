@@ -4,6 +4,7 @@ without the token while the API behind them is not, and no path reaches past the
 
 from __future__ import annotations
 
+import hashlib
 import re
 import zipfile
 from importlib import resources
@@ -18,6 +19,12 @@ from .served import served
 ROOT = Path(__file__).resolve().parents[2]
 WEB = resources.files("steerloop.service").joinpath("_web")
 ASSETS = sorted(p.name for p in WEB.iterdir() if p.is_file())
+# Release files of npm packages, byte for byte (their licenses and versions: vendor/).
+VENDORED = {
+    "marked.js": "4d2d824f3035e79b6887380d88c6c9ca0958215d1f4f6c053c562d60babc7172",
+    "purify.js": "5e8c53cd086a012531fc754ee6a7ad7a02e8a06fc4dadd805b912e128c3f6c58",
+}
+VENDOR_NOTES = ["vendor/README.md", "vendor/dompurify.LICENSE", "vendor/marked.LICENSE"]
 
 
 def test_the_assets_are_the_pages_files() -> None:
@@ -27,9 +34,24 @@ def test_the_assets_are_the_pages_files() -> None:
         "feed.js",
         "icon.svg",
         "index.html",
+        "markdown.js",
+        "marked.js",
+        "purify.js",
         "style.css",
         "transcript.js",
     ]
+
+
+def test_the_vendored_libraries_are_the_pinned_releases_with_their_licenses() -> None:
+    """The README's table names each file's package, version and hash; the test holds them."""
+    notes = WEB.joinpath("vendor", "README.md").read_text(encoding="utf-8")
+    for name, digest in VENDORED.items():
+        assert hashlib.sha256(WEB.joinpath(name).read_bytes()).hexdigest() == digest, name
+        assert digest in notes
+    assert "marked` | 18.3.0" in notes and "dompurify` | 3.5.0" in notes
+    assert "MIT license" in WEB.joinpath("vendor", "marked.LICENSE").read_text(encoding="utf-8")
+    apache = WEB.joinpath("vendor", "dompurify.LICENSE").read_text(encoding="utf-8")
+    assert "Apache License" in apache
 
 
 async def test_every_asset_is_served_from_the_package_with_its_type(tmp_path: Path) -> None:
@@ -61,6 +83,11 @@ def test_the_page_references_only_its_own_assets() -> None:
     referenced: set[str] = set()
     for name in ASSETS:
         text = WEB.joinpath(name).read_text(encoding="utf-8")
+        if name in VENDORED:
+            # Release files as published (URLs in their comments and strings); what they
+            # import is what counts, and they import nothing.
+            assert not re.findall(r'^import|\bimport\s*\(|from "([^"]+)"', text, re.M), name
+            continue
         assert "http://" not in text.replace('xmlns="http://www.w3.org/2000/svg"', "")
         assert "https://" not in text
         referenced.update(re.findall(r'(?:src|href)="([^"]+)"', text))
@@ -103,5 +130,5 @@ def test_a_built_wheel_ships_the_assets(tmp_path: Path) -> None:
             for name in wheel.namelist()
             if name.startswith("steerloop/service/_web/")
         }
-    assert sorted(shipped) == ASSETS
-    assert all(shipped[name] == WEB.joinpath(name).read_bytes() for name in ASSETS)
+    assert sorted(shipped) == sorted([*ASSETS, *VENDOR_NOTES])
+    assert all(shipped[name] == WEB.joinpath(name).read_bytes() for name in shipped)

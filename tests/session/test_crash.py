@@ -87,22 +87,21 @@ async def recover(path: Path, child: Child) -> Any:
         assert len(stored) >= acked, f"lost acknowledged events: {len(stored)} < {acked}"
         assert digest(stored[:acked]) == acked_digest
         expected = [fix.type for fix in plan_repair(stored)] + ["session/end-seed"]
-        rt = await Runtime.open(store=store)
-        h = Harness(rt)
-        h.adapter.add(text_response("after the crash"))
-        handle = await rt.agents.resume(resume_session_id=SESSION, agent_options=OPTIONS)
-        session = handle.agent.session
-        assert list(session.events[: len(stored)]) == stored
-        assert [e.type for e in session.events[len(stored) :]] == expected
-        if expected[0] != "session/end-seed":
-            assert session.events[-2].data.reason.kind == "interrupted"
-        handle.agent.followup(user_message("go on"))
-        await settle(handle.agent)
-        assert session.events[-1].type == "turn/end"
-        assert session.events[-1].data.reason.kind == "completed"
-        assert_well_formed(session)
-        final = list(session.events)
-        await rt.close()
+        async with await Runtime.open(store=store) as rt:  # closed before the store
+            h = Harness(rt)
+            h.adapter.add(text_response("after the crash"))
+            handle = await rt.agents.resume(resume_session_id=SESSION, agent_options=OPTIONS)
+            session = handle.agent.session
+            assert list(session.events[: len(stored)]) == stored
+            assert [e.type for e in session.events[len(stored) :]] == expected
+            if expected[0] != "session/end-seed":
+                assert session.events[-2].data.reason.kind == "interrupted"
+            handle.agent.followup(user_message("go on"))
+            await settle(handle.agent)
+            assert session.events[-1].type == "turn/end"
+            assert session.events[-1].data.reason.kind == "completed"
+            assert_well_formed(session)
+            final = list(session.events)
         assert list(await store.load(SESSION)) == final
         return session
     finally:

@@ -126,22 +126,23 @@ async def test_header_of_a_fresh_and_a_forked_session(tmp_path: Path) -> None:
     fork, parent_session."""
     before = int(time.time() * 1000)
     store = SqliteStore(tmp_path / "s.db")
-    rt = await Runtime.open(store=store, clock=lambda: 1234)
-    h = Harness(rt)
-    agent = await h.agent(text_response("hi"))
-    agent.followup(user_message("u"))
-    await settle(agent)
-    await rt.sessions.fork("s-1", 2, "child")
-    await rt.close()
-    header = await store.load_header("s-1")
-    created = header.pop("created_at")
-    assert isinstance(created, int) and before <= created <= time.time() * 1000
-    assert header == {"version": 1, "id": "s-1", "is_seeded": False}
-    child = await store.load_header("child")
-    assert child["parent_session"] == "s-1"
-    assert child["is_seeded"] is True
-    assert child["created_at"] >= created
-    await store.close()
+    try:
+        async with await Runtime.open(store=store, clock=lambda: 1234) as rt:
+            h = Harness(rt)
+            agent = await h.agent(text_response("hi"))
+            agent.followup(user_message("u"))
+            await settle(agent)
+            await rt.sessions.fork("s-1", 2, "child")
+        header = await store.load_header("s-1")
+        created = header.pop("created_at")
+        assert isinstance(created, int) and before <= created <= time.time() * 1000
+        assert header == {"version": 1, "id": "s-1", "is_seeded": False}
+        child = await store.load_header("child")
+        assert child["parent_session"] == "s-1"
+        assert child["is_seeded"] is True
+        assert child["created_at"] >= created
+    finally:
+        await store.close()
 
 
 async def test_migration_brings_an_old_database_forward(tmp_path: Path) -> None:
@@ -384,52 +385,55 @@ async def test_agent_stops_taking_work_when_its_log_cannot_be_written(tmp_path: 
     the live one holding every acknowledged event; a resume repairs it and works on."""
     path = tmp_path / "s.db"
     store = SqliteStore(path, pragmas={"max_page_count": 24})
-    rt = await Runtime.open(store=store)
-    h = Harness(rt)
-    errors: list[Any] = []
-    rt.hooks.on("agent/error", errors.append)
-    handle = await rt.agents.create(session_id="s-1", agent_options=OPTIONS)
-    agent = handle.agent
-    acknowledged = 0
-    failed: SessionStorageError | None = None
-    for n in range(60):
-        h.adapter.add(text_response(f"answer {n} " + "y" * 3000))
+    try:
+        rt = await Runtime.open(store=store)
         try:
-            agent.followup(user_message(f"u{n}"))
+            h = Harness(rt)
+            errors: list[Any] = []
+            rt.hooks.on("agent/error", errors.append)
+            handle = await rt.agents.create(session_id="s-1", agent_options=OPTIONS)
+            agent = handle.agent
+            acknowledged = 0
+            failed: SessionStorageError | None = None
+            for n in range(60):
+                h.adapter.add(text_response(f"answer {n} " + "y" * 3000))
+                try:
+                    agent.followup(user_message(f"u{n}"))
+                    await settle(agent)
+                    await agent.session.flush()
+                except SessionStorageError as exc:
+                    failed = exc
+                    break
+                acknowledged = len(agent.session.events)
+            assert failed is not None and "disk is full" in str(failed)
+            assert acknowledged > 0
             await settle(agent)
-            await agent.session.flush()
-        except SessionStorageError as exc:
-            failed = exc
-            break
-        acknowledged = len(agent.session.events)
-    assert failed is not None and "disk is full" in str(failed)
-    assert acknowledged > 0
-    await settle(agent)
-    with pytest.raises(SessionStorageError, match="takes no more writes"):
-        agent.followup(user_message("more"))
-    with pytest.raises(SessionStorageError, match="takes no more writes"):
-        await agent.session.flush()
-    live = list(agent.session.events)
-    assert all(is_storage_failure(p.error) for p in errors)
-    with pytest.raises(SessionStorageError, match="takes no more writes"):
-        await handle.dispose()
-    await rt.close()
-    await store.close()
+            with pytest.raises(SessionStorageError, match="takes no more writes"):
+                agent.followup(user_message("more"))
+            with pytest.raises(SessionStorageError, match="takes no more writes"):
+                await agent.session.flush()
+            live = list(agent.session.events)
+            assert all(is_storage_failure(p.error) for p in errors)
+            with pytest.raises(SessionStorageError, match="takes no more writes"):
+                await handle.dispose()
+        finally:
+            await rt.close()
+    finally:
+        await store.close()
 
     stored = await load(path, "s-1")
     assert len(stored) >= acknowledged
     assert list(stored) == live[: len(stored)]
 
-    rt2 = await Runtime.open(store=f"sqlite:///{path}")
-    h2 = Harness(rt2)
-    h2.adapter.add(text_response("back"))
-    handle = await rt2.agents.resume(resume_session_id="s-1", agent_options=OPTIONS)
-    handle.agent.followup(user_message("again"))
-    await settle(handle.agent)
-    assert handle.agent.session.events[-1].type == "turn/end"
-    assert handle.agent.session.events[-1].data.reason.kind == "completed"
-    assert_well_formed(handle.agent.session)
-    await rt2.close()
+    async with await Runtime.open(store=f"sqlite:///{path}") as rt2:
+        h2 = Harness(rt2)
+        h2.adapter.add(text_response("back"))
+        handle = await rt2.agents.resume(resume_session_id="s-1", agent_options=OPTIONS)
+        handle.agent.followup(user_message("again"))
+        await settle(handle.agent)
+        assert handle.agent.session.events[-1].type == "turn/end"
+        assert handle.agent.session.events[-1].data.reason.kind == "completed"
+        assert_well_formed(handle.agent.session)
 
 
 async def test_a_write_failure_mid_turn_fails_the_turn(tmp_path: Path) -> None:
@@ -440,63 +444,66 @@ async def test_a_write_failure_mid_turn_fails_the_turn(tmp_path: Path) -> None:
     turn completes."""
     path = tmp_path / "s.db"
     store = SqliteStore(path, pragmas={"max_page_count": 24})
-    rt = await Runtime.open(store=store)
-    h = Harness(rt)
-    errors: list[Any] = []
-    rt.hooks.on("agent/error", errors.append)
-    seen: list[BaseException] = []
-
-    async def body(args: Any, exec: Any) -> str:
+    try:
+        rt = await Runtime.open(store=store)
         try:
-            await agent.session.flush()
-        except SessionStorageError as exc:
-            seen.append(exc)
-        return "done"
+            h = Harness(rt)
+            errors: list[Any] = []
+            rt.hooks.on("agent/error", errors.append)
+            seen: list[BaseException] = []
 
-    rt.tools.register(Bench().tool("t", then=body))
-    handle = await rt.agents.create(session_id="s-1", agent_options=OPTIONS)
-    agent = handle.agent
-    h.adapter.add(text_response("small"))
-    agent.followup(user_message("u0"))
-    await settle(agent)
-    await agent.session.flush()
-    acknowledged = list(agent.session.events)
-    h.adapter.add(tool_calls_response([("c1", "t", {"pad": "z" * 200_000})]))
-    agent.followup(user_message("u1"))
-    await settle(agent)
-    assert seen == []  # the body never ran: its intent could not be made durable
-    assert errors and all(is_storage_failure(p.error) for p in errors)
-    assert any("disk is full" in str(p.error) for p in errors)
-    live = list(agent.session.events)
-    assert live[-1].type == "tool/call"  # the tool/result append raised: nothing after it
-    with pytest.raises(SessionStorageError):
-        agent.followup(user_message("u2"))
-    assert list(agent.session.events) == live
-    with pytest.raises(SessionStorageError):
-        await handle.dispose()
-    await rt.close()
-    await store.close()
+            async def body(args: Any, exec: Any) -> str:
+                try:
+                    await agent.session.flush()
+                except SessionStorageError as exc:
+                    seen.append(exc)
+                return "done"
+
+            rt.tools.register(Bench().tool("t", then=body))
+            handle = await rt.agents.create(session_id="s-1", agent_options=OPTIONS)
+            agent = handle.agent
+            h.adapter.add(text_response("small"))
+            agent.followup(user_message("u0"))
+            await settle(agent)
+            await agent.session.flush()
+            acknowledged = list(agent.session.events)
+            h.adapter.add(tool_calls_response([("c1", "t", {"pad": "z" * 200_000})]))
+            agent.followup(user_message("u1"))
+            await settle(agent)
+            assert seen == []  # the body never ran: its intent could not be made durable
+            assert errors and all(is_storage_failure(p.error) for p in errors)
+            assert any("disk is full" in str(p.error) for p in errors)
+            live = list(agent.session.events)
+            assert live[-1].type == "tool/call"  # the tool/result append raised: nothing after it
+            with pytest.raises(SessionStorageError):
+                agent.followup(user_message("u2"))
+            assert list(agent.session.events) == live
+            with pytest.raises(SessionStorageError):
+                await handle.dispose()
+        finally:
+            await rt.close()
+    finally:
+        await store.close()
 
     stored = await load(path, "s-1")
     assert list(stored[: len(acknowledged)]) == acknowledged
     assert list(stored) == live[: len(stored)]
     assert all(e.type != "assistant/message" for e in stored[len(acknowledged) :])
-    rt2 = await Runtime.open(store=f"sqlite:///{path}")
-    h2 = Harness(rt2)
-    h2.adapter.add(text_response("back"))
-    resumed = await rt2.agents.resume(resume_session_id="s-1", agent_options=OPTIONS)
-    added = resumed.agent.session.events[len(stored) :]
-    if len(stored) > len(acknowledged):  # part of turn 2 was committed before the failure
-        assert [e.type for e in added][-2:] == ["turn/end", "session/end-seed"]
-        assert added[-2].data.reason.kind == "interrupted"
-    else:
-        assert [e.type for e in added] == ["session/end-seed"]
-    assert_well_formed(resumed.agent.session)
-    resumed.agent.followup(user_message("again"))
-    await settle(resumed.agent)
-    assert resumed.agent.session.events[-1].data.reason.kind == "completed"
-    assert_well_formed(resumed.agent.session)
-    await rt2.close()
+    async with await Runtime.open(store=f"sqlite:///{path}") as rt2:
+        h2 = Harness(rt2)
+        h2.adapter.add(text_response("back"))
+        resumed = await rt2.agents.resume(resume_session_id="s-1", agent_options=OPTIONS)
+        added = resumed.agent.session.events[len(stored) :]
+        if len(stored) > len(acknowledged):  # part of turn 2 was committed before the failure
+            assert [e.type for e in added][-2:] == ["turn/end", "session/end-seed"]
+            assert added[-2].data.reason.kind == "interrupted"
+        else:
+            assert [e.type for e in added] == ["session/end-seed"]
+        assert_well_formed(resumed.agent.session)
+        resumed.agent.followup(user_message("again"))
+        await settle(resumed.agent)
+        assert resumed.agent.session.events[-1].data.reason.kind == "completed"
+        assert_well_formed(resumed.agent.session)
 
 
 # --- the lease ----------------------------------------------------------------------------
@@ -525,20 +532,25 @@ async def test_a_writer_closed_while_its_store_closes_releases_its_lease(tmp_pat
     raises, and still gives its lease back: another store can take the session."""
     path = tmp_path / "s.db"
     store = SqliteStore(path)
-    writer = await store.open_writer("a")
-    writer.publish()
-    writer.write(turn(1))
-    closing = asyncio.ensure_future(store.close())
-    while not store._closed:  # the store refuses work from here on; its writers are not
-        await asyncio.sleep(0)  # abandoned before its writer thread stops, a turn later
-    with pytest.raises(SessionStorageError, match="closed"):
-        await writer.close()
-    await asyncio.wait_for(closing, SETTLE_TIMEOUT)
+    try:
+        writer = await store.open_writer("a")
+        writer.publish()
+        writer.write(turn(1))
+        closing = asyncio.ensure_future(store.close())
+        while not store._closed:  # the store refuses work from here on; its writers are not
+            await asyncio.sleep(0)  # abandoned before its writer thread stops, a turn later
+        with pytest.raises(SessionStorageError, match="closed"):
+            await writer.close()
+        await asyncio.wait_for(closing, SETTLE_TIMEOUT)
+    finally:
+        await store.close()  # idempotent: what the race left open is closed on a failure
     other = SqliteStore(path)
-    again = await other.open_writer("a")
-    await again.discard()
-    assert [e.seq for e in await other.load("a")] == [1]
-    await other.close()
+    try:
+        again = await other.open_writer("a")
+        await again.discard()
+        assert [e.seq for e in await other.load("a")] == [1]
+    finally:
+        await other.close()
 
 
 async def test_reads_commit_nothing(tmp_path: Path) -> None:

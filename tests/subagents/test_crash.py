@@ -45,39 +45,42 @@ async def test_parent_and_child_logs_survive_a_kill_and_resume(tmp_path: Path) -
         call = next(e for e in parent_stored if e.type == "tool/call")
         assert child_id == f"parent/sub-{call.seq}"
 
-        rt = await Runtime.open(store=store)
-        parent_model, child_model = ScriptedAdapter(), ScriptedAdapter()
-        rt.llm.register_adapter(["mock"], parent_model)
-        rt.llm.register_adapter(["child"], child_model)
-        install_subagents(rt, agent_options=CHILD)
-        parent = (await rt.agents.resume(resume_session_id="parent", agent_options=OPTIONS)).agent
-        child = (
-            await rt.agents.resume(resume_session_id=child_id, agent_options=CHILD, parent=parent)
-        ).agent
-        assert rt.agents.children(parent) == (child,)
-        assert list(parent.session.events[: len(parent_stored)]) == list(parent_stored)
-        assert list(child.session.events[: len(child_stored)]) == list(child_stored)
-        assert compact(parent.session)[-5:] == [
-            "call(c1)", "result(c1,TOOL_OUTCOME_UNKNOWN)", "S-2.1", "T-2:interrupted",
-            "session/end-seed",
-        ]  # fmt: skip
-        assert compact(child.session) == [
-            "ins(nt,long job)", "T+1", "claim(nt,long job)", "S+1.1", "sys", "user(long job)",
-            "hdr(initial)", "ctx", "S-1.1", "T-1:interrupted", "session/end-seed",
-        ]  # fmt: skip
+        async with await Runtime.open(store=store) as rt:  # closed before the store
+            parent_model, child_model = ScriptedAdapter(), ScriptedAdapter()
+            rt.llm.register_adapter(["mock"], parent_model)
+            rt.llm.register_adapter(["child"], child_model)
+            install_subagents(rt, agent_options=CHILD)
+            parent = (
+                await rt.agents.resume(resume_session_id="parent", agent_options=OPTIONS)
+            ).agent
+            child = (
+                await rt.agents.resume(
+                    resume_session_id=child_id, agent_options=CHILD, parent=parent
+                )
+            ).agent
+            assert rt.agents.children(parent) == (child,)
+            assert list(parent.session.events[: len(parent_stored)]) == list(parent_stored)
+            assert list(child.session.events[: len(child_stored)]) == list(child_stored)
+            assert compact(parent.session)[-5:] == [
+                "call(c1)", "result(c1,TOOL_OUTCOME_UNKNOWN)", "S-2.1", "T-2:interrupted",
+                "session/end-seed",
+            ]  # fmt: skip
+            assert compact(child.session) == [
+                "ins(nt,long job)", "T+1", "claim(nt,long job)", "S+1.1", "sys", "user(long job)",
+                "hdr(initial)", "ctx", "S-1.1", "T-1:interrupted", "session/end-seed",
+            ]  # fmt: skip
 
-        child_model.add(text_response("child resumed"))
-        child.followup(user_message("go on"))
-        await within(child.when_idle())
-        parent_model.add(text_response("parent resumed"))
-        parent.followup(user_message("go on"))
-        await within(parent.when_idle())
-        assert compact(parent.session)[-1] == "T-3:completed"
-        assert compact(child.session)[-1] == "T-2:completed"
-        assert_well_formed(parent.session)
-        assert_well_formed(child.session)
-        finals = {"parent": list(parent.session.events), child_id: list(child.session.events)}
-        await rt.close()
+            child_model.add(text_response("child resumed"))
+            child.followup(user_message("go on"))
+            await within(child.when_idle())
+            parent_model.add(text_response("parent resumed"))
+            parent.followup(user_message("go on"))
+            await within(parent.when_idle())
+            assert compact(parent.session)[-1] == "T-3:completed"
+            assert compact(child.session)[-1] == "T-2:completed"
+            assert_well_formed(parent.session)
+            assert_well_formed(child.session)
+            finals = {"parent": list(parent.session.events), child_id: list(child.session.events)}
         for session_id, events in finals.items():
             assert list(await store.load(session_id)) == events
     finally:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 from typing import Any
 
 import pytest
@@ -222,3 +223,52 @@ async def test_arguments_nested_within_the_bound_still_run(h: Harness) -> None:
     await settle(agent)
     assert len(ran) == 1
     assert compact(agent.session, only=("result(",)) == ["result(c1)"]
+
+
+async def test_a_network_ref_in_a_schema_is_never_fetched(h: Harness) -> None:
+    """SEP-2106: a ``$ref`` to a network URI (a schema from an MCP server may carry one) is
+    never retrieved while arguments are validated: a call that reaches it is INVALID_ARGS and
+    nothing connects to the URI; same-document references still resolve."""
+    ran: list[Any] = []
+
+    async def lookup(args: dict[str, Any], exec: ToolExec) -> str:
+        ran.append(args)
+        return "found"
+
+    with socket.create_server(("127.0.0.1", 0)) as canary:
+        canary.setblocking(False)
+        port = canary.getsockname()[1]
+        schema = {
+            "type": "object",
+            "$defs": {"id": {"type": "string", "pattern": "^[a-z0-9-]+$"}},
+            "properties": {
+                "id": {"$ref": "#/$defs/id"},
+                "profile": {"$ref": f"http://127.0.0.1:{port}/profile.json"},
+            },
+            "required": ["id"],
+        }
+        h.rt.tools.register(
+            define_tool(name="lookup", description="d", parameters=schema, execute=lookup)
+        )
+        agent = await h.agent(
+            tool_calls_response(
+                [
+                    ("c1", "lookup", {"id": "ada"}),
+                    ("c2", "lookup", {"id": "Ada!"}),
+                    ("c3", "lookup", {"id": "ada", "profile": {"name": "Ada"}}),
+                ]
+            ),
+            text_response("done"),
+        )
+        agent.followup(user_message("u1"))
+        await settle(agent)
+        with pytest.raises(BlockingIOError):
+            canary.accept()
+    assert ran == [{"id": "ada"}]
+    assert compact(agent.session, only=("result(",)) == [
+        "result(c1)",
+        "result(c2,INVALID_ARGS)",
+        "result(c3,INVALID_ARGS)",
+    ]
+    unresolved = events_of(agent.session, "tool/result")[2].data.message
+    assert f"http://127.0.0.1:{port}/profile.json" in label(unresolved)

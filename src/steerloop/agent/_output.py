@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 import jsonschema
 import pydantic
+import referencing
+import referencing.exceptions
 
 from .._hooks import Disposer
 from ..errors import LlmError
@@ -62,7 +64,9 @@ class OutputSpec(Generic[T]):
                 checker_cls.check_schema(schema)
             except jsonschema.SchemaError as exc:
                 raise ValueError(f"invalid output schema: {exc.message}") from None
-            self.checker = checker_cls(schema)
+            # References resolve within the schema only: jsonschema's default registry
+            # fetches any other ``$ref`` over the network while validating (SEP-2106).
+            self.checker = checker_cls(schema, registry=referencing.Registry())
         else:
             try:
                 self.adapter = pydantic.TypeAdapter(output_type)
@@ -105,7 +109,10 @@ class OutputSpec(Generic[T]):
             ValueError: it does not validate; the message lists why.
         """
         if self.adapter is None:
-            error = jsonschema.exceptions.best_match(self.checker.iter_errors(value))
+            try:
+                error = jsonschema.exceptions.best_match(self.checker.iter_errors(value))
+            except referencing.exceptions.Unresolvable as exc:
+                raise ValueError(f"the output schema has an unresolvable $ref: {exc}") from None
             if error is not None:
                 where = ".".join(str(p) for p in error.absolute_path) or "(root)"
                 raise ValueError(f"{where}: {error.message}")

@@ -2,28 +2,25 @@
 
 from __future__ import annotations
 
-import asyncio
-import json
-import shlex
+# Imports are lazy: ``steerloop --version`` and ``--help`` load typer and this module only
+# (``tests/cli/test_startup.py`` pins the set). A command imports what it needs inside its
+# function (its own ``_command`` module, rich, the runtime); a sub-app module imported here
+# (``_mcp``) imports only typer and the standard library at its top. So none of that is paid
+# by the commands that do not run.
 import sys
 from pathlib import Path
-from typing import Annotated, Any
-from urllib.parse import urlsplit, urlunsplit
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
 
-from .._runtime import Runtime
-from ..errors import SessionPersistenceError, SteerloopError
-from ..messages import TextBlock
-from ..session._events import SessionEvent
-from ..session._sqlite import _sqlite_path
 from ._mcp import mcp_app
-from ._render import EventRenderer
-from ._session_setup import LiveOptions
-from ._settings import Settings, load_settings, store_url
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from ..session._events import SessionEvent
+    from ._session_setup import LiveOptions
+    from ._settings import Settings
 
 __all__ = ["app", "main"]
 
@@ -87,6 +84,8 @@ def _main(
 def _settings(store: str | None, *, create: bool = True) -> Settings:
     """The settings with ``--store`` applied. ``create``: make the SQLite file's directory
     (the commands that write); the ``sessions`` commands read, and refuse a missing file."""
+    from ._settings import load_settings, store_url
+
     try:
         settings = load_settings()
     except ValueError as exc:
@@ -115,6 +114,8 @@ class _Missing(Exception):
 def _sqlite_file(url: str) -> Path | None:
     if not url.startswith("sqlite:"):
         return None
+    from ..session._sqlite import _sqlite_path
+
     try:
         return Path(_sqlite_path(url))
     except ValueError:
@@ -123,6 +124,8 @@ def _sqlite_file(url: str) -> Path | None:
 
 def _without_password(url: str) -> str:
     """``url`` fit for the screen: a password in it becomes ``***``."""
+    from urllib.parse import urlsplit, urlunsplit
+
     parts = urlsplit(url)
     if parts.password is None:
         return url
@@ -140,6 +143,13 @@ def _fail(console: Console, message: str, code: int = 1) -> typer.Exit:
 @app.command()
 def demo(store: StoreOption = None) -> None:
     """Run an offline scenario (scripted model, no API key) on the embedded store."""
+    import asyncio
+    import shlex
+
+    from rich.console import Console
+    from rich.markup import escape
+
+    from ..errors import SteerloopError
     from ._demo import run_demo
 
     console = Console()
@@ -162,6 +172,8 @@ def demo(store: StoreOption = None) -> None:
 
 
 async def _with_store(url: str, job: Any) -> Any:
+    from .._runtime import Runtime
+
     async with await Runtime.open(store=url) as rt:
         store = rt.sessions.persistence
         assert store is not None
@@ -171,6 +183,13 @@ async def _with_store(url: str, job: Any) -> Any:
 @sessions_app.command("ls")
 def sessions_ls(store: StoreOption = None) -> None:
     """List stored sessions."""
+    import asyncio
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from ..errors import SessionPersistenceError
+
     console = Console()
     try:
         settings = _settings(store, create=False)
@@ -203,6 +222,10 @@ def _when(ms: int) -> str:
 
 
 def _load(store: str | None, session_id: str, console: Console) -> tuple[SessionEvent, ...]:
+    import asyncio
+
+    from ..errors import SessionPersistenceError
+
     try:
         settings = _settings(store, create=False)
     except _Missing as exc:
@@ -221,6 +244,10 @@ def _load(store: str | None, session_id: str, console: Console) -> tuple[Session
 @sessions_app.command("show")
 def sessions_show(session_id: str, store: StoreOption = None) -> None:
     """Show a session as the chat renders it."""
+    from rich.console import Console
+
+    from ._render import EventRenderer
+
     console = Console()
     EventRenderer(console).render_all(_load(store, session_id, console))
 
@@ -244,6 +271,13 @@ def sessions_export(
     """Export a session's log (jsonl: every event; markdown: the conversation, naming its
     images and files; bundle: the session as one file that steerloop.evals.load_bundle
     imports into any store)."""
+    import asyncio
+    import json
+
+    from rich.console import Console
+
+    from ..errors import SessionPersistenceError
+
     console = Console()
     if format not in ("jsonl", "markdown", "bundle"):
         raise typer.BadParameter("--format must be jsonl, markdown or bundle")
@@ -272,6 +306,9 @@ def sessions_export(
 
 
 def _export_bundle(store: str | None, session_id: str, console: Console) -> None:
+    import asyncio
+
+    from ..errors import SessionPersistenceError
     from ..evals._bundle import export_bundle
 
     try:
@@ -292,6 +329,7 @@ def _export_bundle(store: str | None, session_id: str, console: Console) -> None
 def _markdown(
     session_id: str, events: tuple[SessionEvent, ...], links: dict[str, str] | None = None
 ) -> str:
+    from ..messages import TextBlock
     from ..session._session import Session
     from ._attach import markdown_attachments
 
@@ -317,6 +355,10 @@ def sessions_replay(
 ) -> None:
     """Replay a session with its original timing (sped up)."""
     import time
+
+    from rich.console import Console
+
+    from ._render import EventRenderer
 
     console = Console()
     if speed <= 0:
@@ -365,6 +407,47 @@ NoRetryOption = Annotated[
     bool,
     typer.Option("--no-retry", help="Do not retry a failed model request (retry is on)."),
 ]
+TemperatureOption = Annotated[
+    float | None,
+    typer.Option(
+        "--temperature", metavar="T", help="Sampling temperature of every request (0 to 2)."
+    ),
+]
+SetOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--set",
+        metavar="KEY=VALUE",
+        help="A request option of every request (repeatable): top_p=0.9, "
+        "tool_choice=required, parallel_tool_calls=false, or any provider field; "
+        "VALUE is JSON, else a string. Over [request] of steerloop.toml.",
+    ),
+]
+
+
+def _request_options(temperature: float | None, sets: list[str] | None) -> dict[str, Any]:
+    """``--set KEY=VALUE`` (repeatable) and ``--temperature``: request options."""
+    import json
+
+    from ..agent._options import validate_call
+
+    call: dict[str, Any] = {}
+    for item in sets or ():
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        if not sep or not key:
+            raise typer.BadParameter(f"--set takes KEY=VALUE, not {item!r}")
+        try:
+            call[key] = json.loads(raw)
+        except ValueError:
+            call[key] = raw  # a bare word: tool_choice=required
+    if temperature is not None:
+        call["temperature"] = temperature
+    try:
+        validate_call(call, "request")
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    return call
 
 
 def _approve_mode(settings: Settings, approve: str | None) -> str:
@@ -375,8 +458,15 @@ def _approve_mode(settings: Settings, approve: str | None) -> str:
 
 
 def _live_options(
-    command: str, approve: str, max_tokens: int | None, no_tools: bool, no_retry: bool
+    command: str,
+    approve: str,
+    max_tokens: int | None,
+    no_tools: bool,
+    no_retry: bool,
+    call: dict[str, Any],
 ) -> LiveOptions:
+    from ._session_setup import LiveOptions
+
     if max_tokens is not None and not 0 < max_tokens < 2**53:
         raise typer.BadParameter("--max-tokens must be a positive integer")
     return LiveOptions(
@@ -385,6 +475,7 @@ def _live_options(
         tools=not no_tools,
         retry=not no_retry,
         prefix=command,
+        call=call,
     )
 
 
@@ -419,6 +510,8 @@ def run(
     max_tokens: MaxTokensOption = None,
     no_tools: NoToolsOption = False,
     no_retry: NoRetryOption = False,
+    temperature: TemperatureOption = None,
+    set_: SetOption = None,
     output_schema: Annotated[
         Path | None,
         typer.Option(
@@ -440,6 +533,11 @@ def run(
     0 completed · 1 error · 3 max-tokens · 4 blocked · 130 aborted (Ctrl-C). With --goal:
     0 goal complete · 4 goal blocked · 130 goal paused (Ctrl-C).
     """
+    import asyncio
+
+    from rich.console import Console
+
+    from ..errors import SteerloopError
     from ._run import run_once
 
     if prompt is None and goal is None:
@@ -461,7 +559,8 @@ def run(
     mode = _approve_mode(settings, approve)
     if mode == "ask" and not sys.stdin.isatty():
         mode = "read-only"
-    options = _live_options("run", mode, max_tokens, no_tools, no_retry)
+    call = _request_options(temperature, set_)
+    options = _live_options("run", mode, max_tokens, no_tools, no_retry, call)
     try:
         kind = asyncio.run(
             run_once(
@@ -484,6 +583,8 @@ def run(
 
 
 def _read_schema(path: Path) -> dict[str, Any]:
+    import json
+
     try:
         schema = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
@@ -502,14 +603,22 @@ def chat(
     max_tokens: MaxTokensOption = None,
     no_tools: NoToolsOption = False,
     no_retry: NoRetryOption = False,
+    temperature: TemperatureOption = None,
+    set_: SetOption = None,
 ) -> None:
     """Chat with an agent; type while it runs to steer it (Enter), /help for commands."""
+    import asyncio
+
+    from rich.console import Console
+
+    from ..errors import SteerloopError
     from ._chat import run_chat
 
     console = Console()
     settings = _settings(store)
     mode = _approve_mode(settings, approve)
-    options = _live_options("chat", mode, max_tokens, no_tools, no_retry)
+    call = _request_options(temperature, set_)
+    options = _live_options("chat", mode, max_tokens, no_tools, no_retry, call)
     try:
         asyncio.run(
             run_chat(settings, model=model, session_id=session, options=options, console=console)
@@ -521,6 +630,15 @@ def chat(
 @app.command()
 def serve(
     store: StoreOption = None,
+    model: Annotated[
+        str | None,
+        typer.Option(
+            "--model",
+            "-m",
+            metavar="P/M",
+            help="PROVIDER/MODEL of the default profile (default: the config's, as chat).",
+        ),
+    ] = None,
     host: Annotated[str, typer.Option("--host", help="Address to bind.")] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port", help="Port (0 picks a free one).")] = 8421,
     role: Annotated[str, typer.Option("--role", help="all, api or worker.")] = "all",
@@ -585,8 +703,13 @@ def serve(
         float | None,
         typer.Option("--body-timeout", help="Seconds to receive a request body, then 408 [30]."),
     ] = None,
+    temperature: TemperatureOption = None,
+    set_: SetOption = None,
 ) -> None:
     """Serve sessions over HTTP + SSE (extra steerloop[server])."""
+    from rich.console import Console
+
+    from ..errors import SteerloopError
     from ._serve import serve_main
 
     console = Console()
@@ -612,6 +735,8 @@ def serve(
                 header_timeout=header_timeout,
                 body_timeout=body_timeout,
             ),
+            model=model,
+            call=_request_options(temperature, set_),
         )
     except (ValueError, SteerloopError) as exc:
         raise _fail(console, str(exc), 2) from None
@@ -667,6 +792,12 @@ def eval_replay(
     fed with its timing, tool calls answered from the recording. The exit status is 0
     whatever the report says; 1 when the replay could not run.
     """
+    import asyncio
+
+    from rich.console import Console
+    from rich.markup import escape
+
+    from ..errors import SteerloopError
     from ._eval import report_text, run_eval_replay
 
     console = Console(stderr=True)

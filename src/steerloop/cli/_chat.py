@@ -36,7 +36,7 @@ from ..agent._decisions import RequestPayload
 from ..agent._factory import AgentHandle
 from ..agent._options import AgentOptions
 from ..context import estimate_tokens, install_compaction
-from ..errors import SteerloopError
+from ..errors import AbortedError, SteerloopError
 from ..goals import GoalError, install_goals
 from ..llm._types import CallConfig
 from ..llm.config import ProviderConfigError
@@ -48,7 +48,7 @@ from ._chat_mcp import McpChat
 from ._chat_view import ChatView, Fragments, Screen, help_table, tools_table
 from ._inputs import answer_line, describe_request, prompt_label
 from ._render import EventRenderer, format_args, summarise
-from ._session_setup import LiveOptions, open_live, output_cap, resolve_route
+from ._session_setup import LiveOptions, agent_options, open_live, resolve_route
 from ._settings import Settings
 
 __all__ = ["run_chat"]
@@ -127,6 +127,8 @@ class _Chat:
         # installed (it needs a known window: install_compaction follows the route's).
         self.window: int | None = None
         self.compaction: Disposer | None = None
+        # /compact runs beside the prompt, as a turn does, so Ctrl-C reaches it as a key.
+        self.compacting: asyncio.Task[None] | None = None
 
     @property
     def agent(self) -> Any:
@@ -185,9 +187,10 @@ class _Chat:
             # a Ctrl-C in the next turn cancels that one instead of quitting.
             self.last_interrupt = -_QUIT_WINDOW
 
-    def _cap(self) -> int | None:
+    def _agent_options(self) -> AgentOptions:
+        """The current route's options, by the recipe ``open_live`` used."""
         provider, model = self.route
-        return output_cap(self.settings, self.config, provider, model, self.options.max_tokens)
+        return agent_options(self.settings, self.config, provider, model, self.options)
 
     async def _on_request(
         self, payload: RequestPayload, next_: Callable[[], Awaitable[CallConfig]]
@@ -196,8 +199,13 @@ class _Chat:
         provider, model = self.route
         if config.provider == provider and config.model == model:
             return config
-        # /model switched the route: the output cap follows the new model's.
-        return config.replace(provider=provider, model=model, max_tokens=self._cap())
+        # /model switched the route: the output cap and request options follow the new
+        # model's; what is per turn (structured output) and the effort stay.
+        return (
+            self._agent_options()
+            .call_config()
+            .replace(reasoning_effort=config.reasoning_effort, output_schema=config.output_schema)
+        )
 
     async def _switch(self, session_id: str, note: str) -> None:
         """Dispose the current agent and continue ``session_id`` (stored) instead."""
@@ -214,20 +222,21 @@ class _Chat:
         self._note(note)
 
     async def _resume_agent(self, session_id: str) -> AgentHandle:
-        provider, model = self.route
         return await self.rt.agents.resume(
             resume_session_id=session_id,
-            agent_options=AgentOptions(provider=provider, model=model, max_tokens=self._cap()),
+            agent_options=self._agent_options(),
             setup=self._setup,
         )
 
     async def settle(self) -> None:
         """On the way out: stop a running turn (so its log ends cleanly), flush the screen."""
         self._deny_asks()
-        if self.agent.status == "running":
+        if self.agent.status == "running" or self.compacting is not None:
             self.agent.cancel(CancelCause.user())
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.agent.when_idle(), _SETTLE_TIMEOUT)
+            if self.compacting is not None:
+                await asyncio.wait({self.compacting}, timeout=_SETTLE_TIMEOUT)
         await self.screen.drain()
 
     # --- the input loop ------------------------------------------------------------------
@@ -259,8 +268,16 @@ class _Chat:
             app.exit(exception=EOFError())
 
     def _interrupt(self) -> bool:
-        """Ctrl-C: cancel a running turn; returns whether to quit instead."""
+        """Ctrl-C: cancel a running turn or compaction; returns whether to quit instead."""
         now = time.monotonic()
+        if self.compacting is not None and now - self.last_interrupt >= _QUIT_WINDOW:
+            # A compaction is a maintenance job (the agent reports idle): cancel it as a turn.
+            self.last_interrupt = now
+            self.agent.cancel(CancelCause.user(), keep_inbox=True)
+            self.screen.print(
+                Text("cancelling the compaction… (Ctrl-C again to quit)", style="dim yellow")
+            )
+            return False
         if self.agent.status != "running" or now - self.last_interrupt < _QUIT_WINDOW:
             return True
         self.last_interrupt = now
@@ -504,13 +521,32 @@ class _Chat:
 
     async def _compact(self, _arg: str) -> None:
         if self.compaction is None:
+            provider, model = self.route
             self._error(
-                "/compact needs the model's context window: set context_window under "
-                '[providers.NAME.models."MODEL"] in steerloop.toml'
+                f"/compact needs the context window of {provider}/{model}: in steerloop.toml, "
+                f'[providers.{provider}.models."{model}"] context_window = TOKENS'
             )
             return
-        self._note("compacting…")
-        event = await self.agent.compact()  # RuntimeError while a turn runs: reported
+        if self.compacting is not None:
+            self._error("/compact: a compaction is running (Ctrl-C cancels it)")
+            return
+        job = self.agent.compact()  # RuntimeError at once while a turn runs: reported
+        self._note("compacting… (Ctrl-C cancels)")
+        self.compacting = asyncio.ensure_future(self._compacted(job))
+
+    async def _compacted(self, job: Awaitable[Any]) -> None:
+        """Report the end of a ``/compact`` (it runs beside the prompt)."""
+        try:
+            event = await job
+        except AbortedError:
+            self._note("compaction cancelled: the history is unchanged")
+            return
+        except (SteerloopError, ValueError, RuntimeError) as exc:
+            self._error(f"/compact: {exc}")
+            return
+        finally:
+            self.compacting = None
+            self._invalidate()
         if event is None:
             self._note("nothing to compact: the history is within what is kept verbatim")
 

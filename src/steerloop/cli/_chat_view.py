@@ -30,6 +30,7 @@ from ..session._events import SessionEvent
 from ..session._session import SessionEventPayload
 from ..tools._define import Tool
 from ._attach import attachment_labels
+from ._markdown import printable
 from ._render import EventRenderer, format_args, summarise
 
 __all__ = ["ChatView", "Screen", "help_table", "tools_table"]
@@ -84,7 +85,7 @@ def wrap(text: str, width: int) -> list[str]:
     """``text`` cut into terminal rows of at most ``width`` cells (by character)."""
     width = max(width, 8)
     rows: list[str] = []
-    for paragraph in text.replace("\r", "").replace("\t", "    ").split("\n"):
+    for paragraph in printable(text.replace("\r", "").replace("\t", "    ")).split("\n"):
         row: list[str] = []
         used = 0
         for ch in paragraph:

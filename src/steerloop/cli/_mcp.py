@@ -6,15 +6,12 @@ The ``mcp`` SDK is an optional extra: nothing here imports it until a server is 
 
 from __future__ import annotations
 
-import asyncio
 import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from ._mcp_table import build_server, parse_mcp_table
 
@@ -49,6 +46,8 @@ async def install_configured_mcp(
     """
     if not servers:
         return {}
+    import asyncio
+
     try:
         from ..mcp import install_mcp
     except ImportError:
@@ -74,6 +73,12 @@ async def install_configured_mcp(
 @mcp_app.command("ls")
 def ls() -> None:
     """Start each configured server, then list its status and tools."""
+    import asyncio
+
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
     from ._settings import load_settings
 
     console = Console()
@@ -82,12 +87,13 @@ def ls() -> None:
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
     if not settings.mcp_servers:
-        console.print("no MCP servers configured ([mcp.servers.NAME] in steerloop.toml)")
+        # escaped: rich would read ``[mcp.servers.NAME]`` as a style tag and drop it
+        console.print(escape("no MCP servers configured: add [mcp.servers.NAME] to steerloop.toml"))
         return
     rows = asyncio.run(_list(settings.mcp_servers))
     table = Table("server", "transport", "status", "tools")
     for name, transport, status, tools in rows:
-        table.add_row(name, transport, status, "\n".join(tools))
+        table.add_row(escape(name), transport, escape(status), escape("\n".join(tools)))
     console.print(table)
 
 

@@ -11,13 +11,23 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ..mcp import MCPServer
+    from ..mcp import MCPOAuth, MCPServer
 
 __all__ = ["build_server", "parse_mcp_table"]
 
 _COMMON_KEYS = {"timeout", "sampling", "limits"}
 _STDIO_KEYS = {"command", "args", "env", "cwd", *_COMMON_KEYS}
-_HTTP_KEYS = {"url", "headers", *_COMMON_KEYS}
+_HTTP_KEYS = {"url", "headers", "oauth", *_COMMON_KEYS}
+#: ``oauth = true`` (the system browser, a dynamic registration) or a table of these.
+_OAUTH_KEYS = {
+    "redirect_uri",
+    "client_name",
+    "scope",
+    "client_id",
+    "client_secret",
+    "token_endpoint_auth_method",
+    "client_metadata_url",
+}
 
 
 def parse_mcp_table(path: Path, table: object) -> dict[str, dict[str, Any]]:
@@ -76,4 +86,25 @@ def build_server(name: str, entry: Mapping[str, Any]) -> MCPServer:
             cwd=entry.get("cwd"),
             **common,
         )
-    return MCPServer.http(name, url=entry["url"], headers=entry.get("headers"), **common)
+    return MCPServer.http(
+        name,
+        url=entry["url"],
+        headers=entry.get("headers"),
+        oauth=_oauth(entry.get("oauth", False)),
+        **common,
+    )
+
+
+def _oauth(value: object) -> MCPOAuth | None:
+    from ..mcp._oauth import MCPOAuth
+
+    if value is False:
+        return None
+    if value is True:
+        return MCPOAuth()
+    if not isinstance(value, dict):
+        raise ValueError("oauth must be true, false or a table")
+    unknown = set(value) - _OAUTH_KEYS
+    if unknown:
+        raise ValueError(f"oauth: unknown key(s) {', '.join(sorted(unknown))}")
+    return MCPOAuth(**value)

@@ -7,19 +7,20 @@ from collections.abc import Iterable
 from typing import Any
 
 from rich.console import Console
-from rich.markdown import Markdown
 from rich.text import Text
 
 from ..llm.chunks import Finish
 from ..messages import ReasoningBlock, TextBlock, ToolCallBlock
 from ..session._events import SessionEvent
 from ._attach import attachment_labels
+from ._markdown import SafeMarkdown, printable
 
 __all__ = ["EventRenderer", "format_args", "summarise"]
 
 
 def summarise(text: str, limit: int = 100) -> str:
-    """The first line of ``text``, cut to ``limit`` characters."""
+    """The first line of ``text``, cut to ``limit`` characters, fit for the terminal."""
+    text = printable(text)
     first = text.strip().splitlines()[0] if text.strip() else ""
     return first if len(first) <= limit else first[: limit - 1] + "…"
 
@@ -69,7 +70,9 @@ class EventRenderer:
             label = {"user": "you", "plugin": "context", "tool": "tool context", "goal": "goal"}
             text = " ".join(b.text for b in d.content if isinstance(b, TextBlock))
             text = " ".join(filter(None, [text, *attachment_labels(d.content)]))
-            out.print(Text.assemble((f"{label.get(source, source)} ❯ ", "bold cyan"), text))
+            out.print(
+                Text.assemble((f"{label.get(source, source)} ❯ ", "bold cyan"), printable(text))
+            )
         elif kind == "assistant/message":
             if d.usage is not None:
                 self._count(d.usage)
@@ -78,9 +81,9 @@ class EventRenderer:
                     out.print(Text(summarise(block.text, 200), style="dim italic"))
                 elif isinstance(block, TextBlock) and block.text:
                     if self.markdown and not d.interrupted:
-                        out.print(Markdown(block.text))
+                        out.print(SafeMarkdown(block.text))
                     else:
-                        out.print(Text(block.text))
+                        out.print(Text(printable(block.text)))
                 elif isinstance(block, ToolCallBlock):
                     self._names[block.id] = block.name
             if d.interrupted:
@@ -134,7 +137,8 @@ class EventRenderer:
             if reason.kind == "aborted" and reason.reason is not None:
                 detail += f" ({reason.reason.kind})"
             if reason.kind == "error" and reason.error is not None:
-                detail += f": {summarise(reason.error.message, 80)}"
+                # In full: it often says what to do (a command to run, a variable to set).
+                detail += f": {printable(reason.error.message)}"
             usage = self._footer()
             style = {"completed": "green", "aborted": "yellow", "error": "red"}.get(reason.kind, "")
             out.print(Text(f"── turn {d.turn} {detail}{usage}", style=f"dim {style}".strip()))

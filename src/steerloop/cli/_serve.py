@@ -7,17 +7,15 @@ import ipaddress
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .._runtime import Runtime
-from ..agent._options import AgentOptions
-from ..llm.config import ProviderConfigError, register_providers
-from ..workspace import install_approval, workspace_tools
-from ._mcp import install_configured_mcp
-from ._session_setup import resolve_route
+from ._session_setup import LiveOptions, agent_options, equip, resolve_route
 from ._settings import Settings
+
+if TYPE_CHECKING:
+    from .._runtime import Runtime
 
 __all__ = ["KEEP_ALIVE_SECONDS", "is_loopback", "no_token_note", "serve_main"]
 
@@ -50,28 +48,45 @@ def no_token_note(token_env: str) -> str:
     )
 
 
-def default_profiles(settings: Settings) -> Any:
-    """The ``default`` profile: what ``steerloop chat`` builds (providers from the config,
-    workspace tools of the working directory, the ``[mcp.servers]`` of ``steerloop.toml``).
-    Approval is ``ask`` answered over HTTP (``POST /v1/sessions/{id}/approvals/{call_id}``):
-    a call that may write waits for the decision. With no provider
-    configured there is no profile, and creating a session says what to configure; an MCP
-    server that fails to start is a warning in the server's log."""
+def default_profiles(
+    settings: Settings, model: str | None = None, options: LiveOptions | None = None
+) -> Any:
+    """The ``default`` profile: the agent ``steerloop chat`` builds, by the same recipe
+    (``agent_options`` and ``equip``: persona, ``max_tokens``, request options, tool pool,
+    providers, workspace tools of the working directory, approval, the ``[mcp.servers]`` of
+    ``steerloop.toml``). Approval ``ask`` is answered over HTTP
+    (``POST /v1/sessions/{id}/approvals/{call_id}``).
+
+    With no model configured (and no ``--model``) the profile has none: the server starts,
+    says so in its log, and answers 503 ``NO_MODEL`` with what to configure.
+
+    Raises:
+        ValueError: ``--model`` names a provider that cannot serve (what to set).
+    """
+    from ..llm.config import ProviderConfigError
+
+    # The app installs the retry policy (``create_app(retry=...)``): the recipe leaves it.
+    options = options or LiveOptions(approve=settings.approve, retry=False)
+    try:
+        config, provider, name = resolve_route(settings, model)
+    except ProviderConfigError as exc:
+        if model is not None:
+            raise
+        log.warning("no model is configured, sessions are refused (503 NO_MODEL): %s", exc)
+        route = None
+    else:
+        route = (config, provider, name)
 
     async def build(rt: Runtime) -> list[Any]:
+        from ..agent._options import AgentOptions
         from ..service import Profile
 
-        try:
-            config, provider, model = resolve_route(settings, None)
-        except ProviderConfigError as exc:
-            log.warning("no default profile: %s", exc)
-            return []
-        register_providers(rt, config)
-        for tool in workspace_tools(Path.cwd()):
-            rt.tools.register(tool)
-        install_approval(rt, "ask")  # answered over HTTP
-        await install_configured_mcp(rt, settings.mcp_servers, log.warning)
-        return [Profile(name="default", options=AgentOptions(provider=provider, model=model))]
+        if route is None:
+            return [Profile(name="default", options=AgentOptions())]
+        config, provider, name = route
+        await equip(rt, settings, config, options, ask=None, workspace=Path.cwd(), warn=log.warning)
+        agent = agent_options(settings, config, provider, name, options)
+        return [Profile(name="default", options=agent)]
 
     return build
 
@@ -91,6 +106,8 @@ def serve_main(
     allowed_hosts: Sequence[str] = (),
     allowed_origins: Sequence[str] = (),
     limits: Any = None,
+    model: str | None = None,
+    call: Mapping[str, Any] | None = None,
 ) -> None:
     """Run the service until interrupted; raises ``ValueError`` for a refused configuration."""
     import uvicorn
@@ -114,8 +131,14 @@ def serve_main(
         raise ValueError("--capacity must be >= 1")
     if drain_timeout < 0:
         raise ValueError("--drain-timeout must be >= 0")
-    found: Any = default_profiles(settings)
-    if profiles is not None:
+    if profiles is None:
+        options = LiveOptions(approve=settings.approve, retry=False, call=call or {})
+        found: Any = default_profiles(settings, model, options)
+    else:
+        if model is not None or call:
+            raise ValueError(
+                "--model, --temperature and --set shape the default profile: not with --profiles"
+            )
         spec = profiles
         sys.path.insert(0, os.getcwd())
 

@@ -59,6 +59,8 @@ class Settings:
     max_tokens: int | None = None  # cap on output tokens per request
     approve: str = "ask"
     providers: dict[str, Any] = field(default_factory=dict)
+    #: ``[request]``: request options of every request (``AgentOptions.call``).
+    request: dict[str, Any] = field(default_factory=dict)
     #: ``[mcp.servers.NAME]`` tables, checked (see ``_mcp.parse_mcp_table``).
     mcp_servers: dict[str, dict[str, Any]] = field(default_factory=dict)
     source: Path | None = None
@@ -97,6 +99,15 @@ def _table(name: str) -> Callable[[Any], dict[str, Any]]:
     return read
 
 
+def _request(value: Any) -> dict[str, Any]:
+    from ..agent._options import validate_call
+
+    if not isinstance(value, dict):
+        raise ValueError("request must be a table")
+    validate_call(value, "request")
+    return dict(value)
+
+
 _READERS: dict[str, Callable[[Any], Any]] = {
     "store": _string("store"),
     "model": _string("model"),
@@ -105,6 +116,7 @@ _READERS: dict[str, Callable[[Any], Any]] = {
     "max_tokens": _positive_int("max_tokens"),
     "approve": _approve,
     "providers": _table("providers"),
+    "request": _request,
     "mcp": lambda value: value,  # checked by parse_mcp_table, which names the file
 }
 

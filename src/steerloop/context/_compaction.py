@@ -8,9 +8,11 @@ can be cut. ``agent.compact()`` reaches the same code through ``agent/compact``,
 maintenance job.
 
 A ``summarize`` compaction asks the agent's model for a recap with a signal of its own,
-linked to the turn's (or the maintenance job's), so a cancel stops it. A summary that fails
-writes nothing: the history stays as it was, the failure goes to ``context/compaction-failed``
-and the turn goes on (a manual ``compact()`` raises it).
+linked to the turn's (or the maintenance job's), so a cancel stops it; the request is capped
+at the smallest of the compaction's budget, ``_SUMMARY_MAX_TOKENS`` and the agent's own output
+cap. A summary that fails, or a recap that would not shrink the context (``CompactionError``
+``not-smaller``), writes nothing: the history stays as it was, the failure goes to
+``context/compaction-failed`` and the turn goes on (a manual ``compact()`` raises it).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from .._hooks import Disposer
 from .._signal import AbortController, AbortSignal
 from ..agent._agent import Agent, live_agent
 from ..agent._decisions import CompactPayload, OfAgent, PreStepDecision, PreStepPayload
-from ..errors import LlmError
+from ..errors import CompactionError, LlmError
 from ..llm._types import CallConfig, GenerateRequest, LlmFailure, TokenUsage
 from ..messages import SystemMessage, TextBlock, UserMessage
 from ..session._events import ContextCompacted, Replace, SessionEvent
@@ -40,6 +42,8 @@ __all__ = ["CompactionFailed", "CompactionStrategy", "install_compaction"]
 CompactionStrategy = Literal["drop-tool-results", "window", "summarize"]
 FAILED_HOOK = "context/compaction-failed"
 
+#: The most a summary request may produce, whatever the budget: a recap, not a rewrite.
+_SUMMARY_MAX_TOKENS = 4_096
 #: Characters of each tool result the summarizer sees.
 _SUMMARY_TOOL_CHARS = 1_000
 _SUMMARIZER_PROMPT = (
@@ -186,28 +190,37 @@ class _Policy:
         # What the summary may take: half of what the kept part leaves of the bound.
         budget = max((bound - keep) // 2, 64)
         usage: TokenUsage | None = None
-        if self.strategy == "window":
-            text = window_note(session, plan.upto_seq)
-        elif self.strategy == "drop-tool-results":
-            text = bounded(transcript(session, plan.nodes, tool_result_chars=None), session, budget)
-        else:
-            try:
+        try:
+            if self.strategy == "window":
+                text = window_note(session, plan.upto_seq)
+            elif self.strategy == "drop-tool-results":
+                whole = transcript(session, plan.nodes, tool_result_chars=None)
+                text = bounded(whole, session, budget)
+            else:
                 text, usage = await self._summarize(agent, plan, signal, budget)
-            except Exception as exc:
-                signal.throw_if_aborted()  # a cancel is the turn's outcome, not a failure
-                self.rt.hooks.emit(FAILED_HOOK, CompactionFailed(agent, self.strategy, exc))
-                if raise_failure:
-                    raise
-                self.failed_turn[agent.id] = session.last_turn
-                return None
-            text = bounded(text, session, budget)
-        summary = (TextBlock(text),)
-        ratio = tokens_per_char(session)
-        after = (
-            before
-            - plan.tokens
-            + estimate_message_tokens([UserMessage(id="summary", content=summary)], ratio)
-        )
+                text = bounded(text, session, budget)
+            summary = (TextBlock(text),)
+            ratio = tokens_per_char(session)
+            after = (
+                before
+                - plan.tokens
+                + estimate_message_tokens([UserMessage(id="summary", content=summary)], ratio)
+            )
+            # The model's recap can come out longer than what it replaces; the other
+            # strategies are bounded notes the caller asked for, kept even on a tiny history.
+            if self.strategy == "summarize" and after >= before:
+                raise CompactionError(
+                    "not-smaller",
+                    f"the {self.strategy} summary would not shrink the context "
+                    f"(~{before} → ~{after} tokens): the history is kept as it was",
+                )
+        except Exception as exc:
+            signal.throw_if_aborted()  # a cancel is the turn's outcome, not a failure
+            self.rt.hooks.emit(FAILED_HOOK, CompactionFailed(agent, self.strategy, exc))
+            if raise_failure:
+                raise
+            self.failed_turn[agent.id] = session.last_turn
+            return None
         return session.append(
             ContextCompacted(
                 upto_seq=plan.upto_seq,
@@ -230,9 +243,13 @@ class _Policy:
         signal = controller.signal
         try:
             config = current_config(agent)
-            max_tokens = min(budget, config.max_tokens) if config.max_tokens else budget
-            config = config.replace(max_tokens=max_tokens)
             prepared = await self.rt.llm.prepare_call(config, signal)
+            # The agent's own cap (its options', else the model's configured default) bounds
+            # the summary too; so do the compaction's budget and the summary's own cap.
+            own = config.max_tokens or prepared.adapter_defaults.get("max_tokens")
+            caps = [budget, _SUMMARY_MAX_TOKENS, *([own] if isinstance(own, int) else [])]
+            max_tokens = min(caps)
+            config = config.replace(max_tokens=max_tokens)
             text = transcript(agent.session, plan.nodes, tool_result_chars=_SUMMARY_TOOL_CHARS)
             request = GenerateRequest(
                 provider=prepared.provider,

@@ -34,6 +34,7 @@ from ._http import redact
 from ._openai_shared import REASONING_MODELS, failure_from_exception, open_client, resolve_known
 from ._parts import content_parts, has_binary, responses_part
 from ._provider_stream import error_finish, provider_stream
+from ._tool_choice import openai_tool_fields
 from ._types import GenerateRequest, LlmFailure, ModelInfo, TokenUsage
 from .chunks import (
     BlockEnd,
@@ -130,6 +131,7 @@ class OpenAIResponsesAdapter:
                 }
                 for tool in request.tools
             ]
+            body.update(openai_tool_fields(request, responses=True))
         if request.session_id:
             body["prompt_cache_key"] = request.session_id
         if request.max_tokens is not None:

@@ -34,6 +34,11 @@ __all__ = [
 class CallConfig:
     """The frozen route of one request; return ``config.replace(...)`` from ``agent/request``.
 
+    ``tool_choice`` is ``"auto"``, ``"none"``, ``"required"``, ``{"name": TOOL}`` (that tool)
+    or a provider's own mapping, sent verbatim; with ``parallel_tool_calls`` it is sent only
+    on a request that offers tools, each adapter in its wire format. ``extra`` holds provider
+    fields carried verbatim.
+
     ``output_schema`` (a JSON schema whose root is an object) asks the model for a JSON answer
     matching it, the provider's native way; set it only where ``ModelInfo.json_schema_output``
     says the model supports that. It is per turn: ``from_json`` (which restores the route of
@@ -46,6 +51,8 @@ class CallConfig:
     reasoning_effort: str | None = None
     temperature: float | None = None
     top_p: float | None = None
+    tool_choice: str | Mapping[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
     extra: Mapping[str, Any] | None = None
     output_schema: Mapping[str, Any] | None = None
 
@@ -57,7 +64,7 @@ class CallConfig:
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             if value is not None:
-                out[f.name] = dict(value) if f.name in _MAPPINGS else value
+                out[f.name] = dict(value) if isinstance(value, Mapping) else value
         return out
 
     @classmethod
@@ -66,7 +73,6 @@ class CallConfig:
         return cls(**{k: v for k, v in data.items() if k in names})
 
 
-_MAPPINGS = frozenset({"extra", "output_schema"})
 _PER_TURN = frozenset({"output_schema"})
 
 

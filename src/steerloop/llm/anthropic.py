@@ -44,6 +44,7 @@ from ._failures import classify
 from ._http import NO_KEY, redact, retry_after_ms
 from ._parts import anthropic_part
 from ._provider_stream import error_finish, provider_stream
+from ._tool_choice import anthropic_tool_choice
 from ._types import GenerateRequest, LlmFailure, ModelInfo, TokenUsage, ToolSchema
 from .chunks import (
     BlockEnd,
@@ -220,6 +221,9 @@ class AnthropicAdapter:
             params["system"] = system
         if request.tools:
             params["tools"] = [_tool(t) for t in request.tools]
+            choice = anthropic_tool_choice(request)
+            if choice is not None:
+                params["tool_choice"] = choice
         budget = self._budget(request.reasoning_effort)
         if budget is not None:
             if request.max_tokens is None:

@@ -25,6 +25,13 @@ A config file adds or adjusts providers; keys stay in the environment::
     context_window = 32768
     max_output_tokens = 8192            # the model's ceiling: sent as the cap when smaller
     max_tokens = 2048                   # this model's cap, over the global one
+    request = { temperature = 0.6 }     # request options of this model (over the provider's)
+    [providers.vllm.request]            # request options of every request to this provider
+    parallel_tool_calls = false
+
+Request options (``temperature``, ``top_p``, ``tool_choice``, ``parallel_tool_calls``, or any
+provider field) are ``AgentOptions.call``: ``request_options`` merges a provider's and a
+model's tables (the model's win); the command line puts them over the file's ``[request]``.
 
 A request without its own ``max_tokens`` is sent the model's ``max_tokens``, else the smaller
 of the global ``max_tokens`` and the model's configured ``max_output_tokens`` (``max_tokens_for``).
@@ -74,6 +81,7 @@ _SPEC_KEYS = {
     "headers",
     "timeout",
     "models",
+    "request",
 }
 _HINT = (
     "set DEEPSEEK_API_KEY (or OPENAI_API_KEY, ANTHROPIC_API_KEY, or STEERLOOP_OPENAI_BASE_URL "
@@ -98,6 +106,10 @@ class ProviderSpec:
     headers: Mapping[str, str] = field(default_factory=dict)
     timeout: float | None = None
     models: Mapping[str, ModelInfo] = field(default_factory=dict)
+    #: Request options of every request to this provider (``[providers.NAME.request]``).
+    request: Mapping[str, Any] = field(default_factory=dict)
+    #: Request options per model (``request`` of ``[providers.NAME.models."M"]``).
+    model_requests: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
 
 def _builtin(environ: Mapping[str, str]) -> dict[str, ProviderSpec]:
@@ -147,14 +159,37 @@ def _positive(where: str, value: Any) -> int:
     return value
 
 
+def request_table(where: str, raw: Any) -> dict[str, Any]:
+    """A ``request`` table of request options, checked like ``AgentOptions.call``."""
+    from ..agent._options import validate_call
+
+    if not isinstance(raw, Mapping):
+        raise ProviderConfigError(f"{where} must be a table")
+    try:
+        validate_call(raw, where)
+    except ValueError as exc:
+        raise ProviderConfigError(str(exc)) from None
+    return dict(raw)
+
+
+def _model_requests(name: str, raw: Any) -> dict[str, dict[str, Any]]:
+    if not isinstance(raw, Mapping):
+        return {}
+    return {
+        str(model): request_table(f"providers.{name}.models.{model}.request", facts["request"])
+        for model, facts in raw.items()
+        if isinstance(facts, Mapping) and "request" in facts
+    }
+
+
 def _model_infos(name: str, raw: Any) -> dict[str, ModelInfo]:
     if not isinstance(raw, Mapping):
         raise ProviderConfigError(f"providers.{name}.models must be a table")
     out: dict[str, ModelInfo] = {}
     for model, facts in raw.items():
-        if not isinstance(facts, Mapping) or set(facts) - set(_MODEL_KEYS):
+        if not isinstance(facts, Mapping) or set(facts) - {*_MODEL_KEYS, "request"}:
             raise ProviderConfigError(
-                f"providers.{name}.models.{model}: only {', '.join(_MODEL_KEYS)}"
+                f"providers.{name}.models.{model}: only {', '.join(_MODEL_KEYS)}, request"
             )
         where = f"providers.{name}.models.{model}"
         limits = {k: _positive(f"{where}.{k}", facts[k]) for k in _MODEL_KEYS if k in facts}
@@ -195,6 +230,9 @@ def _spec_from_table(name: str, table: Any, base: ProviderSpec | None) -> Provid
         changes["timeout"] = float(table["timeout"])
     if "models" in table:
         changes["models"] = _model_infos(name, table["models"])
+        changes["model_requests"] = _model_requests(name, table["models"])
+    if "request" in table:
+        changes["request"] = request_table(f"providers.{name}.request", table["request"])
     return replace(spec, **changes)
 
 
@@ -271,6 +309,14 @@ class ProviderConfig:
         caps = [c for c in (self.max_tokens, info and info.max_output_tokens) if c]
         return min(caps) if caps else None
 
+    def request_options(self, provider: str, model: str) -> dict[str, Any]:
+        """The request options of ``provider``/``model``: the provider's ``request`` table,
+        then the model's over it."""
+        spec = self.providers.get(provider)
+        if spec is None:
+            return {}
+        return {**spec.request, **spec.model_requests.get(model, {})}
+
     def api_key(self, spec: ProviderSpec) -> str | None:
         return self.environ.get(spec.api_key_env) or None if spec.api_key_env else None
 
@@ -331,6 +377,21 @@ class ProviderConfig:
         raise ProviderConfigError(f"cannot tell the provider of {model!r}: use PROVIDER/MODEL")
 
 
+def _install_hint(extra: str) -> str:
+    """The command installing the SDK of ``extra``: its requirement as this steerloop
+    declares it (for a checkout as much as for an installed wheel), and the extra's name."""
+    from importlib.metadata import PackageNotFoundError, requires
+
+    try:
+        declared = requires("steerloop") or []
+    except PackageNotFoundError:
+        declared = []
+    marker = f'extra == "{extra}"'
+    found = [r.split(";")[0].strip() for r in declared if marker in r.replace("'", '"')]
+    requirement = found[0] if found else extra
+    return f"pip install '{requirement}', the extra steerloop[{extra}]"
+
+
 class _LazyAdapter:
     """Builds the real adapter on first use, so the SDK is imported only when needed.
 
@@ -360,7 +421,7 @@ class _LazyAdapter:
             return getattr(importlib.import_module(module_name), attr)
         except ImportError as exc:
             extra = _EXTRAS.get(kind)
-            hint = f" (pip install 'steerloop[{extra}]')" if extra else ""
+            hint = f" ({_install_hint(extra)})" if extra else ""
             raise LlmError(
                 LlmFailure(
                     message=f"provider {self.spec.name!r} is unavailable: {exc}{hint}",

@@ -43,6 +43,7 @@ from ._openai_shared import (
 from ._parts import chat_part, content_parts, has_binary
 from ._provider_stream import provider_stream
 from ._responses import OpenAIResponsesAdapter
+from ._tool_choice import openai_tool_fields
 from ._types import GenerateRequest, LlmFailure, ModelInfo, TokenUsage
 from .chunks import (
     BlockEnd,
@@ -144,6 +145,7 @@ class OpenAIChatAdapter:
                 }
                 for tool in request.tools
             ]
+            body.update(openai_tool_fields(request, responses=False))
         if request.max_tokens is not None:
             key = "max_completion_tokens" if REASONING_MODELS.match(request.model) else "max_tokens"
             body[key] = request.max_tokens

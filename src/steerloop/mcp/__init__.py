@@ -4,12 +4,14 @@ from ._config import ENV_ALLOW_LIST, MCPServer
 from ._connection import MCPConnectionError, MCPLimitError
 from ._install import MCPTools, install_mcp, result_from_mcp
 from ._limits import MCPLimits
+from ._oauth import MCPOAuth
 
 __all__ = [
     "ENV_ALLOW_LIST",
     "MCPConnectionError",
     "MCPLimitError",
     "MCPLimits",
+    "MCPOAuth",
     "MCPServer",
     "MCPTools",
     "install_mcp",

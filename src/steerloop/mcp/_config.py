@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Literal, get_args
 
 from ._limits import MCPLimits, check_limits
+from ._oauth import MCPOAuth
 
 __all__ = ["ENV_ALLOW_LIST", "MCPServer", "SamplingPolicy", "server_environment"]
 
@@ -88,6 +89,7 @@ class MCPServer:
     timeout: float = DEFAULT_TIMEOUT
     limits: MCPLimits = field(default_factory=MCPLimits)
     sampling: SamplingPolicy = "deny"
+    oauth: MCPOAuth | None = None
 
     @classmethod
     def stdio(
@@ -139,23 +141,35 @@ class MCPServer:
         timeout: float = DEFAULT_TIMEOUT,
         limits: MCPLimits | None = None,
         sampling: SamplingPolicy = "deny",
+        oauth: MCPOAuth | None = None,
     ) -> MCPServer:
         """A server reached over streamable HTTP at ``url`` (``timeout``, ``limits`` and
         ``sampling`` as for ``stdio``).
 
+        ``oauth`` authorizes the client the way the MCP authorization spec asks when the
+        server answers 401 (or 403 ``insufficient_scope``); see ``MCPOAuth``.
+
         Raises:
-            ValueError: a bad name, URL, headers, timeout, limits or sampling policy.
+            ValueError: a bad name, URL, headers, timeout, limits, sampling policy or OAuth
+                configuration, or an ``Authorization`` header together with ``oauth``.
         """
         if not isinstance(url, str) or not url.startswith(("http://", "https://")):
             raise ValueError("url must be an http:// or https:// URL")
+        checked = _check_strings(headers, "headers")
+        if oauth is not None:
+            if not isinstance(oauth, MCPOAuth):
+                raise ValueError("oauth must be an MCPOAuth")
+            if any(k.lower() == "authorization" for k in checked):
+                raise ValueError("an Authorization header and oauth cannot both be given")
         return cls(
             name=_check_name(name),
             transport="http",
             url=url,
-            headers=_check_strings(headers, "headers"),
+            headers=checked,
             timeout=_check_timeout(timeout),
             limits=check_limits(limits),
             sampling=_check_sampling(sampling),
+            oauth=oauth,
         )
 
 

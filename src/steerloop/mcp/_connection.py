@@ -30,6 +30,7 @@ from ._bounds import Bounder
 from ._calls import InFlight
 from ._config import MCPServer
 from ._limits import DROPPED_KEY, REFUSED_KEY
+from ._oauth_flow import oauth_provider
 from ._stdio import contained_stdio
 
 if TYPE_CHECKING:
@@ -81,6 +82,7 @@ class _WatchedReader:
         except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
             self._on_end()
             raise
+        message = _complete_by_default(message)
         if self._bounder is not None:
             return await self._bounder.bound_message(message)
         return message
@@ -125,6 +127,15 @@ class _NotingWriter:
         await self.aclose()
 
 
+def _complete_by_default(message: Any) -> Any:
+    """A result without ``resultType`` is ``complete``: what 2026-07-28 asks a client to
+    assume (SEP-2322), where the SDK's result models would refuse the result instead."""
+    inner = getattr(message, "message", None)
+    if isinstance(inner, types.JSONRPCResponse) and isinstance(inner.result, dict):
+        inner.result.setdefault("resultType", "complete")
+    return message
+
+
 class Connection:
     """The client side of one server: ``tools()`` lists, ``call()`` calls, ``close()`` ends.
 
@@ -150,6 +161,13 @@ class Connection:
         self._closed = False
         self._lock = asyncio.Lock()
         self._connections = 0
+        self._person = _PersonTime()
+        # One OAuth provider per connection (its tokens are kept in the configuration's storage).
+        self._auth = (
+            None
+            if server.oauth is None or server.url is None
+            else oauth_provider(server.url, server.oauth, self._person.waiting)
+        )
         self.last_error: str | None = None
         self._fault: str | None = None  # why the transport ended a connection, if it did
         self.bounder = Bounder(server.limits)
@@ -175,7 +193,7 @@ class Connection:
             self._scope = None
             self._task = asyncio.ensure_future(self._run(ready, self._stop))
             bound = max(self.server.timeout, CONNECT_TIMEOUT)
-            waiter = asyncio.wait_for(asyncio.shield(ready), bound)
+            waiter = self._ready_within(ready, bound)
             try:
                 client = await (waiter if signal is None else signal.race(waiter))
             except BaseException as exc:
@@ -199,6 +217,32 @@ class Connection:
             self._dead = False
             self.last_error = None
             return client
+
+    async def _ready_within(self, ready: asyncio.Future[Client], bound: float) -> Client:
+        """The client once ``ready``, within ``bound`` seconds of connecting; time spent on a
+        person at an authorization URL is not counted (``MCPOAuth.authorize`` bounds it).
+
+        Raises:
+            TimeoutError: the bound ran out (``ready`` is left as it is).
+        """
+        loop = asyncio.get_running_loop()
+        left = bound
+        while not ready.done():
+            person = self._person
+            change: asyncio.Future[Any] = asyncio.ensure_future(person.changed())
+            busy, started = person.busy, loop.time()
+            try:
+                waited: set[asyncio.Future[Any]] = {ready, change}
+                await asyncio.wait(
+                    waited, timeout=None if busy else left, return_when=asyncio.FIRST_COMPLETED
+                )
+            finally:
+                change.cancel()
+            if not busy:
+                left -= loop.time() - started
+            if left <= 0 and not ready.done() and not person.busy:
+                raise TimeoutError
+        return ready.result()
 
     async def _run(self, ready: asyncio.Future[Client], stop: asyncio.Event) -> None:
         """Hold one client open until ``stop`` is set (by close, or end-of-stream)."""
@@ -262,6 +306,7 @@ class Connection:
             http = await stack.enter_async_context(
                 httpx2.AsyncClient(
                     headers=dict(server.headers),
+                    auth=self._auth,
                     timeout=httpx2.Timeout(30.0, read=server.timeout + 5.0),
                 )
             )
@@ -417,6 +462,27 @@ class Connection:
         raise MCPConnectionError(
             f"MCP server {self.server.name!r} went away during the call: {cause}"
         ) from exc
+
+
+class _PersonTime:
+    """Whether a connection waits on a person (at an authorization URL), with a wake-up for
+    each change."""
+
+    def __init__(self) -> None:
+        self._waits = 0
+        self._changed = asyncio.Event()
+
+    @property
+    def busy(self) -> bool:
+        return self._waits > 0
+
+    def waiting(self, started: bool) -> None:
+        self._waits += 1 if started else -1
+        self._changed.set()
+
+    async def changed(self) -> None:
+        await self._changed.wait()
+        self._changed.clear()
 
 
 #: Failures of the transport itself (the connection, not the server's answer).

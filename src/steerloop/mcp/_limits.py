@@ -11,7 +11,8 @@ nothing over a limit is ever built into typed records, logged, or sent to a mode
 * a tool list longer than ``max_tools`` is refused (``_meta["steerloop/refused"]``), and a
   tool whose input schema (with its description) exceeds ``max_schema_bytes`` is left out of
   the list (``_meta["steerloop/dropped"]``);
-* an error answer keeps the first ``ERROR_CHARS`` characters of its message.
+* an error answer keeps the first ``ERROR_CHARS`` characters of its message, and its
+  ``data`` when that is at most ``ERROR_DATA_BYTES`` of JSON.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ __all__ = [
     "CUT_KEY",
     "DROPPED_KEY",
     "ERROR_CHARS",
+    "ERROR_DATA_BYTES",
     "REFUSED_KEY",
     "MCPLimits",
     "bound_result",
@@ -36,8 +38,10 @@ __all__ = [
 CUT_KEY = "steerloop/cut"
 REFUSED_KEY = "steerloop/refused"
 DROPPED_KEY = "steerloop/dropped"
-#: Characters kept of an error answer's message (its ``data`` is dropped).
+#: Characters kept of an error answer's message.
 ERROR_CHARS = 4_096
+#: Bytes of JSON an error answer's ``data`` may have to be kept (larger data is dropped).
+ERROR_DATA_BYTES = 4_096
 
 _LIMIT_NAMES = ("max_result_bytes", "max_blocks", "max_tools", "max_schema_bytes")
 
@@ -243,10 +247,21 @@ def bound_listing(result: dict[str, Any], key: str, limits: MCPLimits) -> dict[s
     return {**rest, key: kept, "_meta": meta}
 
 
+def _json_size(value: Any) -> int:
+    try:
+        return len(json.dumps(value, ensure_ascii=False))
+    except (TypeError, ValueError, RecursionError):
+        return ERROR_DATA_BYTES + 1
+
+
 def bound_error(error: dict[str, Any]) -> dict[str, Any]:
-    """An error answer with a bounded message and no ``data``."""
+    """An error answer with a bounded message, and its ``data`` only when that is small."""
     message = error.get("message")
-    out = {k: v for k, v in error.items() if k != "data"}
+    data = error.get("data")
+    # Protocol errors carry small data the client acts on: a -32022's supported versions
+    # (the SDK retries at one of them), a -32042's elicitations.
+    keep = data is not None and not was_cut(data) and _json_size(data) <= ERROR_DATA_BYTES
+    out = {k: v for k, v in error.items() if k != "data" or keep}
     if isinstance(message, str) and len(message) > ERROR_CHARS:
         out["message"] = f"{message[:ERROR_CHARS]} [… {len(message) - ERROR_CHARS:,} chars cut]"
     return out

@@ -38,6 +38,7 @@ from ._fanout import SharedFeeds, event_json, event_sse
 from ._host import ServiceHost
 from ._hostcheck import HostCheckMiddleware, allowed_names
 from ._limits import Limits
+from ._no_model import require_model, require_session_model
 from ._origin import OriginCheckMiddleware, cors_middleware
 from ._page import page_routes
 from ._profile import Profile, check_profiles
@@ -232,6 +233,7 @@ def create_app(
     async def create_session(request: Request, host: Host) -> Response:
         body = CreateBody.model_validate(await _json_body(request, body_limit))
         profile = host.profile(body.profile)
+        require_model(profile)
         session_id = body.session_id or _new_session_id()
         try:
             extra = await host.create(session_id, profile, body.meta, body.input)
@@ -252,6 +254,7 @@ def create_app(
         session_id = request.path_params["session_id"]
         body = MessageBody.model_validate(await _json_body(request, body_limit))
         await host.require(session_id)
+        await require_session_model(host, session_id)
         answer = await host.send(
             session_id,
             body.mode,
@@ -350,31 +353,29 @@ def create_app(
 async def _pages(
     source: FeedSource, reader: FeedReader, seq: int, n: int
 ) -> AsyncIterator[tuple[str, int, int, dict[str, Any]]]:
-    """The one feed loop (in-process or PostgreSQL): ``("event", seq, 0, event)`` for each
-    durable event after ``seq``, then ``("frame", seq, n, body)`` for each live frame of the
-    open step after ``n``, then ``("caught-up", seq, n, {})`` before it waits for the flag,
-    and again. Pulled by this reader's own cursor: a slow reader only delays its own next
-    page, nothing is buffered for it."""
+    """The one feed loop (in-process or PostgreSQL): ``("frame", seq, n, body)`` for each
+    live frame numbered after the cursor ``seq:n``, then ``("event", seq, 0, event)`` for each
+    durable event after ``seq``; again while the cursor moves, then ``("caught-up", seq, n,
+    {})`` before it waits for the flag. Pulled by this reader's own cursor: a slow reader only
+    delays its own next page, nothing is buffered for it.
+
+    The frames are read after the page of events: a frame numbered after ``seq`` was written
+    before the first event after ``seq``, so a durable event that lands mid-stream (a steer)
+    comes after every frame this reader had not yet read, never instead of them."""
     while not source.closed:
         seen = reader.version  # before reading: a wake during the read is not missed
         try:
             page = await reader.events_after(seq, _PAGE)
-        except SessionStorageError as exc:
-            await _retry_later(reader, exc)
-            continue
-        for event in page:
-            seq, n = event["seq"], 0
-            yield "event", seq, 0, event
-        if len(page) == _PAGE:
-            continue  # more to catch up; a short page means caught up as of that read
-        try:
             frames = await reader.frames_after(seq, n)
         except SessionStorageError as exc:
             await _retry_later(reader, exc)
             continue
         for n, frame in frames:
             yield "frame", seq, n, frame
-        if frames:
+        for event in page:
+            seq, n = event["seq"], 0
+            yield "event", seq, 0, event
+        if page or frames:
             continue
         yield "caught-up", seq, n, {}
         await reader.wait(seen, PING_SECONDS)

@@ -93,6 +93,9 @@ class _SessionFeed:
         self.last = -1
         self.frames_seq = -1  # the frames held follow this event
         self.frames: deque[tuple[int, dict[str, Any]]] = deque(maxlen=max_frames)
+        # The frames that followed the previous ``frames_seq``: a reader whose cursor is
+        # there reads them before the event that ended them (a steer mid-stream).
+        self.prev: tuple[int, list[tuple[int, dict[str, Any]]]] | None = None
         self.caught_up = False  # the last read reached the end of the log
         self.read_version = -1  # the source's version when the last complete read began
         self.ready = Wakeup()  # moves when a read brought something new (readers wait here)
@@ -119,9 +122,11 @@ class _SessionFeed:
         return [self.events[i] for i in range(start, min(len(self.events), start + limit))]
 
     def frames_after(self, seq: int, n: int) -> list[tuple[int, dict[str, Any]]]:
-        if seq != self.frames_seq:
-            return []
-        return [(i, frame) for i, frame in self.frames if i > n]
+        if seq == self.frames_seq:
+            return [(i, frame) for i, frame in self.frames if i > n]
+        if self.prev is not None and seq == self.prev[0]:
+            return [(i, frame) for i, frame in self.prev[1] if i > n]
+        return []
 
     async def _run(self) -> None:
         """Read whenever the source moves; wake the readers when a read brought anything."""
@@ -182,6 +187,12 @@ class _SessionFeed:
         began = self.inner.version
         page = await self.inner.events_after(self.last, _PAGE)
         self.reads += 1
+        if page and self.frames_seq == self.last:
+            # The frames still numbered after ``last`` were all written before the page's
+            # first event: read them before the cursor moves past it (see ``_pages``).
+            known = self.frames[-1][0] if self.frames else 0
+            self.frames.extend(await self.inner.frames_after(self.last, known))
+            self.reads += 1
         changed = self._take(page)
         self.caught_up = len(page) < _PAGE
         if self.caught_up:
@@ -189,6 +200,8 @@ class _SessionFeed:
             frames = await self.inner.frames_after(self.last, known)
             self.reads += 1
             if self.frames_seq != self.last:
+                if self.frames:
+                    self.prev = (self.frames_seq, list(self.frames))
                 self.frames_seq = self.last
                 self.frames.clear()
             self.frames.extend(frames)

@@ -99,9 +99,15 @@ def require_found(session_id: str, found: bool) -> None:
 
 
 class _Feed(Wakeup):
-    """Wakes SSE readers of one session; holds the live frames of its open step."""
+    """Wakes SSE readers of one session; holds the live frames of its open step.
 
-    __slots__ = ("after_seq", "first_n", "frames", "readers")
+    A durable event in the middle of a stream (a steer's splice) starts a new numbering
+    (``seq:n`` after it). The frames numbered after the previous seq stay readable (``prev``)
+    until frames under another seq replace them: a reader that had not yet read the last of
+    them when the event landed reads them first (``_pages``), so it loses no word.
+    """
+
+    __slots__ = ("after_seq", "first_n", "frames", "prev", "readers")
 
     def __init__(self) -> None:
         super().__init__()
@@ -109,12 +115,25 @@ class _Feed(Wakeup):
         self.after_seq = 0
         self.first_n = 1
         self.frames: deque[dict[str, Any]] = deque(maxlen=_MAX_FRAMES)
+        self.prev: tuple[int, int, deque[dict[str, Any]]] | None = None
+
+    def restart(self, after_seq: int) -> None:
+        """Number the next frames after ``after_seq``; the current ones become ``prev``."""
+        if self.frames:
+            self.prev = (self.after_seq, self.first_n, self.frames)
+            self.frames = deque(maxlen=_MAX_FRAMES)
+        self.after_seq = after_seq
+        self.first_n = 1
 
     def frames_after(self, seq: int, n: int) -> list[tuple[int, dict[str, Any]]]:
-        """Live frames ``(n, frame)`` of the step that follows ``seq`` with a number > ``n``."""
-        if seq != self.after_seq:
+        """Live frames ``(n, frame)`` numbered after ``seq`` with a number > ``n``."""
+        if seq == self.after_seq:
+            first, frames = self.first_n, self.frames
+        elif self.prev is not None and seq == self.prev[0]:
+            _, first, frames = self.prev
+        else:
             return []
-        return [(i, frame) for i, frame in enumerate(self.frames, start=self.first_n) if i > n]
+        return [(i, frame) for i, frame in enumerate(frames, start=first) if i > n]
 
 
 class _Durability:
@@ -533,9 +552,7 @@ class ServiceHost:
             self._idle_since[session_id] = self._clock()
         feed = self._feeds.get(session_id)
         if feed is not None:
-            feed.frames.clear()
-            feed.after_seq = payload.event.seq
-            feed.first_n = 1
+            feed.restart(payload.event.seq)
             feed.bump()
 
     def _on_frame(self, payload: StreamFramePayload) -> None:
@@ -545,9 +562,7 @@ class ServiceHost:
         feed = self.feed(agent.id)
         after = agent.session.next_seq - 1
         if after != feed.after_seq:
-            feed.frames.clear()
-            feed.after_seq = after
-            feed.first_n = 1
+            feed.restart(after)
         if len(feed.frames) == feed.frames.maxlen:
             feed.first_n += 1
         feed.frames.append(frame_json(payload.frame))

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import importlib
 import inspect
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
-from ..agent._options import AgentOptions
+from ..agent._options import AgentOptions, validate_call
 
 if TYPE_CHECKING:
     from .._runtime import Runtime
@@ -24,19 +24,29 @@ ORIGIN_KIND = "service"
 class Profile:
     """A named recipe for a session's agent: its options, an optional ``setup(scope)`` and a
     version stored with every session built from it (a worker serves a session only if it
-    has the profile at that version)."""
+    has the profile at that version). ``call``: request options sent on every request of
+    its sessions, over the ``call`` of ``options`` (``options.call`` holds both after
+    construction)."""
 
     name: str
     options: AgentOptions
     setup: Callable[[Any], Any] | None = None
     version: int = 1
     on_takeover: OnTakeover = "continue"
+    call: Mapping[str, Any] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name or len(self.name) > 200:
             raise ValueError(f"profile name must be a non-empty string, not {self.name!r}")
         if not isinstance(self.options, AgentOptions):
             raise ValueError(f"profile {self.name!r}: options must be AgentOptions")
+        if self.call is not None:
+            try:
+                validate_call(self.call, "call")
+            except ValueError as exc:
+                raise ValueError(f"profile {self.name!r}: {exc}") from None
+            merged = {**(self.options.call or {}), **self.call}
+            object.__setattr__(self, "options", replace(self.options, call=merged))
         if type(self.version) is not int or self.version < 1:
             raise ValueError(f"profile {self.name!r}: version must be an integer >= 1")
         if self.on_takeover not in ("continue", "idle"):

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, cast, overload
 
 import jsonschema
 import pydantic
+import referencing
 from typing_extensions import TypeVar
 
 from .._media import MODALITIES
@@ -31,6 +32,11 @@ __all__ = [
     "define_tool",
     "idempotency_key",
 ]
+
+#: Resolves a schema's references within the schema only. jsonschema's default retrieves any
+#: other ``$ref`` over the network while validating: a schema from an MCP server could point
+#: it at an internal address (SEP-2106); such a reference is unresolvable instead.
+_NO_RETRIEVAL: referencing.Registry[Any] = referencing.Registry()
 
 #: What a tool's body receives: the validated arguments (a pydantic model instance, or the
 #: parsed JSON for a JSON-schema tool).
@@ -280,7 +286,7 @@ def define_tool(
             raise ToolDefinitionError(f"invalid parameter schema: {exc.message}") from None
         schema = dict(parameters)
         # Compiled once: jsonschema.validate() would re-check the schema on every call.
-        validator = validator_cls(schema)
+        validator = validator_cls(schema, registry=_NO_RETRIEVAL)
     else:
         raise ToolDefinitionError("parameters must be a pydantic model or a JSON-schema dict")
     return Tool(

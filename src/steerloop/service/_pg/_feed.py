@@ -308,6 +308,7 @@ class _PgReader:
         self._flag = flag
         self._open = True
         self._looked: tuple[int, int] | None = None  # (cursor seq, flag.live) last looked at
+        self._read_through = 0  # the last seq the latest events read reached
 
     @property
     def version(self) -> int:
@@ -317,7 +318,9 @@ class _PgReader:
         await self._flag.wait(seen, timeout)
 
     async def events_after(self, after: int, limit: int) -> builtins.list[dict[str, Any]]:
-        return await self._source.events_after(self._session_id, after, limit)
+        events = await self._source.events_after(self._session_id, after, limit)
+        self._read_through = events[-1]["seq"] if events else after
+        return events
 
     async def frames_after(self, seq: int, n: int) -> builtins.list[tuple[int, dict[str, Any]]]:
         # Live rows are inserted in the transaction that announces them: with no
@@ -334,8 +337,10 @@ class _PgReader:
             return []
         frames = await self._source.frames_after(self._session_id, seq, n)
         self._looked = looked
-        if flag.live_after == _UNKNOWN and flag.live == looked[1]:
-            # Nothing was announced while the query ran: what it found is what there is.
+        if flag.live_after == _UNKNOWN and flag.live == looked[1] and seq >= self._read_through:
+            # Nothing was announced while the query ran and no event follows ``seq``: what
+            # it found is what there is. (The feed loop also reads the frames of a cursor an
+            # event has since passed, which tells nothing about the open step.)
             flag.live_after = seq if frames else seq - 1
         return frames
 

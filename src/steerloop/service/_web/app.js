@@ -28,6 +28,7 @@ const ui = {
   send: $("send"),
   stop: $("stop"),
   error: $("error"),
+  noModel: $("no-model"),
   overlay: $("token-overlay"),
   tokenForm: $("token-form"),
   token: $("token"),
@@ -66,6 +67,11 @@ function showError(error, what = "") {
     askToken();
     return;
   }
+  if (error instanceof ApiError && error.code === "NO_MODEL") {
+    ui.noModel.hidden = false; // what to configure, in the page (the server says it too)
+    ui.noModel.title = error.message;
+    return;
+  }
   // What failed, then the server's sentence; its code stays at hand (hover), out of the text.
   const said = error instanceof ApiError ? error.message : String(error);
   ui.error.textContent = what ? `${what}: ${said}` : said;
@@ -75,6 +81,7 @@ function showError(error, what = "") {
 }
 
 function clearError() {
+  ui.noModel.hidden = true;
   ui.error.hidden = true;
   ui.error.textContent = "";
   ui.error.removeAttribute("title");
@@ -126,11 +133,7 @@ async function refreshSessions() {
   );
   ui.sessions.replaceChildren(
     ...rows.map((row) => {
-      const link = el(
-        "a",
-        { href: urlFor(row.session_id), class: "open", title: row.session_id },
-        titles.get(row.session_id) || row.session_id,
-      );
+      const link = el("a", { href: urlFor(row.session_id), class: "open", title: row.session_id });
       link.addEventListener("click", (event) => {
         if (event.button !== 0 || event.metaKey || event.ctrlKey || event.shiftKey) return;
         event.preventDefault();
@@ -145,13 +148,37 @@ async function refreshSessions() {
           "aria-current": row.session_id === current ? "page" : undefined,
         },
         link,
-        el("span", { class: `badge ${row.status}` }, row.status),
+        badge(row.status),
       );
       return item;
     }),
   );
+  relabel();
   for (const item of ui.sessions.children) onScreen.observe(item);
   render();
+}
+
+/** A session's state as a person reads it: one no worker holds ("unloaded") is idle too,
+ * loaded again by its next message. */
+function badge(status) {
+  const shown = status === "unloaded" ? "idle" : status;
+  const title = status === "unloaded" ? "idle, not loaded: the next message loads it" : "";
+  return el("span", { class: `badge ${shown}`, "data-status": status, title }, shown);
+}
+
+/** Each listed session's name: its title, and where two share one, the end of its id too. */
+function relabel() {
+  const items = [...ui.sessions.children];
+  const named = items.map((item) => titles.get(item.dataset.sessionId) || item.dataset.sessionId);
+  const count = new Map();
+  for (const name of named) count.set(name, (count.get(name) || 0) + 1);
+  items.forEach((item, index) => {
+    const id = item.dataset.sessionId;
+    const name = named[index];
+    const text = count.get(name) > 1 && name !== id ? `${name} · ${id.slice(-6)}` : name;
+    const link = item.querySelector("a.open");
+    if (link.textContent !== text) link.textContent = text;
+  });
 }
 
 // --- titles: a session is named by its first user message -------------------------------
@@ -209,9 +236,7 @@ function nameSession(sessionId, message) {
   const text = message.replace(/\s+/g, " ").trim();
   const title = text.length > TITLE_CHARS ? `${text.slice(0, TITLE_CHARS - 1)}…` : text;
   titles.set(sessionId, title);
-  for (const item of ui.sessions.children) {
-    if (item.dataset.sessionId === sessionId) item.querySelector("a.open").textContent = title;
-  }
+  relabel();
   render();
 }
 
@@ -449,10 +474,11 @@ function render() {
   ui.title.textContent = title;
   ui.title.title = current || "";
   for (const item of ui.sessions.children) {
-    const badge = item.querySelector(".badge");
-    if (item.dataset.sessionId !== current || !badge || missing) continue;
-    badge.textContent = ui.status.textContent; // the feed is fresher than the last listing
-    badge.className = `badge ${badge.textContent}`;
+    const pill = item.querySelector(".badge");
+    if (item.dataset.sessionId !== current || !pill || missing) continue;
+    pill.textContent = ui.status.textContent; // the feed is fresher than the last listing
+    pill.className = `badge ${pill.textContent}`;
+    pill.removeAttribute("title");
   }
   const blank = transcriptList.childElementCount === 0 && queueList.childElementCount === 0;
   ui.empty.hidden = current !== null && !blank && !missing;

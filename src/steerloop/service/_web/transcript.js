@@ -1,6 +1,8 @@
 // The transcript of one session, folded from its durable events and live stream frames.
-// Every piece of model, tool or user text goes into the DOM as a text node: nothing is
-// ever parsed as HTML.
+// Every piece of model, tool or user text goes into the DOM as a text node, except a settled
+// answer's text: Markdown, rendered by markdown.js (sanitised, raw HTML shown as text).
+
+import { renderMarkdown } from "./markdown.js";
 
 /** An element with attributes and children (strings become text nodes). */
 export function el(tag, attrs = {}, ...children) {
@@ -181,7 +183,8 @@ export class Transcript {
       }
       if ((block.type === "text" || block.type === "reasoning") && !String(block.text || "")) continue;
       said = true;
-      if (block.type === "text") entry.append(el("div", { class: "text" }, String(block.text)));
+      if (block.type === "text")
+        entry.append(el("div", { class: "text md" }, renderMarkdown(String(block.text))));
       else if (block.type === "reasoning") entry.append(reasoningBlock(String(block.text)).node);
       else entry.append(el("div", { class: "text other" }, `[${block.type}]`));
     }
