@@ -20,6 +20,7 @@ from typing import Any
 
 from steerloop import AgentOptions, CancelCause, Runtime, user_message
 from steerloop.service._pg._feed import LivePublisher
+from steerloop.service._pg._schema import ServiceTables, service_migrations
 from steerloop.session.store.postgres import PostgresStore
 from steerloop.testing import ScriptedAdapter, hang_after, text_response
 from steerloop.testing._scripted import _text
@@ -37,7 +38,9 @@ async def main(url: str, session_id: str) -> None:
     rt = await Runtime.open(store=store)
     model = ScriptedAdapter()
     rt.llm.register_adapter(["w"], model)
-    publisher = LivePublisher(await store._acquire_pool(), store._tables, rt)
+    tables = ServiceTables(store.schema)
+    await store.migrate(service_migrations(tables))
+    publisher = LivePublisher(await store.pool(), tables, rt)
     publisher.start()
     handle: Any = None
     loop = asyncio.get_running_loop()
@@ -57,7 +60,7 @@ async def main(url: str, session_id: str) -> None:
                 # What a worker's session has on a served database: its spec row (the API
                 # side finds sessions there).
                 await (await store._acquire_pool()).execute(
-                    f"INSERT INTO {store._tables.specs} (session_id, profile, profile_version, "
+                    f"INSERT INTO {tables.specs} (session_id, profile, profile_version, "
                     "status) VALUES ($1, 'default', 1, 'idle')",
                     session_id,
                 )

@@ -9,7 +9,8 @@ from typing import Any, TypeVar
 
 import asyncpg
 
-from steerloop.session.store.postgres._schema import Tables, migrate
+from steerloop.service._pg._schema import ServiceTables, service_migrations
+from steerloop.session.store.postgres._schema import migrate, migrate_component
 
 from ..session.backends import POSTGRES_URL, drop_schema, require_postgres
 
@@ -19,12 +20,15 @@ __all__ = ["POSTGRES_URL", "T", "fresh_schema", "now", "poll", "sql"]
 
 
 async def fresh_schema() -> AsyncIterator[str]:
-    """A migrated schema of its own (dropped afterwards); use as a fixture body."""
+    """A migrated schema of its own (the store's tables and the service's), dropped
+    afterwards; use as a fixture body."""
     require_postgres()
     name = f"t_live_{uuid.uuid4().hex[:12]}"
     conn = await asyncpg.connect(POSTGRES_URL, timeout=5)
     try:
-        await migrate(conn, Tables(name))
+        tables = ServiceTables(name)
+        await migrate(conn, tables)
+        await migrate_component(conn, tables, service_migrations(tables))
     finally:
         await conn.close()
     try:

@@ -1,4 +1,4 @@
-"""The in-process host's durability rounds (``_host._Durability``): SSE readers and log pages
+"""The in-process host's durability rounds (``_local_feed.Durability``): SSE readers and log pages
 of live sessions serve only durable events, and however many of them ask at once, each
 session is flushed once per round, one round at a time."""
 
@@ -9,7 +9,7 @@ import asyncio
 import pytest
 
 from steerloop import SessionStorageError
-from steerloop.service._host import _Durability
+from steerloop.service._local_feed import Durability as _Durability
 from steerloop.session import Session, SessionEvent
 from steerloop.session._events import TurnStart
 from steerloop.session._session import EventSink

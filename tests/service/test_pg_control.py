@@ -12,7 +12,7 @@ import asyncpg
 import pytest
 
 from steerloop.service._pg._control import ControlConnection, namespace
-from steerloop.session.store.postgres._schema import Tables
+from steerloop.service._pg._schema import ServiceTables as Tables
 
 from .livesupport import POSTGRES_URL, fresh_schema, now, poll, sql
 

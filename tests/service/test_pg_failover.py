@@ -34,12 +34,12 @@ from httpx_sse import aconnect_sse
 from steerloop import SessionPersistenceNotFoundError
 from steerloop.service import create_app
 from steerloop.service._pg._control import ControlConnection, namespace
+from steerloop.service._pg._schema import ServiceTables as Tables
 from steerloop.service._pg._sweeper import Sweeper
 from steerloop.session import SessionEvent
 from steerloop.session._codec import validate_log
 from steerloop.session._postgres import PostgresStore
 from steerloop.session._session import Session
-from steerloop.session.store.postgres._schema import Tables
 
 from ..logcheck import log_problems
 from .failover_profiles import TAKEOVER_PLUGIN, profiles

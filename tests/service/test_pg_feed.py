@@ -409,8 +409,10 @@ async def test_live_frames_of_an_old_lease_token_are_never_served(pg: tuple[str,
         assert await feed.source.frames_after("s", 0, 2) == [(4, {"kind": "chunk"})]
         await writer_.close()  # the lease is released: every row of "s" is now stale
         from steerloop.service._pg._feed import LivePublisher
+        from steerloop.service._pg._schema import ServiceTables
 
-        sweeper = LivePublisher(feed.pool, store._tables, None, stale_every=0.0)
+        tables = ServiceTables(store.schema)
+        sweeper = LivePublisher(feed.pool, tables, None, stale_every=0.0)
         await sweeper._flush(sweep=True)
         assert await conn.fetchval(f"SELECT count(*) FROM {q}.steerloop_live") == 0
     finally:

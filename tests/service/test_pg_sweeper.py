@@ -24,10 +24,10 @@ import pytest
 
 from steerloop import SessionConflictError
 from steerloop.service._pg._control import ControlConnection
+from steerloop.service._pg._schema import ServiceTables as Tables
 from steerloop.service._pg._sweeper import Sweeper, SweepReport
 from steerloop.session._events import SessionEvent, TurnStart
 from steerloop.session._postgres import PostgresStore
-from steerloop.session.store.postgres._schema import Tables
 
 from .livesupport import POSTGRES_URL, fresh_schema, now, poll, sql
 
@@ -401,7 +401,7 @@ _LEADER_CHILD = textwrap.dedent(
     import asyncpg
     from steerloop.service._pg._control import ControlConnection
     from steerloop.service._pg._sweeper import Sweeper
-    from steerloop.session.store.postgres._schema import Tables
+    from steerloop.service._pg._schema import ServiceTables as Tables
 
     async def main():
         lost = asyncio.Event()

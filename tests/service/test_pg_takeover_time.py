@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from steerloop.service._pg._control import namespace
-from steerloop.session.store.postgres._schema import Tables
+from steerloop.service._pg._schema import ServiceTables as Tables
 
 from .livesupport import fresh_schema, now, poll, sql
 from .test_pg_failover import (

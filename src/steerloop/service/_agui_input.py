@@ -8,7 +8,7 @@ for this run, and the state document when the client's differs. Messages the log
 has are never applied again, so an input whose newest message is a tool result or an
 assistant message re-sends nothing.
 
-The plan becomes commands the session's owner applies in order (``_agui_commands``): the
+The plan becomes commands the session's owner applies in order (``_commands``): the
 same queue as every other command, so an API node and a worker host it alike.
 """
 
@@ -25,7 +25,7 @@ from pydantic import ConfigDict, ValidationError
 from ..agent._client_calls import CLIENT_ERROR, ClientCallError
 from ..errors import ToolDefinitionError
 from ..tools._define import define_tool
-from ._host import ApiError
+from ._api import ApiError
 
 __all__ = [
     "CLIENT_ERROR",

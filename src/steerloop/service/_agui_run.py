@@ -19,19 +19,17 @@ run on the thread shows where it is (its snapshot, then the rest).
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
-from typing import Any, Literal, Protocol
+from typing import Any
 
 from ag_ui.core import BaseEvent, Interrupt, Message, UserMessage
 
-from ..session._events import SessionEvent
 from ..session._state import fold_state
 from ._agui import AguiRun, approval_interrupt, client_interrupt, encode, messages_snapshot
 from ._agui_input import Plan, parse_request, plan_input, view_of
-from ._host import ApiError, check_session_id
-from ._profile import Profile
+from ._api import ApiError, Host, check_session_id
 from ._source import FeedReader, FeedSource
 
-__all__ = ["Pages", "RunHost", "start_run"]
+__all__ = ["Pages", "start_run"]
 
 Pages = Callable[
     [FeedSource, FeedReader, int, int], AsyncIterator[tuple[str, int, int, dict[str, Any]]]
@@ -39,32 +37,8 @@ Pages = Callable[
 """The service's feed loop (``_app._pages``): events, frames, ``caught-up`` marks."""
 
 
-class RunHost(Protocol):
-    """What a run needs of the host (``ServiceHost`` or ``PgHost``)."""
-
-    def profile(self, name: str | None) -> Profile: ...
-    async def exists(self, session_id: str) -> bool: ...
-    async def create(
-        self, session_id: str, profile: Profile, meta: dict[str, Any] | None, first: str | None
-    ) -> dict[str, Any]: ...
-    async def log_events(self, session_id: str) -> tuple[SessionEvent, ...]: ...
-    async def status_of(self, session_id: str) -> str: ...
-    async def command(self, session_id: str, kind: Any, body: Mapping[str, Any]) -> Any: ...
-    async def submit_approval(
-        self, session_id: str, call_id: str, decision: Literal["allow", "deny"], reason: str | None
-    ) -> dict[str, Any]: ...
-    async def send(
-        self,
-        session_id: str,
-        kind: Literal["followup", "steer", "inject", "cancel"],
-        content: str,
-        message_id: str | None,
-        key: str | None,
-    ) -> dict[str, Any]: ...
-
-
 async def start_run(
-    host: RunHost, source: FeedSource, pages: Pages, body: Mapping[str, Any]
+    host: Host, source: FeedSource, pages: Pages, body: Mapping[str, Any]
 ) -> AsyncGenerator[dict[str, Any]]:
     """Queue what ``body`` (a ``RunAgentInput``) adds to its thread; the run's SSE items.
 
@@ -100,7 +74,7 @@ async def start_run(
     return _stream(source, pages, session_id, cursor, run, follow, preamble)
 
 
-async def _submit(host: RunHost, session_id: str, plan: Plan, status: str) -> None:
+async def _submit(host: Host, session_id: str, plan: Plan, status: str) -> None:
     """Queue the plan's commands in order: tools, state, decisions, results, messages."""
     if plan.tools or status != "unloaded":
         await host.command(session_id, "client_tools", {"tools": plan.tools})

@@ -1,4 +1,4 @@
-"""The ASGI app: the HTTP + SSE surface of API.md ("Service") over a ``ServiceHost``."""
+"""The ASGI app: the HTTP + SSE surface of API.md ("Service") over a host (``_api.Host``)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from collections.abc import (
     Mapping,
     Sequence,
 )
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import Any, Literal, cast
 from urllib.parse import quote
 
 from sse_starlette import EventSourceResponse
@@ -32,12 +32,13 @@ from .._runtime import Runtime
 from ..errors import SessionStorageError
 from ..llm.retry import install_retry
 from ..session._json import dumps, loads
+from ._api import ApiError, Host
 from ._bodies import CancelBody, CreateBody, DecisionBody, MessageBody
-from ._errors import ApiError, error_response, to_api_error
+from ._errors import error_response, to_api_error
 from ._fanout import SharedFeeds, event_json, event_sse
-from ._host import ServiceHost
 from ._hostcheck import HostCheckMiddleware, allowed_names
 from ._limits import Limits
+from ._local import LocalHost
 from ._no_model import require_model, require_session_model
 from ._origin import OriginCheckMiddleware, cors_middleware
 from ._page import page_routes
@@ -51,11 +52,6 @@ __all__ = ["create_app"]
 Role = Literal["all", "api", "worker"]
 ProfilesArg = Sequence[Profile] | Callable[[Runtime], Sequence[Profile]]
 Handler = Callable[[Request], Awaitable[Response]]
-if TYPE_CHECKING:
-    from ._pg._host import PgHost
-
-    Host = ServiceHost | PgHost
-    """The in-process host or the PostgreSQL one: the same async surface."""
 
 log = logging.getLogger("steerloop.service")
 
@@ -167,14 +163,15 @@ def create_app(
                     )
                     await host.start()
                 else:
-                    host = ServiceHost(
+                    local = LocalHost(
                         rt,
                         by_name,
                         idle_unload=idle_unload,
                         max_unconsumed=max_unconsumed,
                         worker_id=ident,
                     )
-                    host.start()
+                    await local.start()
+                    host = local
                 # On PostgreSQL the SSE feed reads the shared log (any process's commits);
                 # a process that runs agents publishes their live frames.
                 pg_feed = None
@@ -187,7 +184,7 @@ def create_app(
                 state["host"] = host
                 # One read per session per process, fanned out to its readers.
                 source: FeedSource = (
-                    pg_feed.source if pg_feed is not None else cast(ServiceHost, host)
+                    pg_feed.source if pg_feed is not None else cast(LocalHost, host)
                 )
                 state["source"] = SharedFeeds(source)
                 try:

@@ -16,8 +16,8 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from ._api import check_session_id
 from ._errors import ApiError
-from ._host import check_session_id
 from ._text import check_texts
 
 __all__ = [

@@ -1,5 +1,6 @@
-"""The service's error answers: ``ApiError`` and the one place that turns an error into
-``{"error": {"code", "message"}}`` — for endpoints, middleware and the raw protocol alike."""
+"""The service's error answers: the one place that turns an error into
+``{"error": {"code", "message"}}`` (``_api.ApiError``), for endpoints, middleware and the
+raw protocol alike."""
 
 from __future__ import annotations
 
@@ -11,25 +12,13 @@ from starlette.responses import JSONResponse
 
 from ..errors import SessionPersistenceError
 from ..session._json import dumps
+from ._api import ApiError
 
 __all__ = ["BODY_CODES", "ApiError", "error_bytes", "error_response", "to_api_error"]
 
 BODY_CODES = frozenset({"invalid_text", "invalid_mode", "invalid_decision", "invalid_session_id"})
 """Error types of the request-body models (``_bodies``) that are answer codes of their own
 (else ``invalid_body``); their messages name the field themselves."""
-
-
-class ApiError(Exception):
-    """An HTTP error answer: ``{"error": {"code", "message"}}`` with ``status``."""
-
-    def __init__(
-        self, status: int, code: str, message: str, headers: dict[str, str] | None = None
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.code = code
-        self.message = message
-        self.headers = headers or {}
 
 
 def to_api_error(exc: Exception) -> ApiError | None:

@@ -14,180 +14,40 @@ import logging
 import os
 import socket
 import time
-import unicodedata
-from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 from .._runtime import Runtime
 from ..agent._agent import Agent
-from ..agent._decisions import StreamFrame, StreamFramePayload
+from ..agent._decisions import StreamFramePayload
 from ..agent._factory import AgentHandle
 from ..agent._handles import ASSISTANT_STREAM, SESSION_EVENT
 from ..errors import SessionPersistenceNotFoundError
-from ..llm.chunks import chunk_to_json
 from ..session._approvals import approval_state, pending_approvals
-from ..session._deferred import pending_deferred
 from ..session._events import ApprovalRequested, SessionEvent
-from ..session._session import Session, SessionEventPayload
-from ..session._state import fold_state
-from ._commands import APPROVAL_BY, Command, CommandKind, LocalCommands, not_waiting
-from ._errors import ApiError
+from ..session._session import SessionEventPayload
+from ._api import (
+    ApiError,
+    approval_json,
+    check_session_id,
+    choose_profile,
+    frame_json,
+    not_waiting,
+    require_found,
+    shared_fields,
+)
+from ._commands import Cancel, Command, Decide, Followup, Inject, Steer, agui_command
+from ._local_commands import LocalCommands, Queued
+from ._local_feed import Durability, LocalFeed, LocalReader
 from ._profile import ORIGIN_KIND, Profile, origin_setup
-from ._source import Wakeup
 from ._text import check_text, check_texts
 
-__all__ = [
-    "APPROVAL_BY",
-    "MAX_SESSION_ID",
-    "ApiError",
-    "ServiceHost",
-    "check_session_id",
-    "choose_profile",
-    "frame_json",
-    "require_found",
-    "shared_fields",
-]
+__all__ = ["LocalHost"]
 
 log = logging.getLogger("steerloop.service")
 
-_MAX_FRAMES = 4096
-"""Live frames kept per open step; older ones are dropped (the committed
-``assistant/message`` supersedes them), so a slow reader never makes the host buffer more."""
 
-
-MAX_SESSION_ID = 128
-"""The longest session id a service creates (characters)."""
-
-
-def check_session_id(session_id: str) -> None:
-    """Refuse, before anything is written, a session id the routes could not address:
-    ``/`` (a path segment ends there), ``.`` and ``..`` (clients collapse dot segments),
-    control or surrogate characters, and more than ``MAX_SESSION_ID`` characters.
-
-    Raises:
-        ApiError: 422 ``invalid_session_id`` naming what is wrong.
-    """
-    problem = None
-    if not session_id or len(session_id) > MAX_SESSION_ID:
-        problem = f"must be 1 to {MAX_SESSION_ID} characters (got {len(session_id)})"
-    elif "/" in session_id:
-        problem = "must not contain '/'"
-    elif session_id in (".", ".."):
-        problem = "must not be '.' or '..'"
-    elif any(unicodedata.category(c) in ("Cc", "Cs") for c in session_id):
-        problem = "must not contain control characters"
-    if problem is not None:
-        shown = session_id if len(session_id) <= 40 else session_id[:40] + "…"
-        raise ApiError(422, "invalid_session_id", f"session id {shown!r} {problem}")
-
-
-def choose_profile(profiles: Mapping[str, Profile], name: str | None) -> Profile:
-    """The profile ``name`` (``"default"`` when ``None``); 422 naming the served ones."""
-    name = "default" if name is None else name
-    profile = profiles.get(name)
-    if profile is None:
-        known = ", ".join(sorted(profiles)) or "none"
-        raise ApiError(422, "unknown_profile", f"no profile {name!r} (served: {known})")
-    return profile
-
-
-def require_found(session_id: str, found: bool) -> None:
-    """404 for a session neither host nor store knows."""
-    if not found:
-        raise ApiError(404, "session_not_found", f"no session {session_id!r}")
-
-
-class _Feed(Wakeup):
-    """Wakes SSE readers of one session; holds the live frames of its open step.
-
-    A durable event in the middle of a stream (a steer's splice) starts a new numbering
-    (``seq:n`` after it). The frames numbered after the previous seq stay readable (``prev``)
-    until frames under another seq replace them: a reader that had not yet read the last of
-    them when the event landed reads them first (``_pages``), so it loses no word.
-    """
-
-    __slots__ = ("after_seq", "first_n", "frames", "prev", "readers")
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.readers = 0
-        self.after_seq = 0
-        self.first_n = 1
-        self.frames: deque[dict[str, Any]] = deque(maxlen=_MAX_FRAMES)
-        self.prev: tuple[int, int, deque[dict[str, Any]]] | None = None
-
-    def restart(self, after_seq: int) -> None:
-        """Number the next frames after ``after_seq``; the current ones become ``prev``."""
-        if self.frames:
-            self.prev = (self.after_seq, self.first_n, self.frames)
-            self.frames = deque(maxlen=_MAX_FRAMES)
-        self.after_seq = after_seq
-        self.first_n = 1
-
-    def frames_after(self, seq: int, n: int) -> list[tuple[int, dict[str, Any]]]:
-        """Live frames ``(n, frame)`` numbered after ``seq`` with a number > ``n``."""
-        if seq == self.after_seq:
-            first, frames = self.first_n, self.frames
-        elif self.prev is not None and seq == self.prev[0]:
-            _, first, frames = self.prev
-        else:
-            return []
-        return [(i, frame) for i, frame in enumerate(frames, start=first) if i > n]
-
-
-class _Durability:
-    """Makes the events readers ask for durable, for every reader of the process at once.
-
-    Readers (SSE feeds, log pages) serve a live session's events only once they are durable.
-    Each flushing on its own turned every group commit into a synced one, once per reader
-    wake (measured: a third of the turn throughput with two readers per session). Here a
-    reader registers what it needs and joins the next *round*: one ``flush`` per session in
-    demand, all issued together (group commit syncs them in one commit); one round runs at
-    a time, so the sync rate no longer grows with the number of readers.
-    """
-
-    def __init__(self) -> None:
-        self.marks: dict[str, int] = {}  # durable through this seq (per session)
-        self._want: dict[str, Session] = {}  # session id -> Session, for the next round
-        self._next: asyncio.Future[dict[str, BaseException]] | None = None
-        self._runner: asyncio.Task[None] | None = None
-
-    async def through(self, session_id: str, session: Session, seq: int) -> None:
-        """Return once ``session`` is durable through ``seq``; raise its flush's error."""
-        while self.marks.get(session_id, 0) < seq:
-            self._want[session_id] = session
-            if self._next is None:
-                self._next = asyncio.get_running_loop().create_future()
-            round_ = self._next
-            if self._runner is None or self._runner.done():
-                self._runner = asyncio.get_running_loop().create_task(self._run())
-            errors = await asyncio.shield(round_)
-            if session_id in errors:
-                raise errors[session_id]
-
-    def forget(self, session_id: str) -> None:
-        self.marks.pop(session_id, None)
-
-    async def _run(self) -> None:
-        while self._want:
-            want, self._want = self._want, {}
-            round_, self._next = self._next, None
-            marks = {sid: session.next_seq - 1 for sid, session in want.items()}
-            results = await asyncio.gather(
-                *(session.flush() for session in want.values()), return_exceptions=True
-            )
-            errors: dict[str, BaseException] = {}
-            for (sid, mark), result in zip(marks.items(), results, strict=True):
-                if isinstance(result, BaseException):
-                    errors[sid] = result
-                else:
-                    self.marks[sid] = max(mark, self.marks.get(sid, 0))
-            if round_ is not None and not round_.done():
-                round_.set_result(errors)
-
-
-class ServiceHost:
+class LocalHost:
     """Drives the agents of one process for the HTTP app (role ``all``)."""
 
     def __init__(
@@ -209,9 +69,9 @@ class ServiceHost:
         self._handles: dict[str, AgentHandle] = {}
         self._profile_of: dict[str, str] = {}
         self._locks: dict[str, asyncio.Lock] = {}
-        self._feeds: dict[str, _Feed] = {}
+        self._feeds: dict[str, LocalFeed] = {}
         self._idle_since: dict[str, float] = {}
-        self._durable = _Durability()
+        self._durable = Durability()
         self.commands = LocalCommands(
             self.load, self._durable_through, max_unconsumed=max_unconsumed
         )
@@ -225,7 +85,7 @@ class ServiceHost:
 
     # --- lifecycle ------------------------------------------------------------------------
 
-    def start(self) -> None:
+    async def start(self) -> None:
         if self.idle_unload is not None and self._unloader is None:
             self._unloader = asyncio.get_running_loop().create_task(self._unload_idle())
 
@@ -377,8 +237,7 @@ class ServiceHost:
             "last_seq": await self.last_seq(session_id),
             "owner": owner,
             "pending_approvals": [
-                {"call_id": r.call_id, "name": r.name, "arguments": r.arguments, "reason": r.reason}
-                for r in await self.pending_approvals(session_id)
+                approval_json(r) for r in await self.pending_approvals(session_id)
             ],
         } | shared_fields(await self.log_events(session_id))
 
@@ -424,25 +283,27 @@ class ServiceHost:
         check_text(content, "content")
         check_text(message_id, "message_id")
         check_text(key, "idempotency_key")
-        command = Command(
-            kind=kind,
-            content=content,
-            message_id=message_id,
-            key=key,
-            keep_inbox=keep_inbox,
-            trace=trace,
-        )
-        return await self.commands.submit(session_id, command)
+        command: Command
+        if kind == "cancel":
+            command = Cancel(keep_inbox=keep_inbox)
+        else:
+            message = {"followup": Followup, "steer": Steer, "inject": Inject}[kind]
+            command = message(content=content, message_id=message_id, trace=trace)
+        return await self.commands.submit(session_id, Queued(command=command, key=key))
 
     async def _durable_through(self, session_id: str, agent: Agent, seq: int) -> None:
         await self._durable.through(session_id, agent.session, seq)
 
     async def command(
-        self, session_id: str, kind: CommandKind, body: Mapping[str, Any]
+        self,
+        session_id: str,
+        kind: Literal["client_tools", "client_result", "state"],
+        body: Mapping[str, Any],
     ) -> dict[str, Any]:
-        """Apply one AG-UI command (``_agui_input.AGUI_COMMANDS``) in the session's order;
-        its answer once it is durable."""
-        return await self.commands.submit(session_id, Command(kind=kind, body=body))
+        """Apply one AG-UI command (``_agui_input``) in the session's order; its answer once
+        it is durable."""
+        command = agui_command(kind, body)
+        return await self.commands.submit(session_id, Queued(command=command))
 
     async def log_events(self, session_id: str) -> tuple[SessionEvent, ...]:
         """The session's log: the live agent's, else the store's."""
@@ -488,8 +349,8 @@ class ServiceHost:
         agent = await self.load(session_id)
         if not any(r.call_id == call_id for r in agent.pending_approvals):
             raise not_waiting(session_id, call_id, approval_state(agent.session.events, call_id))
-        command = Command(kind="approval", content=reason or "", call_id=call_id, decision=decision)
-        return await self.commands.submit(session_id, command)
+        command = Decide(call_id=call_id, decision=decision, reason=reason or None)
+        return await self.commands.submit(session_id, Queued(command=command))
 
     def unconsumed(self, session_id: str) -> int:
         return self.commands.unconsumed(session_id)
@@ -529,10 +390,10 @@ class ServiceHost:
 
     # --- the feed -------------------------------------------------------------------------
 
-    def feed(self, session_id: str, reader: bool = False) -> _Feed:
+    def feed(self, session_id: str, reader: bool = False) -> LocalFeed:
         feed = self._feeds.get(session_id)
         if feed is None:
-            feed = self._feeds[session_id] = _Feed()
+            feed = self._feeds[session_id] = LocalFeed()
         if reader:
             feed.readers += 1
         return feed
@@ -594,9 +455,9 @@ class ServiceHost:
         except SessionPersistenceNotFoundError:
             return []
 
-    def subscribe(self, session_id: str) -> _LocalReader:
+    def subscribe(self, session_id: str) -> LocalReader:
         """A feed reader of ``session_id`` (``FeedSource``), registered now."""
-        return _LocalReader(self, session_id, self.feed(session_id, reader=True))
+        return LocalReader(self, session_id, self.feed(session_id, reader=True))
 
     async def last_seq(self, session_id: str) -> int:
         handle = self._handles.get(session_id)
@@ -606,57 +467,3 @@ class ServiceHost:
         if store is None:
             return 0
         return (await store.info(session_id)).events
-
-
-class _LocalReader:
-    """An SSE reader of the in-process feed (``FeedReader``)."""
-
-    def __init__(self, host: ServiceHost, session_id: str, feed: _Feed) -> None:
-        self._host = host
-        self._session_id = session_id
-        self._feed = feed
-        self._open = True
-
-    @property
-    def version(self) -> int:
-        return self._feed.version
-
-    async def wait(self, seen: int, timeout: float) -> None:
-        await self._feed.wait(seen, timeout)
-
-    async def events_after(self, after: int, limit: int) -> list[dict[str, Any]]:
-        return await self._host.events_after(self._session_id, after, limit)
-
-    async def frames_after(self, seq: int, n: int) -> list[tuple[int, dict[str, Any]]]:
-        return self._feed.frames_after(seq, n)
-
-    def close(self) -> None:
-        if self._open:
-            self._open = False
-            self._host.release_feed(self._session_id)
-
-
-def shared_fields(events: Sequence[SessionEvent]) -> dict[str, Any]:
-    """``state`` (the shared state document) and ``pending_client_calls`` (calls waiting
-    for a client's result) of ``GET /v1/sessions/{id}``, folded from the log."""
-    return {
-        "state": fold_state(events),
-        "pending_client_calls": [
-            {"call_id": d.call_id, "name": d.name, "arguments": d.arguments}
-            for d in pending_deferred(events)
-        ],
-    }
-
-
-def frame_json(frame: StreamFrame) -> dict[str, Any]:
-    """The JSON body of one live frame (``event: stream`` on the SSE feed)."""
-    body: dict[str, Any] = {
-        "kind": frame.kind,
-        "attempt_id": frame.attempt_id,
-        "revision": frame.revision,
-        "turn": frame.turn,
-        "step": frame.step,
-    }
-    if frame.chunk is not None:
-        body["chunk"] = chunk_to_json(frame.chunk)
-    return body

@@ -17,47 +17,44 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
-from .._cancel import CancelCause
 from .._ids import new_id
 from ..agent._agent import Agent
 from ..errors import ApprovalError
-from ..messages import MessageSource, user_message
 from ..session._approvals import approval_state
-from ._agui_commands import apply_command
-from ._errors import ApiError, to_api_error
-from ._ledger import HTTP_SOURCE, Ledger, request_fingerprint
-from ._trace import continue_caller_trace
+from ._api import ApiError, not_waiting
+from ._commands import (
+    Cancel,
+    ClientResult,
+    ClientTools,
+    Command,
+    Decide,
+    Followup,
+    Inject,
+    SetState,
+    Steer,
+    apply,
+)
+from ._errors import to_api_error
+from ._ledger import Ledger, request_fingerprint
 
-__all__ = ["APPROVAL_BY", "CommandKind", "LocalCommands"]
+__all__ = ["LocalCommands", "Queued"]
 
 log = logging.getLogger("steerloop.service")
-
-CommandKind = Literal[
-    "followup", "steer", "inject", "cancel", "approval", "client_tools", "client_result", "state"
-]
-"""The HTTP commands, and the AG-UI ones (``_agui_commands.AGUI_COMMANDS``: a body each)."""
-APPROVAL_BY = "http"
-"""``tool/approval-decided.by`` of a decision that came over HTTP."""
 
 Applied = tuple[dict[str, Any], int]
 """A command's answer and the seq through which the log must be durable before it is sent."""
 
 
 @dataclass(slots=True, kw_only=True)
-class Command:
-    kind: CommandKind
-    content: str = ""
-    message_id: str | None = None  # as the client gave it
+class Queued:
+    """One command waiting in a session's queue, with the request's idempotency key."""
+
+    command: Command
     key: str | None = None
-    keep_inbox: bool = False
-    trace: Mapping[str, str] | None = None  # traceparent/tracestate of the request
-    call_id: str | None = None  # kind "approval": the call decided, the decision, the reason
-    decision: Literal["allow", "deny"] | None = None
-    body: Mapping[str, Any] | None = None  # the AG-UI kinds' (``_agui_input``)
     done: asyncio.Future[Applied] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
@@ -67,7 +64,7 @@ class Command:
 class _Queue:
     """One session's commands waiting to be applied, and those applied but not yet durable."""
 
-    pending: deque[Command] = field(default_factory=deque)
+    pending: deque[Queued] = field(default_factory=deque)
     applying: bool = False
     settling: int = 0
     drain: asyncio.Task[None] | None = None
@@ -110,7 +107,7 @@ class LocalCommands:
     def drains(self) -> list[asyncio.Task[None]]:
         return [q.drain for q in self._queues.values() if q.drain is not None]
 
-    async def submit(self, session_id: str, command: Command) -> dict[str, Any]:
+    async def submit(self, session_id: str, command: Queued) -> dict[str, Any]:
         """Queue ``command`` behind the session's earlier ones; answer once it is applied
         and durable.
 
@@ -170,8 +167,9 @@ class LocalCommands:
             except Exception as exc:
                 error = to_api_error(exc)
                 if error is None:
-                    log.exception("session %s: a %s command failed", session_id, command.kind)
-                    error = ApiError(500, "command_failed", f"the {command.kind} failed: {exc}")
+                    kind = command.command.kind
+                    log.exception("session %s: a %s command failed", session_id, kind)
+                    error = ApiError(500, "command_failed", f"the {kind} failed: {exc}")
                 _settle(command.done, error)
             else:
                 # Applied, not yet durable: it still counts (the session is not idle) until
@@ -190,29 +188,51 @@ class LocalCommands:
             held = self._ledgers[session_id] = (agent, Ledger())
         return held[1].see(agent.session.events)
 
-    def _apply(self, session_id: str, queue: _Queue, agent: Agent, command: Command) -> Applied:
+    def _apply(self, session_id: str, queue: _Queue, agent: Agent, queued: Queued) -> Applied:
         ledger = self.ledger(session_id, agent)
-        if command.body is not None:
-            try:
-                apply_command(agent, command.kind, command.body)
-            except ValueError as exc:
-                # As on PostgreSQL: a command that no longer applies (an answer for a call
-                # that stopped waiting) changes nothing and does not stop the ones after it.
-                log.info("session %s: %s not applied: %s", session_id, command.kind, exc)
-            return {"cmd_seq": _next(queue, ledger)}, agent.session.next_seq - 1
-        if command.kind == "approval":
-            return self._decide(agent, queue, command)
-        if command.kind == "cancel":
-            agent.cancel(CancelCause.user(), keep_inbox=command.keep_inbox)
-            return {"cmd_seq": _next(queue, ledger)}, agent.session.next_seq - 1
+        command = queued.command
+        match command:
+            case ClientTools() | ClientResult() | SetState():
+                try:
+                    apply(agent, command)
+                except ValueError as exc:
+                    # As on PostgreSQL: a command that no longer applies (an answer for a
+                    # call that stopped waiting) changes nothing and does not stop the
+                    # ones after it.
+                    log.info("session %s: %s not applied: %s", session_id, command.kind, exc)
+            case Decide():
+                try:
+                    seq = apply(agent, command)
+                except ApprovalError:
+                    state = approval_state(agent.session.events, command.call_id)
+                    raise not_waiting(agent.id, command.call_id, state) from None
+                assert seq is not None
+                return {"cmd_seq": _next(queue, ledger)}, seq
+            case Followup() | Steer() | Inject():
+                return self._send(session_id, queue, agent, command, queued.key)
+            case Cancel():
+                apply(agent, command)
+        return {"cmd_seq": _next(queue, ledger)}, agent.session.next_seq - 1
+
+    def _send(
+        self,
+        session_id: str,
+        queue: _Queue,
+        agent: Agent,
+        command: Followup | Steer | Inject,
+        key: str | None,
+    ) -> Applied:
+        """A message, unless its key was used (the first answer; 409 for another request)
+        or its id is taken (409)."""
+        ledger = self.ledger(session_id, agent)
         request = request_fingerprint(command.kind, command.content, command.message_id)
-        if command.key is not None and command.key in ledger.keys:
-            seen = ledger.keys[command.key]
+        if key is not None and key in ledger.keys:
+            seen = ledger.keys[key]
             if seen.request != request:
                 raise ApiError(
                     409,
                     "IDEMPOTENCY_KEY_REUSED",
-                    f"idempotency key {command.key!r} was used for another request",
+                    f"idempotency key {key!r} was used for another request",
                 )
             return seen.answer, seen.seq
         if command.message_id is not None and command.message_id in ledger.message_ids:
@@ -223,44 +243,13 @@ class LocalCommands:
             )
         cmd_seq = _next(queue, ledger)
         record: dict[str, Any] = {"cmd_seq": cmd_seq}
-        if command.key is not None:
-            record |= {"idempotency_key": command.key, "request": request}
-        message = user_message(
-            command.content,
-            id=command.message_id or new_id("msg"),
-            source=MessageSource(extra={HTTP_SOURCE: record}),
-        )
-        continue_caller_trace(agent, command.trace, message.id)
-        if command.kind == "followup":
-            agent.followup(message)
-        elif command.kind == "steer":
-            agent.steer(message)
-        else:
-            agent.inject(message)
+        if key is not None:
+            record |= {"idempotency_key": key, "request": request}
+        message_id = command.message_id or new_id("msg")
+        seq = apply(agent, command.model_copy(update={"message_id": message_id, "record": record}))
+        assert seq is not None
         ledger.see(agent.session.events)
-        return {"cmd_seq": cmd_seq, "message_id": message.id}, agent.session.next_seq - 1
-
-    def _decide(self, agent: Agent, queue: _Queue, command: Command) -> Applied:
-        call_id, decision = command.call_id, command.decision
-        assert call_id is not None and decision is not None
-        try:
-            seq = agent.decide_approval(
-                call_id, decision, reason=command.content or None, by=APPROVAL_BY
-            )
-        except ApprovalError:
-            state = approval_state(agent.session.events, call_id)
-            raise not_waiting(agent.id, call_id, state) from None
-        return {"cmd_seq": _next(queue, self.ledger(agent.id, agent))}, seq
-
-
-def not_waiting(session_id: str, call_id: str, state: str) -> ApiError:
-    """The answer to a decision for a call that waits for none: 409 when it was decided,
-    else 404."""
-    if state == "decided":
-        return ApiError(409, "ALREADY_DECIDED", f"call {call_id!r} was already decided")
-    return ApiError(
-        404, "approval_not_found", f"session {session_id!r} has no pending call {call_id!r}"
-    )
+        return {"cmd_seq": cmd_seq, "message_id": message_id}, seq
 
 
 def _next(queue: _Queue, ledger: Ledger) -> int:

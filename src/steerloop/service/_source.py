@@ -1,5 +1,5 @@
 """Where an SSE reader's events come from: one protocol for the in-process feed of a
-``--role all`` host (``ServiceHost``) and the PostgreSQL feed of an API node
+``--role all`` host (``LocalHost``) and the PostgreSQL feed of an API node
 (``_pg._feed.PgFeedSource``), so one generator serves both (``_app``).
 
 A reader registers *first* (``subscribe``), then pulls by its own cursor: durable events

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ...session.store.postgres._schema import Tables
+from ._schema import ServiceTables
 
 __all__ = ["ADMIT_AFTER", "claim_wakeups", "least_recent_idle"]
 
@@ -38,7 +38,7 @@ def least_recent_idle(residents: Iterable[tuple[str, bool, float]]) -> list[str]
 
 async def claim_wakeups(
     pool: Any,
-    tables: Tables,
+    tables: ServiceTables,
     key: int,
     profiles: Mapping[str, int],
     limit: int,

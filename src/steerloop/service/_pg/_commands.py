@@ -16,9 +16,9 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from ..._ids import new_id
-from ...session.store.postgres._schema import Tables
-from .._host import ApiError
+from .._api import ApiError
 from ._control import namespace
+from ._schema import ServiceTables
 
 __all__ = ["CommandKind", "Commands", "unserved_note"]
 
@@ -37,7 +37,7 @@ def unserved_note(profile: str, version: int) -> str:
 class Commands:
     """API-side SQL over the v2 tables of one schema (a pool shared with the store)."""
 
-    def __init__(self, pool: Any, tables: Tables, *, max_unconsumed: int = 100) -> None:
+    def __init__(self, pool: Any, tables: ServiceTables, *, max_unconsumed: int = 100) -> None:
         self.pool = pool
         self.t = tables
         self.ns = namespace(tables.schema)

@@ -41,7 +41,8 @@ import zlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ...session.store.postgres._schema import Tables, asyncpg_module
+from ...session.store.postgres._schema import asyncpg_module
+from ._schema import ServiceTables
 
 __all__ = ["LEADER_KEY", "ControlConnection", "namespace"]
 
@@ -95,7 +96,7 @@ class ControlConnection:
             raise ValueError("check_interval and check_timeout must be positive")
         self._pg = asyncpg_module()
         self._dsn = dsn
-        self.tables = Tables(schema)
+        self.tables = ServiceTables(schema)
         self.ns = namespace(schema)
         self.worker_id = worker_id
         self._profiles = dict(profiles)

@@ -37,7 +37,7 @@ from ...errors import SessionStorageError
 from ...session._json import dumps, loads
 from ...session._session import SessionEventPayload
 from ...session.store._interface import page_rows
-from ...session.store.postgres._schema import Tables, asyncpg_module
+from ...session.store.postgres._schema import asyncpg_module
 from ...session.store.postgres._store import (
     FEED_CHANNEL,
     PAYLOAD_BYTES,
@@ -45,8 +45,9 @@ from ...session.store.postgres._store import (
     escape_id,
     parse_feed_payload,
 )
-from .._host import frame_json
+from .._api import frame_json
 from .._source import Wakeup
+from ._schema import ServiceTables, service_migrations
 
 __all__ = ["FeedHub", "LivePublisher", "PgFeed", "PgFeedSource", "open_pg_feed"]
 
@@ -73,7 +74,7 @@ class FeedHub:
 
     Args:
         dsn: the server (a ``postgresql://`` DSN asyncpg accepts).
-        channel: the schema's feed channel (``Tables.feed_channel``).
+        channel: the schema's feed channel (``ServiceTables.feed_channel``).
         name: shown as ``application_name`` ``steerloop-feed:<name>`` (operators, tests).
         check_every: seconds between liveness probes of an idle connection (a half-open
             socket is found within this).
@@ -250,7 +251,7 @@ class FeedHub:
 class PgFeedSource:
     """The ``FeedSource`` of a PostgreSQL service (API node or ``--role all``)."""
 
-    def __init__(self, hub: FeedHub, pool: Any, tables: Tables) -> None:
+    def __init__(self, hub: FeedHub, pool: Any, tables: ServiceTables) -> None:
         self.hub = hub
         self._pool = pool
         self._tables = tables
@@ -382,7 +383,7 @@ class LivePublisher:
     def __init__(
         self,
         pool: Any,
-        tables: Tables,
+        tables: ServiceTables,
         rt: Runtime | None,
         *,
         every: float = 0.05,
@@ -581,8 +582,10 @@ async def open_pg_feed(
         SessionStorageError: the server cannot be reached.
     """
     pg = asyncpg_module()
-    await store._acquire_pool()  # the schema exists (migrated) before anyone reads it
-    dsn = store._url.dsn
+    tables = ServiceTables(store.schema)
+    # The schema (the store's tables and the service's) exists before anyone reads it.
+    await store.migrate(service_migrations(tables))
+    dsn = store.dsn
     try:
         pool = await pg.create_pool(
             dsn,
@@ -593,13 +596,12 @@ async def open_pg_feed(
         )
     except (OSError, TimeoutError, pg.PostgresError, pg.InterfaceError) as exc:
         raise SessionStorageError(f"the feed cannot connect: {type(exc).__name__}") from None
-    hub = FeedHub(dsn, channel=store._tables.feed_channel, name=name)
+    hub = FeedHub(dsn, channel=tables.feed_channel, name=name)
     try:
         await hub.start()
     except BaseException:
         pool.terminate()
         raise
-    tables = store._tables
     publisher = LivePublisher(pool, tables, rt) if rt is not None else None
     if publisher is not None:
         publisher.start()

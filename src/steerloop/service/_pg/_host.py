@@ -15,13 +15,22 @@ from ...session._approvals import approval_state, pending_approvals
 from ...session._events import SessionEvent
 from ...session._json import loads
 from ...session.store.postgres._store import PostgresStore
-from .._commands import not_waiting
-from .._host import ApiError, check_session_id, choose_profile, require_found, shared_fields
+from .._api import (
+    ApiError,
+    approval_json,
+    check_session_id,
+    choose_profile,
+    not_waiting,
+    require_found,
+    shared_fields,
+)
+from .._commands import agui_command
 from .._ledger import request_fingerprint
 from .._profile import Profile
 from .._text import check_text, check_texts
 from ._commands import CommandKind, Commands
 from ._queue import queued_reason
+from ._schema import ServiceTables, service_migrations
 from ._worker import Worker
 
 __all__ = ["PgHost"]
@@ -59,8 +68,10 @@ class PgHost:
         self._closed = False
 
     async def start(self) -> None:
+        tables = ServiceTables(self.store.schema)
+        await self.store.migrate(service_migrations(tables))
         pool = await self.store.pool()
-        self.commands = Commands(pool, self.store.tables, max_unconsumed=self._max_unconsumed)
+        self.commands = Commands(pool, tables, max_unconsumed=self._max_unconsumed)
         if self.role in ("worker", "all"):
             self.worker = Worker(
                 self.rt,
@@ -184,9 +195,14 @@ class PgHost:
         return await self._stored_events(session_id)
 
     async def command(
-        self, session_id: str, kind: CommandKind, body: Mapping[str, Any]
+        self,
+        session_id: str,
+        kind: Literal["client_tools", "client_result", "state"],
+        body: Mapping[str, Any],
     ) -> dict[str, Any]:
-        """Queue one AG-UI command (``_agui_input.AGUI_COMMANDS``) behind the others."""
+        """Queue one AG-UI command (``_agui_input``) behind the others (its body checked
+        as the worker will read it)."""
+        agui_command(kind, body)
         return await self._sql().submit(session_id, kind, dict(body), None, None)
 
     async def pending_approvals(self, session_id: str) -> tuple[Any, ...]:
@@ -228,13 +244,3 @@ class PgHost:
             limit,
         )
         return [loads(row["payload"]) for row in rows]
-
-
-def approval_json(request: Any) -> dict[str, Any]:
-    """A pending approval as ``GET /v1/sessions/{id}`` lists it."""
-    return {
-        "call_id": request.call_id,
-        "name": request.name,
-        "arguments": request.arguments,
-        "reason": request.reason,
-    }

@@ -15,13 +15,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...session.store.postgres._schema import Tables
+from ._schema import ServiceTables
 
 __all__ = ["queued_reason"]
 
 
 async def queued_reason(
-    pool: Any, tables: Tables, ns: int, session_id: str, profile: str, version: int
+    pool: Any, tables: ServiceTables, ns: int, session_id: str, profile: str, version: int
 ) -> str | None:
     """Why ``session_id`` (no live lease) waits for a worker, or ``None`` when nothing of it
     waits (no unconsumed command, no wakeup): it is simply unloaded."""

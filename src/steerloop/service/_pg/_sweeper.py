@@ -49,8 +49,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ...session.store.postgres._schema import Tables
 from ._control import LEADER_KEY, ControlConnection
+from ._schema import ServiceTables
 from ._watch import Watches
 
 __all__ = ["SweepReport", "Sweeper"]
@@ -118,7 +118,7 @@ class Sweeper:
     def __init__(
         self,
         pool: Any,
-        tables: Tables,
+        tables: ServiceTables,
         control: ControlConnection,
         *,
         grace: float = 1.0,

@@ -35,23 +35,28 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ... import hooks
-from ..._cancel import CancelCause
 from ..._runtime import Runtime
-from ...agent._agent import Agent
 from ...agent._decisions import StatusPayload
 from ...agent._factory import AgentHandle
-from ...errors import SessionConflictError, SessionPersistenceError
-from ...messages import user_message
+from ...errors import ApprovalError, SessionConflictError, SessionPersistenceError
 from ...session._session import SessionEventPayload
 from ...session.store.postgres._store import PostgresStore
 from ...session.store.postgres._writer import PostgresWriter
-from .._agui_commands import AGUI_COMMANDS, apply_command
+from .._commands import (
+    CommandError,
+    Decide,
+    Followup,
+    Inject,
+    Steer,
+    apply,
+    parse_command,
+)
 from .._profile import Profile, origin_setup
 from .._takeover import takeover_message
-from .._trace import continue_caller_trace
 from ._capacity import ADMIT_AFTER, claim_wakeups, least_recent_idle
 from ._control import ControlConnection
 from ._feed import LivePublisher
+from ._schema import ServiceTables
 from ._sweeper import Sweeper
 
 __all__ = ["Worker"]
@@ -106,7 +111,7 @@ class Worker:
         self.dispose_timeout = dispose_timeout
         self.drain_timeout = drain_timeout
         self._clock = clock
-        self.t = store.tables
+        self.t = ServiceTables(store.schema)
         self.control: ControlConnection | None = None
         self._pool: Any = None
         self._sweeper: Sweeper | None = None
@@ -150,7 +155,7 @@ class Worker:
         )
         await control.start()
         self.control = control
-        self.store.owner_key = control.key
+        self.store.stamp_leases(control.key)
         self._sweeper = Sweeper(self._pool, self.t, control, dsn=self.store.dsn)
         self._sweeper.start()
         self._wake = True
@@ -586,83 +591,58 @@ class Worker:
                 return
 
     async def _apply(self, session_id: str, resident: _Resident, row: Any) -> None:
+        """Apply one command row with ``_commands.apply``; a row that is no command (an
+        unknown kind, a body no API writes) or that the agent refuses is consumed with its
+        ``error`` recorded, so the commands after it apply."""
         agent = resident.handle.agent
         writer = self.store.writer(session_id)
         if writer is None or writer.error is not None:
             raise SessionConflictError(f"session {session_id!r}: no usable writer")
-        kind = row["kind"]
         cmd_seq = row["cmd_seq"]
-        body = json.loads(row["body"])
-        if not isinstance(body, dict):
-            body = {}
-        if kind in ("followup", "steer", "inject"):
-            message_id = row["message_id"]
-            content = body.get("content")
-            if message_id in self._seen_ids(resident) or not isinstance(content, str):
-                if not isinstance(content, str):  # a stored row the API never writes
-                    log.warning("session %s: command %d has no text; skipped", session_id, cmd_seq)
-                await self._consume_fenced(session_id, cmd_seq, writer)
-                return
-            try:
-                message = user_message(content, id=message_id)
-                continue_caller_trace(agent, body.get("trace"), message.id)
-                if kind == "followup":
-                    seq = agent.followup(message)
-                elif kind == "steer":
-                    seq = agent.steer(message)
-                else:
-                    seq = agent.inject(message)
-            except ValueError:
-                log.exception("session %s: command %d refused", session_id, cmd_seq)
-                await self._consume_fenced(session_id, cmd_seq, writer)
-                return
-            # The consumption rides on the splice's own batch (fence, event and consumption
-            # commit together or not at all).
-            writer.attach(seq, self._consume_sql, session_id, cmd_seq, seq)
-            resident.seen_ids.add(message.id)
-        elif kind == "cancel":
-            # At most once: consumed (fenced) before it is applied.
-            if await self._consume_fenced(session_id, cmd_seq, writer):
-                agent.cancel(CancelCause.user(), keep_inbox=bool(body.get("keep_inbox")))
-        elif kind == "approval":
-            await self._apply_approval(session_id, agent, writer, cmd_seq, body)
-        elif kind in AGUI_COMMANDS:
-            # At most once, like a cancel: consumed (fenced) before it is applied.
-            if await self._consume_fenced(session_id, cmd_seq, writer):
-                try:
-                    apply_command(agent, kind, body)
-                except ValueError:
-                    log.info("session %s: command %d refused", session_id, cmd_seq, exc_info=True)
-        else:  # 'dispose' and anything unknown: nothing to apply here
-            await self._consume_fenced(session_id, cmd_seq, writer)
+        try:
+            command = parse_command(row["kind"], row["message_id"], json.loads(row["body"]))
+        except CommandError as exc:
+            log.error("session %s: command %d is no command: %s", session_id, cmd_seq, exc)
+            await self._consume_fenced(session_id, cmd_seq, writer, error=str(exc))
+            return
+        match command:
+            case Followup() | Steer() | Inject() | Decide():
+                await self._apply_logged(session_id, resident, writer, cmd_seq, command)
+            case _:
+                # At most once (a cancel, an AG-UI command): consumed (fenced) first.
+                if await self._consume_fenced(session_id, cmd_seq, writer):
+                    try:
+                        apply(agent, command)
+                    except ValueError as exc:
+                        log.info("session %s: command %d refused: %s", session_id, cmd_seq, exc)
+                        await self._record_error(session_id, cmd_seq, str(exc))
 
-    async def _apply_approval(
+    async def _apply_logged(
         self,
         session_id: str,
-        agent: Agent,
+        resident: _Resident,
         writer: PostgresWriter,
         cmd_seq: int,
-        body: dict[str, Any],
+        command: Followup | Steer | Inject | Decide,
     ) -> None:
-        call_id, decision, reason = body.get("call_id"), body.get("decision"), body.get("reason")
-        by = body.get("by", "http")
-        if (
-            not isinstance(call_id, str)
-            or decision not in ("allow", "deny")
-            or not isinstance(reason, str | None)
-            or not isinstance(by, str)
-        ):  # a stored row the API never writes
-            log.warning("session %s: approval %d has a bad body; skipped", session_id, cmd_seq)
+        """A command that writes one event (a splice, a decision): its consumption rides
+        on that event's batch (fence, event and consumption commit together or not at
+        all). A message id already in the log is only marked consumed."""
+        message_id = getattr(command, "message_id", None)
+        if message_id is not None and message_id in self._seen_ids(resident):
             await self._consume_fenced(session_id, cmd_seq, writer)
             return
         try:
-            seq = agent.decide_approval(call_id, decision, reason=reason, by=by)
+            seq = apply(resident.handle.agent, command)
         except SessionPersistenceError:
             raise
-        except Exception:  # ApprovalError: not pending any more
-            log.info("session %s: approval %d not applicable", session_id, cmd_seq, exc_info=True)
-            await self._consume_fenced(session_id, cmd_seq, writer)
+        except (ValueError, ApprovalError) as exc:  # refused, or no longer waiting
+            log.info("session %s: command %d not applied: %s", session_id, cmd_seq, exc)
+            await self._consume_fenced(session_id, cmd_seq, writer, error=str(exc))
             return
+        assert seq is not None
+        if message_id is not None:
+            resident.seen_ids.add(message_id)
         try:
             writer.attach(seq, self._consume_sql, session_id, cmd_seq, seq)
         except ValueError:  # its batch already took the event: consume on its own
@@ -675,10 +655,14 @@ class Worker:
             "WHERE session_id = $1 AND cmd_seq = $2 AND consumed_at IS NULL"
         )
 
-    async def _consume_fenced(self, session_id: str, cmd_seq: int, writer: PostgresWriter) -> bool:
-        """Mark one command consumed only while this writer's lease is current."""
+    async def _consume_fenced(
+        self, session_id: str, cmd_seq: int, writer: PostgresWriter, *, error: str | None = None
+    ) -> bool:
+        """Mark one command consumed (with the ``error`` it met, if any) only while this
+        writer's lease is current."""
         done = await self._pool.fetchval(
-            f"UPDATE {self.t.commands} c SET consumed_at = now() FROM {self.t.leases} l "
+            f"UPDATE {self.t.commands} c SET consumed_at = now(), error = $5 "
+            f"FROM {self.t.leases} l "
             "WHERE c.session_id = $1 AND c.cmd_seq = $2 AND c.consumed_at IS NULL "
             "AND l.session_id = $1 AND l.lease_id = $3 AND l.token = $4 "
             "AND l.expires_at > now() RETURNING 1",
@@ -686,8 +670,18 @@ class Worker:
             cmd_seq,
             writer.lease_id,
             writer.token,
+            error,
         )
         return done is not None
+
+    async def _record_error(self, session_id: str, cmd_seq: int, error: str) -> None:
+        """The error a consumed command met when it was applied."""
+        await self._pool.execute(
+            f"UPDATE {self.t.commands} SET error = $3 WHERE session_id = $1 AND cmd_seq = $2",
+            session_id,
+            cmd_seq,
+            error,
+        )
 
     def _seen_ids(self, resident: _Resident) -> set[str]:
         """Message ids any splice of the log inserted (folded incrementally)."""

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ....errors import SessionPersistenceError, SessionStorageError
-from ._schema import Tables, Url, asyncpg_module, migrate
+from ._schema import Migrations, Tables, Url, asyncpg_module, migrate, migrate_component
 
 __all__ = ["Connected"]
 
@@ -45,11 +45,30 @@ class Connected:
         self._lock_timeout_ms = max(1, int(lock_timeout * 1000))
         self._pool_size = pool_size
         self.owner = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-        self.owner_key = owner_key
+        self._owner_key = owner_key
         self.application_name = f"steerloop {self.owner}"[-63:]  # the server keeps 63 bytes
         self._pool: Any = None
         self._pool_lock: asyncio.Lock | None = None
         self._closed = False
+
+    @property
+    def owner_key(self) -> int | None:
+        """Recorded with every lease this store takes (``stamp_leases`` sets it)."""
+        return self._owner_key
+
+    def stamp_leases(self, key: int | None) -> None:
+        """Record ``key`` with every lease taken from now on (``steerloop_leases.owner_key``):
+        a service worker's liveness key, so routing and revocation find the owner's
+        process. Leases already taken keep theirs."""
+        self._owner_key = key
+
+    async def migrate(self, migrations: Migrations) -> None:
+        """Create or upgrade a component's own tables in this store's schema, after the
+        store's (the component brings its migrations; the store keeps their versions)."""
+        pool = await self.pool()
+        with self._errors(f"migrating {migrations.component}"):
+            async with pool.acquire() as conn:
+                await migrate_component(conn, self._tables, migrations)
 
     @property
     def schema(self) -> str:
@@ -63,7 +82,7 @@ class Connected:
 
     @property
     def tables(self) -> Tables:
-        """The schema-qualified table names (for the service, which shares the database)."""
+        """The schema-qualified table names of the store (a component extends them)."""
         return self._tables
 
     async def pool(self) -> Any:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import zlib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -16,11 +17,13 @@ __all__ = [
     "LOG_VERSION",
     "SCHEMA_VERSION",
     "LeaseInfo",
+    "Migrations",
     "Tables",
     "Url",
     "asyncpg_module",
     "ident",
     "migrate",
+    "migrate_component",
 ]
 
 SCHEMA_VERSION = 4
@@ -74,69 +77,14 @@ _MIGRATIONS: dict[int, str] = {
         acquired_at timestamptz NOT NULL DEFAULT now()
     );
     """,
-    # v2: the service's tables (design/SERVICE.md §3.2). Workers meet only through these rows:
-    # ``owner_key`` names the advisory lock whose holder is the lease owner's live process;
-    # ``cmd_seq`` comes from bumping ``specs.cmd_seq`` (a row lock per session), so every
-    # session's commands are numbered without gaps whichever API node accepted them.
+    # v2: ``owner_key`` names the advisory lock whose holder is the lease owner's live
+    # process (a component's worker sets it: ``PostgresStore.stamp_leases``). Up to this
+    # version the service's tables were created here too; they are the service's own
+    # migrations now (``Migrations``), written so a database that has them already keeps
+    # them as they are.
     2: """
     ALTER TABLE {leases} ADD COLUMN owner_key bigint;
     CREATE INDEX ON {leases} (owner_key) WHERE lease_id IS NOT NULL;
-    CREATE TABLE {workers} (
-        key bigint PRIMARY KEY,
-        worker_id text NOT NULL UNIQUE,
-        host text NOT NULL,
-        pid integer NOT NULL,
-        profiles jsonb NOT NULL DEFAULT '{{}}',
-        capacity integer NOT NULL DEFAULT 0,
-        resident integer NOT NULL DEFAULT 0,
-        draining boolean NOT NULL DEFAULT false,
-        started_at timestamptz NOT NULL DEFAULT now(),
-        heartbeat_at timestamptz,
-        lock_missing_since timestamptz
-    );
-    CREATE TABLE {specs} (
-        session_id text PRIMARY KEY,
-        profile text NOT NULL,
-        profile_version integer NOT NULL,
-        meta jsonb,
-        cmd_seq bigint NOT NULL DEFAULT 0,
-        status text NOT NULL DEFAULT 'new'
-            CHECK (status IN ('new', 'idle', 'running', 'unloaded')),
-        created_at timestamptz NOT NULL DEFAULT now(),
-        updated_at timestamptz NOT NULL DEFAULT now()
-    );
-    CREATE TABLE {commands} (
-        session_id text NOT NULL REFERENCES {specs} (session_id) ON DELETE CASCADE,
-        cmd_seq bigint NOT NULL CHECK (cmd_seq >= 1),
-        kind text NOT NULL
-            CHECK (kind IN ('followup', 'steer', 'inject', 'cancel', 'approval', 'dispose')),
-        message_id text,
-        body json NOT NULL,
-        idem_key text,
-        answer json,
-        created_at timestamptz NOT NULL DEFAULT now(),
-        consumed_at timestamptz,
-        consumed_seq bigint,
-        PRIMARY KEY (session_id, cmd_seq),
-        UNIQUE (session_id, idem_key)
-    );
-    CREATE INDEX ON {commands} (session_id, cmd_seq) WHERE consumed_at IS NULL;
-    CREATE TABLE {wakeups} (
-        session_id text PRIMARY KEY,
-        reason text NOT NULL,
-        due_at timestamptz NOT NULL DEFAULT now(),
-        claimed_by bigint,
-        claimed_at timestamptz,
-        attempts integer NOT NULL DEFAULT 0
-    );
-    CREATE UNLOGGED TABLE {live} (
-        session_id text NOT NULL,
-        after_seq bigint NOT NULL,
-        n integer NOT NULL,
-        token bigint NOT NULL,
-        frame json NOT NULL,
-        PRIMARY KEY (session_id, after_seq, n)
-    );
     """,
     # v3: image and file bytes once per schema by content hash (``sha256:<hex>``), out of
     # the event rows; a reference per (session, hash) keeps a blob while a session needs it
@@ -156,15 +104,8 @@ _MIGRATIONS: dict[int, str] = {
     );
     CREATE INDEX ON {blob_refs} (hash);
     """,
-    # v4: the AG-UI command kinds (a run's client tools, a client tool's result, the state
-    # document), which v2's check refused: a frontend tool could not be used through a worker.
-    4: """
-    ALTER TABLE {commands} DROP CONSTRAINT steerloop_commands_kind_check;
-    ALTER TABLE {commands} ADD CONSTRAINT steerloop_commands_kind_check CHECK (kind IN (
-        'followup', 'steer', 'inject', 'cancel', 'approval', 'dispose',
-        'client_tools', 'client_result', 'state'
-    ));
-    """,
+    # v4 changed a table of the service (now its own migrations): nothing here.
+    4: "",
 }
 
 
@@ -175,14 +116,10 @@ class Tables:
         self.schema = schema
         s = ident(schema)
         self.version = f"{s}.steerloop_schema_version"
+        self.component_versions = f"{s}.steerloop_component_versions"
         self.sessions = f"{s}.steerloop_sessions"
         self.events = f"{s}.steerloop_events"
         self.leases = f"{s}.steerloop_leases"
-        self.workers = f"{s}.steerloop_workers"
-        self.specs = f"{s}.steerloop_specs"
-        self.commands = f"{s}.steerloop_commands"
-        self.wakeups = f"{s}.steerloop_wakeups"
-        self.live = f"{s}.steerloop_live"
         self.blobs = f"{s}.steerloop_blobs"
         self.blob_refs = f"{s}.steerloop_blob_refs"
         # NOTIFY channels belong to the database, not to a schema: a schema (a tenant) gets
@@ -191,10 +128,8 @@ class Tables:
         tag = "" if schema == "steerloop" else f"_{zlib.crc32(schema.encode()):08x}"
         self.feed_channel = f"steerloop_feed{tag}"
         """Committed batches and live frames are announced here (``notify=True``)."""
-        self.wake_channel = f"steerloop_wake{tag}"
-        """Every worker listens here: a wakeup row was inserted (payload: session id)."""
-        self.worker_channel_prefix = f"steerloop_w{tag}_"
-        """A worker's own channel is this prefix and its advisory key."""
+        self.channel_tag = tag
+        """What this schema's channel names end with (a component's channels too)."""
         self.acquire = f"""
             INSERT INTO {self.leases} AS l
                    (session_id, owner, lease_id, token, expires_at, owner_key)
@@ -251,9 +186,15 @@ class Tables:
               JOIN {self.blobs} AS b ON b.hash = r.hash
              WHERE r.session_id = $1 AND r.hash = $2"""
 
-    def worker_channel(self, key: int) -> str:
-        """The NOTIFY channel of the worker registered under ``key``."""
-        return f"{self.worker_channel_prefix}{key}"
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Migrations:
+    """A component's own tables in the store's schema: ``steps[n]`` upgrades it from version
+    ``n - 1`` to ``n`` (SQL with the schema's names filled in). Its versions are kept per
+    component (``steerloop_component_versions``) beside the store's own."""
+
+    component: str
+    steps: Mapping[int, str]
 
 
 async def migrate(conn: Any, tables: Tables) -> None:
@@ -274,21 +215,49 @@ async def migrate(conn: Any, tables: Tables) -> None:
                 f"{SCHEMA_VERSION} (upgrade steerloop)"
             )
         for version in range(current + 1, SCHEMA_VERSION + 1):
-            await conn.execute(
-                _MIGRATIONS[version].format(
-                    sessions=tables.sessions,
-                    events=tables.events,
-                    leases=tables.leases,
-                    workers=tables.workers,
-                    specs=tables.specs,
-                    commands=tables.commands,
-                    wakeups=tables.wakeups,
-                    live=tables.live,
-                    blobs=tables.blobs,
-                    blob_refs=tables.blob_refs,
-                )
+            step = _MIGRATIONS[version].format(
+                sessions=tables.sessions,
+                events=tables.events,
+                leases=tables.leases,
+                blobs=tables.blobs,
+                blob_refs=tables.blob_refs,
             )
+            if step.strip():
+                await conn.execute(step)
             await conn.execute(f"INSERT INTO {tables.version} (version) VALUES ($1)", version)
+
+
+async def migrate_component(conn: Any, tables: Tables, migrations: Migrations) -> None:
+    """Create or upgrade a component's tables (after the store's own: ``migrate``), under
+    the same advisory lock."""
+    name = migrations.component
+    known = max(migrations.steps, default=0)
+    async with conn.transaction():
+        await conn.execute(
+            "SELECT pg_advisory_xact_lock(hashtext($1))", "steerloop:" + tables.schema
+        )
+        await conn.execute(
+            f"CREATE TABLE IF NOT EXISTS {tables.component_versions} (component text NOT NULL, "
+            "version integer NOT NULL, applied_at timestamptz NOT NULL DEFAULT now(), "
+            "PRIMARY KEY (component, version))"
+        )
+        current = await conn.fetchval(
+            f"SELECT coalesce(max(version), 0) FROM {tables.component_versions} "
+            "WHERE component = $1",
+            name,
+        )
+        if current > known:
+            raise SessionStorageError(
+                f"schema {tables.schema!r} has {name} version {current}; this steerloop knows "
+                f"up to {known} (upgrade steerloop)"
+            )
+        for version in range(current + 1, known + 1):
+            await conn.execute(migrations.steps[version])
+            await conn.execute(
+                f"INSERT INTO {tables.component_versions} (component, version) VALUES ($1, $2)",
+                name,
+                version,
+            )
 
 
 class Url:

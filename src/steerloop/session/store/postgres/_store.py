@@ -91,7 +91,7 @@ class PostgresStore(GroupCommit, SessionStore):
             owner before it reports a conflict.
         owner_key: recorded with every lease this store takes (``steerloop_leases.owner_key``):
             the service worker's liveness key, so routing and revocation find the owner's
-            process. Settable; a new value applies to leases taken afterwards.
+            process. ``stamp_leases`` changes it for leases taken afterwards.
 
     Raises:
         ImportError: asyncpg is not installed (extra ``steerloop[postgres]``).
