@@ -503,8 +503,8 @@ async def test_hostile_command_rows_are_consumed_and_the_next_one_applies(
 ) -> None:
     """Rows written behind the API's back (no NOTIFY: the owner's recheck finds them) with a
     body that is not an object, text that is not a string, no message id, or a kind the
-    worker has nothing to do for are consumed without harm; the command after them
-    applies, in order."""
+    worker does not know are consumed without harm, each with its ``error`` recorded; the
+    command after them applies, in order."""
     app = create_app(pg.url, pgprofiles.profiles, "all")
     async with served(app) as client:
         await client.post("/v1/sessions", json={"session_id": "s", "input": "first"})
@@ -531,6 +531,17 @@ async def test_hostile_command_rows_are_consumed_and_the_next_one_applies(
         unconsumed = "SELECT count(*) FROM steerloop_commands WHERE consumed_at IS NULL"
         await until(lambda: _is_zero(pg.val(unconsumed)), "every row consumed")
         assert await pg.val("SELECT count(*) FROM steerloop_commands") == 7
+        # Consumed, never silently: each row that is no command says why.
+        errors = await pg.fetch("SELECT cmd_seq, error FROM steerloop_commands ORDER BY cmd_seq")
+        assert [tuple(row) for row in errors] == [
+            (1, None),
+            (2, "followup body is not an object"),
+            (3, "steer content: Input should be a valid string"),
+            (4, "unknown command kind 'dispose'"),
+            (5, "approval call_id: Input should be a valid string"),
+            (6, None),
+            (7, None),
+        ]
         assert splices_of(events, "m-a") == [] and splices_of(events, "m-b") == []
         assert len(splices_of(events, "m-ok")) == 1
         users = [r["users"] for r in records(Path(files["STEERLOOP_TEST_RECORD"]))]

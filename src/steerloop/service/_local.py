@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import socket
@@ -457,7 +458,12 @@ class LocalHost:
 
     def subscribe(self, session_id: str) -> LocalReader:
         """A feed reader of ``session_id`` (``FeedSource``), registered now."""
-        return LocalReader(self, session_id, self.feed(session_id, reader=True))
+        feed = self.feed(session_id, reader=True)
+        return LocalReader(
+            feed,
+            functools.partial(self.events_after, session_id),
+            functools.partial(self.release_feed, session_id),
+        )
 
     async def last_seq(self, session_id: str) -> int:
         handle = self._handles.get(session_id)

@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 from ..session._session import Session
 from ._source import Wakeup
-
-if TYPE_CHECKING:
-    from ._local import LocalHost
 
 __all__ = ["Durability", "LocalFeed", "LocalReader"]
 
@@ -112,10 +110,15 @@ class Durability:
 class LocalReader:
     """An SSE reader of the in-process feed (``FeedReader``)."""
 
-    def __init__(self, host: LocalHost, session_id: str, feed: LocalFeed) -> None:
-        self._host = host
-        self._session_id = session_id
+    def __init__(
+        self,
+        feed: LocalFeed,
+        events_after: Callable[[int, int], Awaitable[list[dict[str, Any]]]],
+        release: Callable[[], None],
+    ) -> None:
         self._feed = feed
+        self._events_after = events_after  # the host's durable events of the session
+        self._release = release  # the host's release of this reader's feed
         self._open = True
 
     @property
@@ -126,7 +129,7 @@ class LocalReader:
         await self._feed.wait(seen, timeout)
 
     async def events_after(self, after: int, limit: int) -> list[dict[str, Any]]:
-        return await self._host.events_after(self._session_id, after, limit)
+        return await self._events_after(after, limit)
 
     async def frames_after(self, seq: int, n: int) -> list[tuple[int, dict[str, Any]]]:
         return self._feed.frames_after(seq, n)
@@ -134,4 +137,4 @@ class LocalReader:
     def close(self) -> None:
         if self._open:
             self._open = False
-            self._host.release_feed(self._session_id)
+            self._release()
