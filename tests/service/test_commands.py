@@ -75,4 +75,4 @@ def test_an_agui_body_that_does_not_fit_is_a_422() -> None:
 def test_commands_are_frozen() -> None:
     command = Followup(content="x")
     with pytest.raises(ValueError, match="frozen"):
-        command.content = "y"  # type: ignore[misc]
+        command.content = "y"
