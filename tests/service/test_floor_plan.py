@@ -5,6 +5,7 @@ the service's tables."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import steerloop.service as service
@@ -66,3 +67,40 @@ def test_the_worker_stamps_leases_through_the_store_seam() -> None:
                     assert not (isinstance(target, ast.Attribute) and target.attr == "owner_key"), (
                         f"{path.name}:{node.lineno} sets owner_key"
                     )
+
+
+_SQL = re.compile(r"\b(SELECT|INSERT INTO|UPDATE|DELETE FROM|CREATE|ALTER|DROP)\b")
+SQL_HOMES = {"_pg/_sql.py", "_pg/_schema.py"}
+
+
+def sql_literals(path: Path) -> list[tuple[int, str]]:
+    """String literals (f-string parts included) of ``path`` that hold SQL, docstrings and
+    other bare string statements left out."""
+    tree = ast.parse(path.read_text())
+    prose = {
+        id(node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
+    }
+    found = []
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and id(node) not in prose
+            and _SQL.search(node.value)
+        ):
+            found.append((node.lineno, node.value.strip()[:60]))
+    return found
+
+
+def test_sql_lives_only_in_the_sql_and_schema_modules() -> None:
+    """Every statement of the service is a named one of ``_pg/_sql.py`` (or a migration of
+    ``_pg/_schema.py``); callers use the names, never SQL strings."""
+    stray = {
+        str(path.relative_to(SERVICE)): found
+        for path in sorted(SERVICE.rglob("*.py"))
+        if str(path.relative_to(SERVICE)) not in SQL_HOMES and (found := sql_literals(path))
+    }
+    assert stray == {}
+    assert len(sql_literals(SERVICE / "_pg" / "_sql.py")) >= 40

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from ._schema import ServiceTables
+from ._sql import Sql
 
 __all__ = ["ADMIT_AFTER", "claim_wakeups", "least_recent_idle"]
 
@@ -38,7 +38,7 @@ def least_recent_idle(residents: Iterable[tuple[str, bool, float]]) -> list[str]
 
 async def claim_wakeups(
     pool: Any,
-    tables: ServiceTables,
+    sql: Sql,
     key: int,
     profiles: Mapping[str, int],
     limit: int,
@@ -50,19 +50,10 @@ async def claim_wakeups(
     ``session_id, reason`` rows (claimed by ``key``, attempts counted)."""
     if limit <= 0 or not profiles:
         return []
-    t = tables
     names = list(profiles)
     return list(
         await pool.fetch(
-            f"UPDATE {t.wakeups} w SET claimed_by = $1, claimed_at = now(), "
-            "attempts = w.attempts + 1 WHERE w.session_id IN ("
-            f"SELECT k.session_id FROM {t.wakeups} k JOIN {t.specs} s USING (session_id) "
-            "JOIN unnest($2::text[], $3::int[]) AS p (name, version) "
-            "ON s.profile = p.name AND s.profile_version = p.version "
-            "WHERE k.claimed_by IS NULL "
-            "AND k.due_at <= now() - make_interval(secs => $5) "
-            "ORDER BY k.due_at LIMIT $4 FOR UPDATE OF k SKIP LOCKED) "
-            "RETURNING w.session_id, w.reason",
+            sql.claim_wakeups,
             key,
             names,
             [profiles[name] for name in names],

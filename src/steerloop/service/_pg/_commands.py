@@ -19,6 +19,7 @@ from ..._ids import new_id
 from .._api import ApiError
 from ._control import namespace
 from ._schema import ServiceTables
+from ._sql import NOTIFY, Sql
 
 __all__ = ["CommandKind", "Commands", "unserved_note"]
 
@@ -41,6 +42,7 @@ class Commands:
         self.pool = pool
         self.t = tables
         self.ns = namespace(tables.schema)
+        self.q = Sql(tables)
         self.max_unconsumed = max_unconsumed
 
     # --- sessions -------------------------------------------------------------------------
@@ -60,13 +62,9 @@ class Commands:
         Raises:
             ApiError: 409 when the session exists (as a spec or as a stored log).
         """
-        t = self.t
         async with self.pool.acquire() as conn, conn.transaction():
             inserted = await conn.fetchval(
-                f"INSERT INTO {t.specs} (session_id, profile, profile_version, meta) "
-                "SELECT $1, $2, $3, $4::jsonb WHERE NOT EXISTS "
-                f"(SELECT 1 FROM {t.sessions} WHERE session_id = $1) "
-                "ON CONFLICT DO NOTHING RETURNING 1",
+                self.q.create_spec,
                 session_id,
                 profile,
                 version,
@@ -76,55 +74,28 @@ class Commands:
                 raise ApiError(409, "session_exists", f"session {session_id!r} already exists")
             if first is not None:
                 await self._insert(conn, session_id, 1, "followup", new_id("msg"), first, None)
-                await conn.execute(
-                    f"UPDATE {t.specs} SET cmd_seq = 1 WHERE session_id = $1", session_id
-                )
+                await conn.execute(self.q.first_cmd_seq, session_id)
             await self._wake(conn, session_id, "create")
             served = await self._served(conn, profile, version)
         return {} if served else {"queued": True, "note": unserved_note(profile, version)}
 
     async def spec(self, session_id: str) -> Any:
         """The spec row of a served session (``None`` when there is none)."""
-        return await self.pool.fetchrow(
-            f"SELECT session_id, profile, profile_version, meta, cmd_seq, status, updated_at "
-            f"FROM {self.t.specs} WHERE session_id = $1",
-            session_id,
-        )
+        return await self.pool.fetchrow(self.q.spec, session_id)
 
     async def owner(self, session_id: str) -> dict[str, Any] | None:
         """``{"worker_id", "host", "pid"}`` of the worker holding a live lease, if any."""
-        row = await self.pool.fetchrow(
-            f"SELECT w.worker_id, w.host, w.pid FROM {self.t.leases} l "
-            f"JOIN {self.t.workers} w ON w.key = l.owner_key "
-            "WHERE l.session_id = $1 AND l.lease_id IS NOT NULL AND l.expires_at > now()",
-            session_id,
-        )
+        row = await self.pool.fetchrow(self.q.owner, session_id)
         return None if row is None else dict(row)
 
     async def last_seq(self, session_id: str) -> int:
-        return int(
-            await self.pool.fetchval(
-                f"SELECT coalesce(max(seq), 0) FROM {self.t.events} WHERE session_id = $1",
-                session_id,
-            )
-        )
+        return int(await self.pool.fetchval(self.q.last_seq, session_id))
 
     async def unconsumed(self, session_id: str) -> int:
-        return int(
-            await self.pool.fetchval(
-                f"SELECT count(*) FROM {self.t.commands} "
-                "WHERE session_id = $1 AND consumed_at IS NULL",
-                session_id,
-            )
-        )
+        return int(await self.pool.fetchval(self.q.unconsumed, session_id))
 
     async def listing(self) -> list[dict[str, Any]]:
-        t = self.t
-        rows = await self.pool.fetch(
-            f"SELECT s.session_id, s.status, s.updated_at, "
-            f"coalesce((SELECT max(seq) FROM {t.events} e WHERE e.session_id = s.session_id), 0)"
-            f" AS last_seq FROM {t.specs} s ORDER BY s.session_id"
-        )
+        rows = await self.pool.fetch(self.q.listing)
         return [
             {
                 "session_id": row["session_id"],
@@ -155,20 +126,15 @@ class Commands:
                 Each is checked under the session's row lock: concurrent requests meet in
                 turn.
         """
-        t = self.t
         # Three statements: the lock, then (with a snapshot taken after it, so a command
         # committed by the sender this one queued behind is seen) every read, then every
         # write with the NOTIFY. The hot path of send→owner.
         async with self.pool.acquire() as conn, conn.transaction():
-            spec = await conn.fetchrow(
-                f"SELECT cmd_seq, profile, profile_version, status FROM {t.specs} "
-                "WHERE session_id = $1 FOR UPDATE",
-                session_id,
-            )
+            spec = await conn.fetchrow(self.q.lock_spec, session_id)
             if spec is None:
                 raise ApiError(404, "session_not_found", f"no session {session_id!r}")
             seen = await conn.fetchrow(
-                self._reads,
+                self.q.submit_reads,
                 session_id,
                 key,
                 spec["profile"],
@@ -225,7 +191,7 @@ class Commands:
                 answer["note"] = unserved_note(spec["profile"], spec["profile_version"])
             owned = owner_key is not None
             await conn.execute(
-                self._writes,
+                self.q.submit_writes,
                 session_id,
                 cmd_seq,
                 kind,
@@ -239,41 +205,6 @@ class Commands:
                 f"{session_id}:{cmd_seq}" if owned else session_id,
             )
         return answer
-
-    @property
-    def _reads(self) -> str:
-        t = self.t
-        return (
-            f"WITH o AS (SELECT owner_key FROM {t.leases} WHERE session_id = $1 "
-            "AND lease_id IS NOT NULL AND expires_at > now()), "
-            f"k AS (SELECT answer, body FROM {t.commands} WHERE session_id = $1 "
-            "AND idem_key = $2) "
-            "SELECT (SELECT answer FROM k) AS stored, "
-            "(SELECT body->>'request' FROM k) AS request, "
-            f"EXISTS (SELECT 1 FROM {t.commands} WHERE session_id = $1 AND message_id = $6) "
-            f"AS id_taken, EXISTS (SELECT 1 FROM {t.commands} WHERE session_id = $1 "
-            "AND kind = 'approval' AND body->>'call_id' = $7) AS decided, "
-            f"(SELECT count(*) FROM {t.commands} WHERE session_id = $1 "
-            "AND consumed_at IS NULL) AS waiting, (SELECT owner_key FROM o) AS owner_key, "
-            "CASE WHEN NOT EXISTS (SELECT 1 FROM o) THEN EXISTS ("
-            f"SELECT 1 FROM {t.workers} w WHERE NOT w.draining "
-            "AND w.profiles ->> $3::text = $4::int::text AND EXISTS (SELECT 1 FROM pg_locks "
-            "WHERE locktype = 'advisory' AND granted AND objsubid = 2 "
-            "AND classid = $5::bigint::oid AND objid::bigint = w.key)) END AS served"
-        )
-
-    @property
-    def _writes(self) -> str:
-        t = self.t
-        return (
-            f"WITH bump AS (UPDATE {t.specs} SET cmd_seq = $2 WHERE session_id = $1), "
-            f"ins AS (INSERT INTO {t.commands} (session_id, cmd_seq, kind, message_id, body, "
-            "idem_key, answer, consumed_at) VALUES ($1, $2, $3, $4, $5::json, $6, $7::json, "
-            "CASE WHEN $8::bool THEN now() END)), "
-            f"wake AS (INSERT INTO {t.wakeups} (session_id, reason) SELECT $1, 'command' "
-            "WHERE $9::bool ON CONFLICT (session_id) DO NOTHING) "
-            "SELECT pg_notify($10, $11) WHERE NOT $8::bool"
-        )
 
     async def _insert(
         self,
@@ -291,9 +222,7 @@ class Commands:
         if isinstance(body, str):
             body = {"content": body}
         await conn.execute(
-            f"INSERT INTO {self.t.commands} (session_id, cmd_seq, kind, message_id, body, "
-            "idem_key, answer, consumed_at) VALUES ($1, $2, $3, $4, $5::json, $6, $7::json, "
-            "CASE WHEN $8 THEN now() END)",
+            self.q.insert_command,
             session_id,
             cmd_seq,
             kind,
@@ -306,22 +235,14 @@ class Commands:
 
     async def _wake(self, conn: Any, session_id: str, reason: str) -> None:
         """A wakeup row (kept if one is queued) and the hint every worker listens to."""
-        await conn.execute(
-            f"INSERT INTO {self.t.wakeups} (session_id, reason) VALUES ($1, $2) "
-            "ON CONFLICT (session_id) DO NOTHING",
-            session_id,
-            reason,
-        )
-        await conn.execute("SELECT pg_notify($1, $2)", self.t.wake_channel, session_id)
+        await conn.execute(self.q.insert_wakeup, session_id, reason)
+        await conn.execute(NOTIFY, self.t.wake_channel, session_id)
 
     async def _served(self, conn: Any, profile: str, version: int) -> bool:
         """Whether a live worker (its liveness lock held) serves ``profile`` at ``version``."""
         return bool(
             await conn.fetchval(
-                f"SELECT EXISTS (SELECT 1 FROM {self.t.workers} w WHERE NOT w.draining "
-                "AND w.profiles ->> $1 = $2::int::text AND EXISTS (SELECT 1 FROM pg_locks "
-                "WHERE locktype = 'advisory' AND granted AND objsubid = 2 "
-                "AND classid = $3::bigint::oid AND objid::bigint = w.key))",
+                self.q.served,
                 profile,
                 version,
                 self.ns,

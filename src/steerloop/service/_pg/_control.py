@@ -43,6 +43,7 @@ from typing import Any
 
 from ...session.store.postgres._schema import asyncpg_module
 from ._schema import ServiceTables
+from ._sql import TRY_LOCK, UNLOCK, UNLOCK_ALL, Sql
 
 __all__ = ["LEADER_KEY", "ControlConnection", "namespace"]
 
@@ -97,6 +98,7 @@ class ControlConnection:
         self._pg = asyncpg_module()
         self._dsn = dsn
         self.tables = ServiceTables(schema)
+        self.q = Sql(self.tables)
         self.ns = namespace(schema)
         self.worker_id = worker_id
         self._profiles = dict(profiles)
@@ -169,24 +171,18 @@ class ControlConnection:
         this worker's own previous row (same ``worker_id``, registering again after a loss)
         is replaced once its lock is gone — its leases and claims still carry the old key,
         so the sweeper revokes them all the same."""
-        t = self.tables
         for _ in range(_KEY_ATTEMPTS):
             key = secrets.randbelow(0x7FFFFFFF) + 1
-            if not await conn.fetchval("SELECT pg_try_advisory_lock($1, $2)", self.ns, key):
+            if not await conn.fetchval(TRY_LOCK, self.ns, key):
                 continue
             async with conn.transaction():
                 await conn.execute(
-                    f"DELETE FROM {t.workers} w WHERE worker_id = $1 AND NOT EXISTS ("
-                    "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted "
-                    "AND objsubid = 2 AND classid = $2::bigint::oid "
-                    "AND objid::bigint = w.key)",
+                    self.q.drop_own_dead_row,
                     self.worker_id,
                     self.ns,
                 )
                 inserted = await conn.fetchval(
-                    f"INSERT INTO {t.workers} (key, worker_id, host, pid, profiles, capacity, "
-                    "heartbeat_at) VALUES ($1, $2, $3, $4, $5::jsonb, $6, now()) "
-                    "ON CONFLICT DO NOTHING RETURNING key",
+                    self.q.insert_worker,
                     key,
                     self.worker_id,
                     socket.gethostname(),
@@ -196,10 +192,8 @@ class ControlConnection:
                 )
             if inserted is not None:
                 return key
-            await conn.fetchval("SELECT pg_advisory_unlock($1, $2)", self.ns, key)
-            taken = await conn.fetchval(
-                f"SELECT EXISTS (SELECT 1 FROM {t.workers} WHERE worker_id = $1)", self.worker_id
-            )
+            await conn.fetchval(UNLOCK, self.ns, key)
+            taken = await conn.fetchval(self.q.worker_id_taken, self.worker_id)
             if taken:
                 raise ValueError(
                     f"worker id {self.worker_id!r} is registered by a live control connection"
@@ -244,7 +238,6 @@ class ControlConnection:
             log.exception("control connection %s: on_lost failed", self.worker_id)
 
     async def _check_loop(self) -> None:
-        t = self.tables
         while not self._stop.is_set():
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self._check_interval):
@@ -252,10 +245,7 @@ class ControlConnection:
             if self._stop.is_set():
                 return
             try:
-                alive = await self.fetchval(
-                    f"UPDATE {t.workers} SET heartbeat_at = now() WHERE key = $1 RETURNING 1",
-                    self.key,
-                )
+                alive = await self.fetchval(self.q.heartbeat, self.key)
             except ConnectionError:
                 return  # closing, or already lost
             except Exception as e:  # timeout, socket, server or driver: no answer is no life
@@ -285,12 +275,8 @@ class ControlConnection:
             return
         try:
             async with self._query_lock:
-                await conn.execute(
-                    f"DELETE FROM {self.tables.workers} WHERE key = $1",
-                    self.key,
-                    timeout=self._check_timeout,
-                )
-                await conn.execute("SELECT pg_advisory_unlock_all()", timeout=self._check_timeout)
+                await conn.execute(self.q.delete_worker, self.key, timeout=self._check_timeout)
+                await conn.execute(UNLOCK_ALL, timeout=self._check_timeout)
             await asyncio.wait_for(conn.close(), self._check_timeout)
         except Exception:
             # The server drops the locks with the backend; the sweeper removes the row.

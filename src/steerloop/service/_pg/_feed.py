@@ -48,6 +48,7 @@ from ...session.store.postgres._store import (
 from .._api import frame_json
 from .._source import Wakeup
 from ._schema import ServiceTables, service_migrations
+from ._sql import NOTIFY, PING, Sql
 
 __all__ = ["FeedHub", "LivePublisher", "PgFeed", "PgFeedSource", "open_pg_feed"]
 
@@ -242,7 +243,7 @@ class FeedHub:
         if conn is None or conn.is_closed():
             return False
         try:
-            await asyncio.wait_for(conn.fetchval("SELECT 1"), self._check_every)
+            await asyncio.wait_for(conn.fetchval(PING), self._check_every)
         except Exception:
             return False
         return True
@@ -256,12 +257,7 @@ class PgFeedSource:
         self._pool = pool
         self._tables = tables
         self._pg = asyncpg_module()
-        t = tables
-        self._frames_sql = f"""
-            SELECT v.n, v.frame FROM {t.live} v
-              JOIN {t.leases} l ON l.session_id = v.session_id AND l.token = v.token
-             WHERE v.session_id = $1 AND v.after_seq = $2 AND v.n > $3
-             ORDER BY v.n LIMIT $4"""
+        self._q = Sql(tables)
 
     @property
     def closed(self) -> bool:
@@ -288,7 +284,7 @@ class PgFeedSource:
         self, session_id: str, seq: int, n: int
     ) -> builtins.list[tuple[int, dict[str, Any]]]:
         with self._errors(f"reading live frames of {session_id!r}"):
-            rows = await self._pool.fetch(self._frames_sql, session_id, seq, n, _FRAME_PAGE)
+            rows = await self._pool.fetch(self._q.live_frames, session_id, seq, n, _FRAME_PAGE)
         frames: builtins.list[tuple[int, dict[str, Any]]] = []
         for row in rows:
             try:
@@ -408,20 +404,7 @@ class LivePublisher:
         self.published = 0
         """Frames committed to ``steerloop_live`` so far."""
         self.dropped = 0
-        t = tables
-        self._insert_sql = f"""
-            INSERT INTO {t.live} AS v (session_id, after_seq, n, token, frame)
-            SELECT * FROM unnest($1::text[], $2::bigint[], $3::int[], $4::bigint[], $5::json[])
-            ON CONFLICT (session_id, after_seq, n) DO UPDATE
-               SET token = EXCLUDED.token, frame = EXCLUDED.frame
-             WHERE v.token < EXCLUDED.token"""
-        self._retire_sql = f"""
-            DELETE FROM {t.live} v USING unnest($1::text[], $2::bigint[]) AS d (sid, below)
-             WHERE v.session_id = d.sid AND v.after_seq < d.below"""
-        self._stale_sql = f"""
-            DELETE FROM {t.live} v WHERE NOT EXISTS (
-                SELECT 1 FROM {t.leases} l WHERE l.session_id = v.session_id
-                   AND l.token = v.token AND l.lease_id IS NOT NULL)"""
+        self._q = Sql(tables)
 
     def start(self) -> None:
         if self._task is not None:
@@ -512,18 +495,16 @@ class LivePublisher:
             async with self._pool.acquire() as conn, conn.transaction():
                 if rows:
                     await conn.execute(
-                        self._insert_sql, *map(builtins.list, zip(*rows, strict=True))
+                        self._q.insert_live, *map(builtins.list, zip(*rows, strict=True))
                     )
                     for payload in _live_payloads(tops):
-                        await conn.execute(
-                            "SELECT pg_notify($1, $2)", self._tables.feed_channel, payload
-                        )
+                        await conn.execute(NOTIFY, self._tables.feed_channel, payload)
                 if ready:
                     await conn.execute(
-                        self._retire_sql, builtins.list(ready), builtins.list(ready.values())
+                        self._q.retire_live, builtins.list(ready), builtins.list(ready.values())
                     )
                 if sweep:
-                    await conn.execute(self._stale_sql)
+                    await conn.execute(self._q.stale_live)
             self.flushes += 1
             self.published += len(rows)
         except Exception as exc:  # best effort: the committed events supersede live frames

@@ -179,7 +179,7 @@ class PgHost:
             return {"status": status if status in ("idle", "running") else "unloaded"}
         sql = self._sql()
         reason = await queued_reason(
-            sql.pool, sql.t, sql.ns, spec["session_id"], spec["profile"], spec["profile_version"]
+            sql.pool, sql.q, sql.ns, spec["session_id"], spec["profile"], spec["profile_version"]
         )
         if reason is None:
             return {"status": "unloaded"}
@@ -237,8 +237,7 @@ class PgHost:
         """Committed events with seq > ``after`` in their stored JSON form."""
         sql = self._sql()
         rows = await sql.pool.fetch(
-            f"SELECT payload FROM {sql.t.events} WHERE session_id = $1 AND seq > $2 "
-            "ORDER BY seq LIMIT $3",
+            sql.q.event_payloads,
             session_id,
             after,
             limit,

@@ -51,6 +51,7 @@ from typing import Any
 
 from ._control import LEADER_KEY, ControlConnection
 from ._schema import ServiceTables
+from ._sql import NOTIFY_EACH, NOTIFY_OWNERS, TERMINATE, TRY_LOCK, UNLOCK, Sql
 from ._watch import Watches
 
 __all__ = ["SweepReport", "Sweeper"]
@@ -141,6 +142,7 @@ class Sweeper:
             raise ValueError("stale_after must be positive (or None)")
         self._pool = pool
         self._t = tables
+        self._q = Sql(tables)
         self.control = control
         self.grace = grace
         self.period = period
@@ -186,7 +188,7 @@ class Sweeper:
         if self.leader:
             self.leader = False
             with contextlib.suppress(Exception):
-                await self.control.fetchval("SELECT pg_advisory_unlock($1, $2)", *self._lock)
+                await self.control.fetchval(UNLOCK, *self._lock)
 
     @property
     def _lock(self) -> tuple[int, int]:
@@ -220,7 +222,7 @@ class Sweeper:
         if self.watches is None or self._stop.is_set() or self.control.lost:
             return
         async with self._pool.acquire() as conn:
-            await self.watches.sync(conn, self._t.workers, self.control.key, self.leader)
+            await self.watches.sync(conn, self._q, self.control.key, self.leader)
 
     async def _elect(self) -> bool:
         """Hold or try to take the leadership lock; forget leader state on a change."""
@@ -230,7 +232,7 @@ class Sweeper:
         if self.leader:
             return True
         try:
-            won = await self.control.fetchval("SELECT pg_try_advisory_lock($1, $2)", *self._lock)
+            won = await self.control.fetchval(TRY_LOCK, *self._lock)
         except ConnectionError:
             return False
         if won:
@@ -279,16 +281,7 @@ class Sweeper:
         """End the control connection of a leader whose heartbeat is stale (it is paused or
         hung: its socket and lock live on, but it sweeps nothing)."""
         row = await conn.fetchrow(
-            f"""
-            SELECT lead.pid, w.key FROM pg_locks lead
-              JOIN pg_locks mine ON mine.pid = lead.pid AND mine.locktype = 'advisory'
-                   AND mine.granted AND mine.objsubid = 2 AND mine.classid = lead.classid
-                   AND mine.objid <> lead.objid
-              JOIN {self._t.workers} w ON w.key = mine.objid::bigint
-             WHERE lead.locktype = 'advisory' AND lead.granted AND lead.objsubid = 2
-               AND lead.classid = $1::bigint::oid AND lead.objid = $2::bigint::oid
-               AND w.heartbeat_at < now() - make_interval(secs => $3)
-            """,
+            self._q.stale_leader,
             self.control.ns,
             LEADER_KEY,
             self.leader_stale_after,
@@ -304,7 +297,7 @@ class Sweeper:
             row["pid"],
             self.leader_stale_after,
         )
-        await conn.fetchval("SELECT pg_terminate_backend($1)", row["pid"], timeout=self._timeout)
+        await conn.fetchval(TERMINATE, row["pid"], timeout=self._timeout)
         return int(row["key"])
 
     async def _depose_hung(self, conn: Any, report: SweepReport) -> None:
@@ -312,12 +305,7 @@ class Sweeper:
         ``stale_after`` (paused, partitioned behind a live socket, or hung): their locks go,
         and the deaths count as proven (no grace), so their sessions are taken over now."""
         rows = await conn.fetch(
-            f"""
-            SELECT l.pid, w.key FROM {self._t.workers} w
-              JOIN pg_locks l ON l.locktype = 'advisory' AND l.granted AND l.objsubid = 2
-                   AND l.classid = $1::bigint::oid AND l.objid::bigint = w.key
-             WHERE w.key <> $2 AND w.heartbeat_at < now() - make_interval(secs => $3)
-            """,
+            self._q.hung_workers,
             self.control.ns,
             self.control.key,
             self.stale_after,
@@ -332,30 +320,15 @@ class Sweeper:
                 self.stale_after,
                 row["pid"],
             )
-            await conn.fetchval(
-                "SELECT pg_terminate_backend($1)", row["pid"], timeout=self._timeout
-            )
+            await conn.fetchval(TERMINATE, row["pid"], timeout=self._timeout)
             self._proven[int(row["key"])] = self._clock()
             report.hung.append(int(row["key"]))
         if rows:
             self._again.set()  # its lock is gone a moment later: sweep again at once
 
     async def _find_dead(self, conn: Any, report: SweepReport) -> None:
-        t = self._t
         rows = await conn.fetch(
-            f"""
-            WITH keys AS (
-                SELECT key FROM {t.workers}
-                UNION SELECT owner_key FROM {t.leases}
-                       WHERE lease_id IS NOT NULL AND owner_key IS NOT NULL
-                UNION SELECT claimed_by FROM {t.wakeups} WHERE claimed_by IS NOT NULL
-            )
-            SELECT key FROM keys  -- compared as bigint: a hostile key never breaks a cast
-             WHERE key <> $2 AND NOT EXISTS (
-                SELECT 1 FROM pg_locks
-                 WHERE locktype = 'advisory' AND granted AND objsubid = 2
-                   AND classid = $1::bigint::oid AND objid::bigint = keys.key)
-            """,
+            self._q.absent_keys,
             self.control.ns,
             LEADER_KEY,
             timeout=self._timeout,
@@ -377,53 +350,34 @@ class Sweeper:
         )
         if absent:
             await conn.execute(
-                f"UPDATE {t.workers} SET lock_missing_since = now() "
-                "WHERE key = ANY($1::bigint[]) AND lock_missing_since IS NULL",
+                self._q.mark_lock_missing,
                 sorted(absent),
                 timeout=self._timeout,
             )
 
     async def _revoke(self, conn: Any, report: SweepReport) -> None:
-        t = self._t
+        q = self._q
         dead = report.dead
         async with conn.transaction():
             revoked = await conn.fetch(
-                f"UPDATE {t.leases} SET lease_id = NULL, token = token + 1, expires_at = now() "
-                "WHERE lease_id IS NOT NULL AND owner_key = ANY($1::bigint[]) "
-                "RETURNING session_id",
+                q.revoke_owned,
                 dead,
                 timeout=self._timeout,
             )
             report.revoked = sorted(row["session_id"] for row in revoked)
             woken = await conn.fetch(
-                f"""
-                INSERT INTO {t.wakeups} (session_id, reason)
-                SELECT s.session_id, $2 FROM {t.specs} s
-                 WHERE s.session_id = ANY($1::text[])
-                   AND (s.status = 'running' OR EXISTS (
-                        SELECT 1 FROM {t.commands} c
-                         WHERE c.session_id = s.session_id AND c.consumed_at IS NULL))
-                ON CONFLICT (session_id) DO UPDATE
-                   SET reason = EXCLUDED.reason, claimed_by = NULL, claimed_at = NULL,
-                       due_at = now()
-                RETURNING session_id
-                """,
+                q.wake_revoked,
                 report.revoked,
                 TAKEOVER,
                 timeout=self._timeout,
             )
             unclaimed = await conn.fetch(
-                f"UPDATE {t.wakeups} SET claimed_by = NULL, claimed_at = NULL, due_at = now() "
-                "WHERE claimed_by = ANY($1::bigint[]) RETURNING session_id",
+                q.unclaim_dead,
                 dead,
                 timeout=self._timeout,
             )
             report.unclaimed = sorted(row["session_id"] for row in unclaimed)
-            await conn.execute(
-                f"DELETE FROM {t.workers} WHERE key = ANY($1::bigint[])",
-                dead,
-                timeout=self._timeout,
-            )
+            await conn.execute(q.delete_workers, dead, timeout=self._timeout)
             fresh = sorted({row["session_id"] for row in woken} | set(report.unclaimed))
             await self._wake(conn, fresh)
         report.woken.extend(row["session_id"] for row in woken)
@@ -432,66 +386,18 @@ class Sweeper:
             self._proven.pop(key, None)
 
     async def _ttl(self, conn: Any, report: SweepReport) -> None:
-        t = self._t
-        await self._insert_wakeups(
-            conn,
-            report,
-            f"""
-            SELECT l.session_id, $1 FROM {t.leases} l
-              JOIN {t.specs} s ON s.session_id = l.session_id
-             WHERE l.lease_id IS NOT NULL AND l.expires_at <= now()
-               AND s.status = 'running'
-            """,
-            TAKEOVER,
-        )
+        await self._insert_wakeups(conn, report, self._q.wake_expired, TAKEOVER)
 
     async def _orphans(self, conn: Any, report: SweepReport) -> None:
-        t = self._t
         await self._insert_wakeups(
-            conn,
-            report,
-            f"""
-            SELECT s.session_id, $1 FROM {t.specs} s
-             WHERE s.status = 'running'
-               AND NOT EXISTS (
-                    SELECT 1 FROM {t.leases} l WHERE l.session_id = s.session_id
-                       AND (l.lease_id IS NOT NULL
-                            OR l.expires_at > now() - make_interval(secs => $2)))
-            """,
-            TAKEOVER,
-            self.reconcile_after,
+            conn, report, self._q.wake_orphans, TAKEOVER, self.reconcile_after
         )
 
     async def _reconcile(self, conn: Any, report: SweepReport) -> None:
-        t = self._t
         await self._insert_wakeups(
-            conn,
-            report,
-            f"""
-            SELECT DISTINCT c.session_id, $2 FROM {t.commands} c
-             WHERE c.consumed_at IS NULL
-               AND c.created_at <= now() - make_interval(secs => $1)
-               AND NOT EXISTS (
-                    SELECT 1 FROM {t.leases} l WHERE l.session_id = c.session_id
-                       AND l.lease_id IS NOT NULL AND l.expires_at > now())
-            """,
-            self.reconcile_after,
-            RECONCILE,
+            conn, report, self._q.wake_unapplied, self.reconcile_after, RECONCILE
         )
-        stale = await conn.fetch(
-            f"""
-            SELECT c.session_id, l.owner_key, max(c.cmd_seq) AS cmd_seq
-              FROM {t.commands} c
-              JOIN {t.leases} l ON l.session_id = c.session_id
-             WHERE c.consumed_at IS NULL
-               AND c.created_at <= now() - make_interval(secs => $1)
-               AND l.lease_id IS NOT NULL AND l.expires_at > now()
-               AND l.owner_key IS NOT NULL
-             GROUP BY c.session_id, l.owner_key
-            """,
-            self.renotify_after,
-            timeout=self._timeout,
-        )
+        stale = await conn.fetch(self._q.stale_commands, self.renotify_after, timeout=self._timeout)
         now = self._clock()
         for sid in list(self._renotified):
             if now - self._renotified[sid] >= self.renotify_after:
@@ -499,8 +405,7 @@ class Sweeper:
         due = [row for row in stale if row["session_id"] not in self._renotified]
         if due:
             await conn.execute(
-                "SELECT pg_notify($4 || k, s || ':' || q) "
-                "FROM unnest($1::text[], $2::bigint[], $3::bigint[]) AS u (s, k, q)",
+                NOTIFY_OWNERS,
                 [row["session_id"] for row in due],
                 [row["owner_key"] for row in due],
                 [row["cmd_seq"] for row in due],
@@ -512,17 +417,12 @@ class Sweeper:
             report.renotified = sorted(row["session_id"] for row in due)
 
     async def _insert_wakeups(
-        self, conn: Any, report: SweepReport, select: str, *args: object
+        self, conn: Any, report: SweepReport, insert: str, *args: object
     ) -> None:
-        """One rule: the wakeups ``select`` yields (``session_id, reason``; a queued one is
-        kept) and their NOTIFY, in one transaction; the new ones go into ``report``."""
+        """One rule: the wakeups ``insert`` adds (a queued one is kept) and their NOTIFY, in
+        one transaction; the new ones go into ``report``."""
         async with conn.transaction():
-            rows = await conn.fetch(
-                f"INSERT INTO {self._t.wakeups} (session_id, reason) {select} "
-                "ON CONFLICT (session_id) DO NOTHING RETURNING session_id",
-                *args,
-                timeout=self._timeout,
-            )
+            rows = await conn.fetch(insert, *args, timeout=self._timeout)
             woken = sorted(row["session_id"] for row in rows)
             await self._wake(conn, woken)
         report.woken.extend(woken)
@@ -530,7 +430,7 @@ class Sweeper:
     async def _wake(self, conn: Any, session_ids: list[str]) -> None:
         if session_ids:
             await conn.execute(
-                "SELECT pg_notify($1, s) FROM unnest($2::text[]) AS s",
+                NOTIFY_EACH,
                 self._t.wake_channel,
                 session_ids,
                 timeout=self._timeout,

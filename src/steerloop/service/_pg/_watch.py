@@ -26,6 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ...session.store.postgres._schema import asyncpg_module
+from ._sql import LOCK, UNLOCK, Sql
 
 __all__ = ["LockWatch"]
 
@@ -123,8 +124,8 @@ class LockWatch:
         try:
             # Blocks until the holder's backend ends (or unlocks), then gives it back at
             # once: while held here the key would look alive to the sweeper.
-            await conn.execute("SELECT pg_advisory_lock($1, $2)", self.ns, self.key)
-            await conn.execute("SELECT pg_advisory_unlock($1, $2)", self.ns, self.key)
+            await conn.execute(LOCK, self.ns, self.key)
+            await conn.execute(UNLOCK, self.ns, self.key)
         except Exception as exc:
             if not self._closing:
                 log.info("lock watch %s:%s ended: %s", self.ns, self.key, type(exc).__name__)
@@ -181,19 +182,19 @@ class Watches:
         """The worker keys watched now (the leader's watches)."""
         return tuple(k for k, w in self._workers.items() if not w.done)
 
-    async def sync(self, conn: Any, workers_table: str, own_key: int, leading: bool) -> None:
+    async def sync(self, conn: Any, q: Sql, own_key: int, leading: bool) -> None:
         """Start and stop watches for this sweeper's role (one query, then connects in the
         background)."""
         if leading:
             await self._close_leader_watch()
-            await self._sync_workers(conn, workers_table, own_key)
+            await self._sync_workers(conn, q, own_key)
         else:
             await self._close_worker_watches()
-            await self._sync_leader(conn, workers_table)
+            await self._sync_leader(conn, q)
 
-    async def _sync_workers(self, conn: Any, workers_table: str, own_key: int) -> None:
+    async def _sync_workers(self, conn: Any, q: Sql, own_key: int) -> None:
         rows = await conn.fetch(
-            f"SELECT key FROM {workers_table} WHERE key <> $1 ORDER BY started_at, key LIMIT $2",
+            q.watched_workers,
             own_key,
             self.limit,
             timeout=10.0,
@@ -218,21 +219,13 @@ class Watches:
                 self._workers[key] = watch
                 watch.start()
 
-    async def _sync_leader(self, conn: Any, workers_table: str) -> None:
+    async def _sync_leader(self, conn: Any, q: Sql) -> None:
         if self._leader is not None and not self._leader.done:
             return
         # The leader's worker key: the other advisory lock of the backend holding the
         # leadership lock (both live on its control connection).
         leader = await conn.fetchval(
-            f"""
-            SELECT w.key FROM pg_locks lead
-              JOIN pg_locks mine ON mine.pid = lead.pid AND mine.locktype = 'advisory'
-                   AND mine.granted AND mine.objsubid = 2 AND mine.classid = lead.classid
-                   AND mine.objid <> lead.objid
-              JOIN {workers_table} w ON w.key = mine.objid::bigint
-             WHERE lead.locktype = 'advisory' AND lead.granted AND lead.objsubid = 2
-               AND lead.classid = $1::bigint::oid AND lead.objid = $2::bigint::oid
-            """,
+            q.leader_key,
             self._ns,
             self._leader_key,
             timeout=10.0,
