@@ -1,83 +1,75 @@
-"""The worker host (design/SERVICE.md §3.3–3.4): claims sessions, drives their agents and
-applies their commands, meeting other processes only through the v2 tables.
+"""The worker (design/SERVICE.md §3.3–3.4): a supervisor with an explicit state that claims
+sessions and owns the small parts that drive them, meeting other processes only through
+the service's tables.
 
 * **Liveness.** A ``ControlConnection`` holds the worker's advisory lock and LISTENs; its
-  key is stamped on every lease this worker's store takes (``owner_key``). Its NOTIFY
+  key is stamped on every lease this worker's store takes (``stamp_leases``). Its NOTIFY
   callback only sets flags. A lost connection self-fences: every resident agent is disposed
   (its turn aborted, cause ``disposed``) and the worker registers again under a new key.
-* **Claims.** ``UPDATE wakeups … FOR UPDATE SKIP LOCKED LIMIT free`` over the sessions whose
-  profile and version this worker serves; a claimed session is created (no stored log yet)
-  or resumed (repair runs), a resumed one whose last turn was interrupted gets the
-  profile's takeover followup, then its commands are drained and the wakeup deleted.
-* **Exactly once with respect to the log.** A followup/steer/inject writes its
-  ``agent/inbox/spliced`` synchronously; the command's consumption is *attached* to that
-  event (``writer.attach``), so both commit in one fenced batch or neither does. A message id
-  already in the log is only marked consumed. A cancel is consumed by a fenced update first,
-  then applied (at most once).
-* **Idle unload.** An idle session with an empty inbox is disposed after ``idle_unload``
-  seconds (its lease released); then unconsumed commands, if any, become a wakeup again.
-* **Leaving** (``close``, a SIGTERM): a drain for rolling deploys. The worker claims
-  nothing more (its row says ``draining``), idle sessions are unloaded at once, running
-  turns get ``drain_timeout`` seconds to end, and the still-busy ones are handed over like a
-  takeover (writer fenced, lease revoked, ``takeover`` wakeup) without waiting for the
-  sweeper's grace.
+* **Claims** (``_capacity.py``): due wakeups of the profiles and versions this worker
+  serves, ``FOR UPDATE SKIP LOCKED``, up to the free slots (or in place of idle sessions);
+  a claimed session is loaded into the resident table (``_residents.py``).
+* **Commands** of resident sessions are applied in order (``_apply.py``).
+* **Idle unload.** An idle session with an empty inbox is unloaded after ``idle_unload``
+  seconds; its unconsumed commands, if any, become a wakeup again.
+* **Leaving** (``close``): the drain of ``_drain.py``.
+
+States (``WorkerState``): ``new`` → ``running`` (↔ ``fencing`` while it registers again after
+a lost connection) → ``draining`` (claims stop; running turns may end, their commands still
+apply) → ``handing-over`` (commands stop; busy sessions go to other workers) → ``stopped``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
+import enum
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from ... import hooks
 from ..._runtime import Runtime
 from ...agent._decisions import StatusPayload
-from ...agent._factory import AgentHandle
-from ...errors import ApprovalError, SessionConflictError, SessionPersistenceError
+from ...errors import SessionConflictError
 from ...session._session import SessionEventPayload
 from ...session.store.postgres._store import PostgresStore
-from ...session.store.postgres._writer import PostgresWriter
-from .._commands import (
-    CommandError,
-    Decide,
-    Followup,
-    Inject,
-    Steer,
-    apply,
-    parse_command,
-)
-from .._profile import Profile, origin_setup
-from .._takeover import takeover_message
-from ._capacity import ADMIT_AFTER, claim_wakeups, least_recent_idle
+from .._profile import Profile
+from ._apply import CommandApplier
+from ._capacity import ADMIT_AFTER, claim_wakeups
 from ._control import ControlConnection
+from ._drain import hand_over, mark_draining, wait_turns
 from ._feed import LivePublisher
+from ._residents import Residents
 from ._schema import ServiceTables
 from ._sweeper import Sweeper
 
-__all__ = ["Worker"]
+__all__ = ["Worker", "WorkerState"]
 
 log = logging.getLogger("steerloop.service")
 
-_DRAIN_PAGE = 100
-_TAKEOVER = "takeover"
-"""The wakeup reason of a session whose owner left (the sweeper's, for a dead one)."""
+
+class WorkerState(enum.Enum):
+    """Where a worker is in its life (module docstring)."""
+
+    NEW = "new"
+    RUNNING = "running"
+    FENCING = "fencing"
+    DRAINING = "draining"
+    HANDING_OVER = "handing-over"
+    STOPPED = "stopped"
 
 
-@dataclass(slots=True)
-class _Resident:
-    handle: AgentHandle
-    profile: Profile
-    idle_since: float
-    applied_upto: int = 0  # cmd_seq applied here (its consumption may still be riding)
-    dirty: bool = True
-    drain: asyncio.Task[None] | None = None
-    seen_ids: set[str] = field(default_factory=set)
-    scanned: int = 0  # events folded into ``seen_ids``
+_NEXT: dict[WorkerState, frozenset[WorkerState]] = {
+    WorkerState.NEW: frozenset({WorkerState.RUNNING, WorkerState.DRAINING}),
+    WorkerState.RUNNING: frozenset({WorkerState.FENCING, WorkerState.DRAINING}),
+    WorkerState.FENCING: frozenset({WorkerState.RUNNING, WorkerState.DRAINING}),
+    WorkerState.DRAINING: frozenset({WorkerState.HANDING_OVER}),
+    WorkerState.HANDING_OVER: frozenset({WorkerState.STOPPED}),
+    WorkerState.STOPPED: frozenset(),
+}
+_CLOSING = frozenset({WorkerState.DRAINING, WorkerState.HANDING_OVER, WorkerState.STOPPED})
 
 
 class Worker:
@@ -108,23 +100,30 @@ class Worker:
         self.capacity = capacity
         self.idle_unload = idle_unload
         self.poll = poll
-        self.dispose_timeout = dispose_timeout
         self.drain_timeout = drain_timeout
         self._clock = clock
         self.t = ServiceTables(store.schema)
+        self.state = WorkerState.NEW
         self.control: ControlConnection | None = None
-        self._pool: Any = None
+        self.residents = Residents(
+            rt, store, self.t, worker_id=worker_id, dispose_timeout=dispose_timeout, clock=clock
+        )
+        self.commands = CommandApplier(
+            self.residents,
+            store,
+            worker_id=worker_id,
+            clock=clock,
+            stopped=lambda: (
+                self._lost or self.state in (WorkerState.HANDING_OVER, WorkerState.STOPPED)
+            ),
+            drop=self.residents.unload,
+        )
         self._sweeper: Sweeper | None = None
         self._publisher: LivePublisher | None = None
-        self._residents: dict[str, _Resident] = {}
-        self._loading: set[str] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._dirty: set[str] = set()
-        self._statuses: dict[str, str] = {}
         self._wake = True  # claim at start
-        self._lost = False
-        self._closing = False  # claims stop (the loop ends)
-        self._leaving = False  # commands stop being applied (residents go next)
+        self._lost = False  # the control connection reported a loss (handled by the loop)
         self._kick = asyncio.Event()
         self._loop_task: asyncio.Task[None] | None = None
         self._disposers = [
@@ -132,15 +131,26 @@ class Worker:
             rt.hooks.on(hooks.SESSION_EVENT, self._on_event),
         ]
 
+    def _enter(self, state: WorkerState) -> None:
+        """Move to ``state``; a move the life of a worker has no arrow for is a bug."""
+        if state not in _NEXT[self.state]:
+            raise RuntimeError(f"worker {self.worker_id}: {self.state.value} → {state.value}")
+        self.state = state
+
+    @property
+    def _closing(self) -> bool:
+        return self.state in _CLOSING
+
     # --- lifecycle ------------------------------------------------------------------------
 
     async def start(self) -> None:
-        self._pool = await self.store.pool()
+        self.residents.pool = await self.store.pool()
         await self._register()
+        self._enter(WorkerState.RUNNING)
         self._loop_task = asyncio.get_running_loop().create_task(
             self._run(), name=f"steerloop-worker {self.worker_id}"
         )
-        self._publisher = LivePublisher(self._pool, self.t, self.rt)
+        self._publisher = LivePublisher(self.residents.pool, self.t, self.rt)
         self._publisher.start()
 
     async def _register(self) -> None:
@@ -156,121 +166,43 @@ class Worker:
         await control.start()
         self.control = control
         self.store.stamp_leases(control.key)
-        self._sweeper = Sweeper(self._pool, self.t, control, dsn=self.store.dsn)
+        self._sweeper = Sweeper(self.residents.pool, self.t, control, dsn=self.store.dsn)
         self._sweeper.start()
         self._wake = True
         self._kick.set()
 
     async def close(self) -> None:
-        """Leave gracefully (the SIGTERM of a rolling deploy): stop claiming (the worker row
-        says ``draining``, so the API counts this worker out), unload the idle sessions
-        (their leases released, a wakeup if commands are waiting), let running turns end
-        for up to ``drain_timeout`` seconds, then hand the still-running ones over like a
-        takeover: fenced, lease revoked, a ``takeover`` wakeup, so another worker resumes,
-        repairs and continues them. Then the worker row and lock go."""
-        self._closing = True
+        """Leave gracefully (``_drain.py``): stop claiming, unload the idle sessions, let
+        running turns end for up to ``drain_timeout`` seconds, hand the still-running ones
+        over like a takeover. Then the worker row and lock go."""
+        if self._closing:
+            return
+        self._enter(WorkerState.DRAINING)
         self._kick.set()
-        await self._mark_draining()
+        if self.control is not None and not self.control.lost:
+            await mark_draining(self.residents, self.control.key)
         if self._loop_task is not None:
             await asyncio.gather(self._loop_task, return_exceptions=True)
         await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        residents = self.residents
         # Idle sessions go at once: their next message is served elsewhere without waiting.
-        for session_id in [sid for sid in self._residents if not self._busy(sid)]:
-            await self._unload(session_id)
+        for session_id in [sid for sid in residents if not residents.busy(sid)]:
+            await residents.unload(session_id)
         # Running turns may end meanwhile; their commands (a steer, a cancel) still apply.
-        await self._wait_turns()
-        self._leaving = True
-        drains = [r.drain for r in self._residents.values() if r.drain is not None]
-        await asyncio.gather(*drains, return_exceptions=True)  # each stops after its command
+        await wait_turns(residents, self.drain_timeout, self._kick, lambda: self._lost)
+        self._enter(WorkerState.HANDING_OVER)
+        await asyncio.gather(*self.commands.tasks(), return_exceptions=True)
         for dispose in self._disposers:
             dispose()
-        for session_id in list(self._residents):
-            if self._busy(session_id):
-                await self._hand_over(session_id)
+        for session_id in residents:
+            if residents.busy(session_id):
+                await hand_over(residents, session_id)
             else:
-                await self._unload(session_id)  # commands left: wake another
+                await residents.unload(session_id)  # commands left: wake another
         await self._stop_helpers()
         if self.control is not None:
             await self.control.close()
-
-    async def _mark_draining(self) -> None:
-        control = self.control
-        if control is None or control.lost:
-            return
-        try:
-            await self._pool.execute(
-                f"UPDATE {self.t.workers} SET draining = true WHERE key = $1", control.key
-            )
-        except Exception:  # the row only informs the API; leaving goes on
-            log.exception("worker %s: marking itself draining failed", self.worker_id)
-
-    def _busy(self, session_id: str) -> bool:
-        # A turn is running (or waits for an approval). Pending injects of an idle agent
-        # start nothing: they are in the log and a reload finds them.
-        return self._residents[session_id].handle.agent.status != "idle"
-
-    async def _wait_turns(self) -> None:
-        """Until no resident session is busy, for at most ``drain_timeout`` seconds (woken
-        by every status change; the short period is a safety net)."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.drain_timeout
-        while not self._lost and any(self._busy(sid) for sid in self._residents):
-            left = deadline - loop.time()
-            if left <= 0:
-                return
-            self._kick.clear()
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(min(left, 0.25)):
-                    await self._kick.wait()
-
-    async def _hand_over(self, session_id: str) -> None:
-        """Give a busy session to another worker as a crash would, without the wait: the
-        writer is fenced first (nothing more of ours is appended, the lease is not
-        released), the agent aborted, then in one transaction the lease is revoked (token
-        + 1) and a ``takeover`` wakeup queued. A batch already committing either lands
-        before the revocation (it holds the lease row) or is refused by its fence."""
-        resident = self._residents.pop(session_id, None)
-        if resident is None:
-            return
-        self._statuses.pop(session_id, None)
-        writer = self.store.writer(session_id)
-        lease_id = None
-        if writer is not None and writer.error is None:
-            lease_id = writer.lease_id
-            writer.lose()
-        try:
-            await resident.handle.dispose(timeout=1.0)
-        except Exception as exc:
-            log.info("worker %s: disposing %s: %s", self.worker_id, session_id, exc)
-        if lease_id is None:  # fenced out already: its new owner has it
-            return
-        t = self.t
-        try:
-            async with self._pool.acquire() as conn, conn.transaction():
-                revoked = await conn.fetchval(
-                    f"UPDATE {t.leases} SET lease_id = NULL, token = token + 1, "
-                    "expires_at = now() WHERE session_id = $1 AND lease_id = $2 RETURNING 1",
-                    session_id,
-                    lease_id,
-                )
-                if revoked is None:
-                    return
-                await conn.execute(
-                    f"INSERT INTO {t.wakeups} (session_id, reason) VALUES ($1, $2) "
-                    "ON CONFLICT (session_id) DO UPDATE SET reason = EXCLUDED.reason, "
-                    "claimed_by = NULL, claimed_at = NULL, due_at = now()",
-                    session_id,
-                    _TAKEOVER,
-                )
-                await conn.execute(
-                    f"UPDATE {t.specs} SET status = 'unloaded', updated_at = now() "
-                    "WHERE session_id = $1",
-                    session_id,
-                )
-                await conn.execute("SELECT pg_notify($1, $2)", self.t.wake_channel, session_id)
-            log.warning("worker %s: handed %s over (still busy)", self.worker_id, session_id)
-        except Exception:  # the lease then expires and the sweeper hands the session on
-            log.exception("worker %s: handing %s over failed", self.worker_id, session_id)
+        self._enter(WorkerState.STOPPED)
 
     async def _stop_helpers(self) -> None:
         helpers: tuple[LivePublisher | Sweeper | None, ...] = (self._publisher, self._sweeper)
@@ -285,7 +217,7 @@ class Worker:
         self._sweeper = None
 
     def resident(self) -> tuple[str, ...]:
-        return tuple(self._residents)
+        return tuple(self.residents)
 
     # --- callbacks (never block) ----------------------------------------------------------
 
@@ -293,18 +225,22 @@ class Worker:
         if channel == self.t.wake_channel:
             self._wake = True
             self._kick.set()
-            if len(self._residents) + len(self._loading) >= self.capacity:
+            if self.residents.occupied >= self.capacity:
                 # Full: the newcomer may be admitted in place of an idle session once it
                 # has waited ADMIT_AFTER (a worker with a free slot had it first).
                 asyncio.get_running_loop().call_later(ADMIT_AFTER * 1.2, self._rewake)
             return
         session_id = payload.rpartition(":")[0] or payload
-        if session_id in self._residents and not self._lost and not self._leaving:
-            # The flag, and a drain task if none runs: nothing here awaits.
-            self._schedule_drain(session_id)
+        if session_id in self.residents and not self._lost and not self._leaving:
+            # The flag, and an applier task if none runs: nothing here awaits.
+            self.commands.schedule(session_id)
         else:
             self._dirty.add(session_id)
             self._kick.set()
+
+    @property
+    def _leaving(self) -> bool:
+        return self.state in (WorkerState.HANDING_OVER, WorkerState.STOPPED)
 
     def _rewake(self) -> None:
         self._wake = True
@@ -316,15 +252,12 @@ class Worker:
 
     def _on_status(self, payload: StatusPayload) -> None:
         session_id = payload.agent.id
-        if session_id in self._residents:
-            self._residents[session_id].idle_since = self._clock()
-            self._statuses[session_id] = payload.status
+        if session_id in self.residents:
+            self.residents.touch(session_id, payload.status)
             self._kick.set()
 
     def _on_event(self, payload: SessionEventPayload) -> None:
-        resident = self._residents.get(payload.session.id)
-        if resident is not None:
-            resident.idle_since = self._clock()
+        self.residents.touch(payload.session.id)
 
     # --- the loop -------------------------------------------------------------------------
 
@@ -344,22 +277,27 @@ class Worker:
                 if self._lost:
                     await self._self_fence()
                     continue
-                await self._drop_fenced()
-                await self._write_statuses()
-                dirty, self._dirty = self._dirty, set()
-                for session_id in dirty:
-                    self._schedule_drain(session_id)
-                now = self._clock()
-                if self._wake or now >= next_poll:
-                    self._wake = False
-                    next_poll = now + self.poll
-                    await self._recheck()
-                    await self._claim()
-                if self.idle_unload is not None:
-                    await self._unload_idle(now)
+                next_poll = await self._round(next_poll)
             except Exception:
                 # A database hiccup must not end the worker: the next round retries.
                 log.exception("worker %s: round failed", self.worker_id)
+
+    async def _round(self, next_poll: float) -> float:
+        """One round of the loop; returns when the next poll is due."""
+        await self._drop_fenced()
+        await self.residents.write_statuses()
+        dirty, self._dirty = self._dirty, set()
+        for session_id in dirty:
+            self.commands.schedule(session_id)
+        now = self._clock()
+        if self._wake or now >= next_poll:
+            self._wake = False
+            next_poll = now + self.poll
+            await self.commands.recheck()
+            await self._claim()
+        if self.idle_unload is not None:
+            await self.residents.unload_idle(now, self.idle_unload)
+        return next_poll
 
     def _spawn(self, coro: Any, name: str) -> None:
         task = asyncio.get_running_loop().create_task(coro, name=name)
@@ -369,24 +307,25 @@ class Worker:
     async def _drop_fenced(self) -> None:
         """Unload the sessions whose writer failed (a refused fence: someone else owns the
         session now; or a storage failure): their unconsumed commands become a wakeup."""
-        for session_id in list(self._residents):
+        for session_id in self.residents:
             writer = self.store.writer(session_id)
             if writer is None or writer.error is not None:
-                await self._unload(session_id)
+                await self.residents.unload(session_id)
 
     async def _self_fence(self) -> None:
         """The control connection is gone: this worker may already be declared dead, so
         every resident agent is disposed; then register again under a new key."""
         self._lost = False
-        log.warning("worker %s: self-fencing %d sessions", self.worker_id, len(self._residents))
-        for session_id in list(self._residents):
+        self._enter(WorkerState.FENCING)
+        log.warning("worker %s: self-fencing %d sessions", self.worker_id, len(self.residents))
+        for session_id in self.residents:
             # Fenced before the abort: nothing more of ours commits and the lease is not
             # released, so the log stays as a crash leaves it and the sweeper hands the
             # session on (revocation after the grace, takeover, repair, continue).
             writer = self.store.writer(session_id)
             if writer is not None:
                 writer.lose()
-            await self._unload(session_id, check=False)
+            await self.residents.unload(session_id, check=False)
         await self._stop_helpers()
         old, self.control = self.control, None
         if old is not None:
@@ -396,6 +335,8 @@ class Worker:
                 await self._register()
                 if old is not None and self._sweeper is not None:
                     self._sweeper.prove(old.key)  # should it lead: no grace for itself
+                if not self._closing:  # close() may have begun while registering
+                    self._enter(WorkerState.RUNNING)
                 return
             except Exception:
                 log.exception("worker %s: registering again failed", self.worker_id)
@@ -403,22 +344,6 @@ class Worker:
                     async with asyncio.timeout(1.0):
                         await self._kick.wait()
                 self._kick.clear()
-
-    async def _recheck(self) -> None:
-        """A lost NOTIFY must not leave a command of a resident session waiting: one query
-        finds the residents with unconsumed commands beyond what this worker applied."""
-        if not self._residents:
-            return
-        ids = list(self._residents)
-        rows = await self._pool.fetch(
-            f"SELECT DISTINCT c.session_id FROM {self.t.commands} c "
-            "JOIN unnest($1::text[], $2::bigint[]) AS r (sid, upto) ON c.session_id = r.sid "
-            "WHERE c.consumed_at IS NULL AND c.cmd_seq > r.upto",
-            ids,
-            [self._residents[sid].applied_upto for sid in ids],
-        )
-        for row in rows:
-            self._schedule_drain(row["session_id"])
 
     # --- claims ---------------------------------------------------------------------------
 
@@ -429,328 +354,42 @@ class Worker:
         control = self.control
         if control is None or control.lost or not self.profiles:
             return
+        residents = self.residents
         served = {name: p.version for name, p in self.profiles.items()}
-        free = self.capacity - len(self._residents) - len(self._loading)
-        rows = await claim_wakeups(self._pool, self.t, control.key, served, free)
+        free = self.capacity - residents.occupied
+        pool, q = residents.pool, residents.q
+        rows = await claim_wakeups(pool, q, control.key, served, free)
         if len(rows) >= free:  # full (or now full): room only in place of idle sessions
-            room = len(self._idle_lru()) + min(free, 0)
-            rows += await claim_wakeups(
-                self._pool, self.t, control.key, served, room, min_age=ADMIT_AFTER
-            )
+            room = len(residents.idle_lru()) + min(free, 0)
+            rows += await claim_wakeups(pool, q, control.key, served, room, min_age=ADMIT_AFTER)
         for row in rows:
             session_id = row["session_id"]
-            if session_id in self._residents or session_id in self._loading:
-                await self._done_wakeup(session_id, control.key)
-                self._schedule_drain(session_id)
+            if session_id in residents or session_id in residents.loading:
+                await residents.done_wakeup(session_id, control.key)
+                self.commands.schedule(session_id)
                 continue
-            self._loading.add(session_id)
+            residents.loading.add(session_id)
             self._spawn(self._load(session_id, control.key), f"steerloop-load {session_id}")
-        over = len(self._residents) + len(self._loading) - self.capacity
-        for session_id in self._idle_lru()[: max(over, 0)]:
+        over = residents.occupied - self.capacity
+        for session_id in residents.idle_lru()[: max(over, 0)]:
             log.info("worker %s: unloading idle %s for a newcomer", self.worker_id, session_id)
-            await self._unload(session_id)
-
-    def _idle_lru(self) -> list[str]:
-        """The resident sessions unloading would lose nothing of, least recently active first."""
-        return least_recent_idle(
-            (sid, self._unloadable(sid), r.idle_since) for sid, r in self._residents.items()
-        )
-
-    def _unloadable(self, session_id: str) -> bool:
-        """Idle with nothing left to apply: unloading it loses no work."""
-        resident = self._residents.get(session_id)
-        if resident is None or session_id in self._loading:
-            return False
-        agent = resident.handle.agent
-        return (
-            agent.status == "idle"
-            and not agent.inbox.has_pending
-            and not resident.dirty
-            and (resident.drain is None or resident.drain.done())
-        )
-
-    async def _done_wakeup(self, session_id: str, key: int) -> None:
-        await self._pool.execute(
-            f"DELETE FROM {self.t.wakeups} WHERE session_id = $1 AND claimed_by = $2",
-            session_id,
-            key,
-        )
+            await residents.unload(session_id)
 
     async def _load(self, session_id: str, key: int) -> None:
+        residents = self.residents
         try:
-            await self._load_in(session_id, key)
+            leaving = lambda: self._closing or self._lost  # noqa: E731
+            if await residents.load(session_id, key, self.profiles, leaving):
+                self.commands.schedule(session_id)
         except SessionConflictError as exc:
-            # Someone holds a live lease: that owner drains. If it is dead the sweeper
+            # Someone holds a live lease: that owner applies. If it is dead the sweeper
             # revokes it and queues the session again.
             log.info("worker %s: %s is held elsewhere: %s", self.worker_id, session_id, exc)
             with contextlib.suppress(Exception):
-                await self._done_wakeup(session_id, key)
+                await residents.done_wakeup(session_id, key)
         except Exception:
             log.exception("worker %s: loading %s failed; retried later", self.worker_id, session_id)
             with contextlib.suppress(Exception):
-                await self._pool.execute(
-                    f"UPDATE {self.t.wakeups} SET claimed_by = NULL, claimed_at = NULL, "
-                    "due_at = now() + make_interval(secs => least(attempts, 30)) "
-                    "WHERE session_id = $1 AND claimed_by = $2",
-                    session_id,
-                    key,
-                )
+                await residents.retry_later(session_id, key)
         finally:
-            self._loading.discard(session_id)
-
-    async def _load_in(self, session_id: str, key: int) -> None:
-        spec = await self._pool.fetchrow(
-            f"SELECT profile, profile_version, meta FROM {self.t.specs} WHERE session_id = $1",
-            session_id,
-        )
-        if spec is None:  # deleted meanwhile
-            await self._done_wakeup(session_id, key)
-            return
-        profile = self.profiles[spec["profile"]]
-        meta = None if spec["meta"] is None else json.loads(spec["meta"])
-        setup = origin_setup(profile, meta)
-        resumed = await self.store.exists(session_id)
-        if resumed:
-            handle = await self.rt.agents.resume(
-                resume_session_id=session_id, agent_options=profile.options, setup=setup
-            )
-        else:
-            handle = await self.rt.agents.create(
-                session_id=session_id, agent_options=profile.options, setup=setup, meta=meta
-            )
-        if self._closing or self._lost:
-            with contextlib.suppress(Exception):
-                await handle.dispose()
-                # Leaving: the claim goes back, so another worker loads it at once.
-                await self._pool.execute(
-                    f"UPDATE {self.t.wakeups} SET claimed_by = NULL, claimed_at = NULL "
-                    "WHERE session_id = $1 AND claimed_by = $2",
-                    session_id,
-                    key,
-                )
-                await self._pool.execute(
-                    "SELECT pg_notify($1, $2)", self.t.wake_channel, session_id
-                )
-            return
-        resident = _Resident(handle, profile, self._clock())
-        self._residents[session_id] = resident
-        agent = handle.agent
-        self._statuses[session_id] = agent.status
-        await self._write_statuses()
-        if resumed and profile.on_takeover == "continue":
-            writer = self.store.writer(session_id)
-            from_seq = (writer.stored_length if writer is not None else 0) + 1
-            message = takeover_message(agent.session.events, from_seq)
-            if message is not None:
-                agent.followup(message)
-        await self._done_wakeup(session_id, key)
-        self._schedule_drain(session_id)
-
-    # --- draining -------------------------------------------------------------------------
-
-    def _schedule_drain(self, session_id: str) -> None:
-        resident = self._residents.get(session_id)
-        if resident is None:
-            return
-        resident.dirty = True
-        if resident.drain is None or resident.drain.done():
-            resident.drain = asyncio.get_running_loop().create_task(
-                self._drain(session_id, resident), name=f"steerloop-drain {session_id}"
-            )
-
-    async def _drain(self, session_id: str, resident: _Resident) -> None:
-        while resident.dirty and not self._leaving and not self._lost:
-            resident.dirty = False
-            if self._residents.get(session_id) is not resident:
-                return
-            try:
-                rows = await self._pool.fetch(
-                    f"SELECT cmd_seq, kind, message_id, body FROM {self.t.commands} "
-                    "WHERE session_id = $1 AND consumed_at IS NULL AND cmd_seq > $2 "
-                    "ORDER BY cmd_seq LIMIT $3",
-                    session_id,
-                    resident.applied_upto,
-                    _DRAIN_PAGE,
-                )
-                for row in rows:
-                    if self._residents.get(session_id) is not resident or self._lost:
-                        return
-                    await self._apply(session_id, resident, row)
-                    resident.applied_upto = row["cmd_seq"]
-                    resident.idle_since = self._clock()
-                if len(rows) == _DRAIN_PAGE:
-                    resident.dirty = True
-            except SessionPersistenceError as exc:
-                # The lease is gone (fenced) or the store failed: this worker must not
-                # drive the session any more; whoever owns it now drains.
-                log.warning("worker %s: dropping %s: %s", self.worker_id, session_id, exc)
-                await self._unload(session_id)
-                return
-            except Exception:
-                log.exception("worker %s: draining %s failed", self.worker_id, session_id)
-                return
-
-    async def _apply(self, session_id: str, resident: _Resident, row: Any) -> None:
-        """Apply one command row with ``_commands.apply``; a row that is no command (an
-        unknown kind, a body no API writes) or that the agent refuses is consumed with its
-        ``error`` recorded, so the commands after it apply."""
-        agent = resident.handle.agent
-        writer = self.store.writer(session_id)
-        if writer is None or writer.error is not None:
-            raise SessionConflictError(f"session {session_id!r}: no usable writer")
-        cmd_seq = row["cmd_seq"]
-        try:
-            command = parse_command(row["kind"], row["message_id"], json.loads(row["body"]))
-        except CommandError as exc:
-            log.error("session %s: command %d is no command: %s", session_id, cmd_seq, exc)
-            await self._consume_fenced(session_id, cmd_seq, writer, error=str(exc))
-            return
-        match command:
-            case Followup() | Steer() | Inject() | Decide():
-                await self._apply_logged(session_id, resident, writer, cmd_seq, command)
-            case _:
-                # At most once (a cancel, an AG-UI command): consumed (fenced) first.
-                if await self._consume_fenced(session_id, cmd_seq, writer):
-                    try:
-                        apply(agent, command)
-                    except ValueError as exc:
-                        log.info("session %s: command %d refused: %s", session_id, cmd_seq, exc)
-                        await self._record_error(session_id, cmd_seq, str(exc))
-
-    async def _apply_logged(
-        self,
-        session_id: str,
-        resident: _Resident,
-        writer: PostgresWriter,
-        cmd_seq: int,
-        command: Followup | Steer | Inject | Decide,
-    ) -> None:
-        """A command that writes one event (a splice, a decision): its consumption rides
-        on that event's batch (fence, event and consumption commit together or not at
-        all). A message id already in the log is only marked consumed."""
-        message_id = getattr(command, "message_id", None)
-        if message_id is not None and message_id in self._seen_ids(resident):
-            await self._consume_fenced(session_id, cmd_seq, writer)
-            return
-        try:
-            seq = apply(resident.handle.agent, command)
-        except SessionPersistenceError:
-            raise
-        except (ValueError, ApprovalError) as exc:  # refused, or no longer waiting
-            log.info("session %s: command %d not applied: %s", session_id, cmd_seq, exc)
-            await self._consume_fenced(session_id, cmd_seq, writer, error=str(exc))
-            return
-        assert seq is not None
-        if message_id is not None:
-            resident.seen_ids.add(message_id)
-        try:
-            writer.attach(seq, self._consume_sql, session_id, cmd_seq, seq)
-        except ValueError:  # its batch already took the event: consume on its own
-            await self._consume_fenced(session_id, cmd_seq, writer)
-
-    @property
-    def _consume_sql(self) -> str:
-        return (
-            f"UPDATE {self.t.commands} SET consumed_at = now(), consumed_seq = $3 "
-            "WHERE session_id = $1 AND cmd_seq = $2 AND consumed_at IS NULL"
-        )
-
-    async def _consume_fenced(
-        self, session_id: str, cmd_seq: int, writer: PostgresWriter, *, error: str | None = None
-    ) -> bool:
-        """Mark one command consumed (with the ``error`` it met, if any) only while this
-        writer's lease is current."""
-        done = await self._pool.fetchval(
-            f"UPDATE {self.t.commands} c SET consumed_at = now(), error = $5 "
-            f"FROM {self.t.leases} l "
-            "WHERE c.session_id = $1 AND c.cmd_seq = $2 AND c.consumed_at IS NULL "
-            "AND l.session_id = $1 AND l.lease_id = $3 AND l.token = $4 "
-            "AND l.expires_at > now() RETURNING 1",
-            session_id,
-            cmd_seq,
-            writer.lease_id,
-            writer.token,
-            error,
-        )
-        return done is not None
-
-    async def _record_error(self, session_id: str, cmd_seq: int, error: str) -> None:
-        """The error a consumed command met when it was applied."""
-        await self._pool.execute(
-            f"UPDATE {self.t.commands} SET error = $3 WHERE session_id = $1 AND cmd_seq = $2",
-            session_id,
-            cmd_seq,
-            error,
-        )
-
-    def _seen_ids(self, resident: _Resident) -> set[str]:
-        """Message ids any splice of the log inserted (folded incrementally)."""
-        events = resident.handle.agent.session.events
-        for event in events[resident.scanned :]:
-            if event.type == "agent/inbox/spliced":
-                resident.seen_ids.update(m.id for m in event.data.inserted)
-        resident.scanned = len(events)
-        return resident.seen_ids
-
-    # --- status and unload ----------------------------------------------------------------
-
-    async def _write_statuses(self) -> None:
-        statuses, self._statuses = self._statuses, {}
-        for session_id, status in statuses.items():
-            writer = self.store.writer(session_id)
-            if writer is None:
-                continue
-            await self._pool.execute(
-                f"UPDATE {self.t.specs} SET status = $2, updated_at = now() "
-                f"WHERE session_id = $1 AND EXISTS (SELECT 1 FROM {self.t.leases} "
-                "WHERE session_id = $1 AND lease_id = $3)",
-                session_id,
-                status,
-                writer.lease_id,
-            )
-
-    async def _unload_idle(self, now: float) -> None:
-        assert self.idle_unload is not None
-        for session_id, resident in list(self._residents.items()):
-            if self._unloadable(session_id) and now - resident.idle_since >= self.idle_unload:
-                await self._unload(session_id)
-
-    async def _unload(self, session_id: str, *, check: bool = True) -> None:
-        """Dispose a resident session (its lease is released), mark it unloaded, and wake
-        it again if commands arrived meanwhile."""
-        resident = self._residents.pop(session_id, None)
-        if resident is None:
-            return
-        self._statuses.pop(session_id, None)
-        writer = self.store.writer(session_id)
-        # A fenced-out agent cannot write its teardown: bounded, the stray activity is left
-        # behind (its calls recorded unknown in memory only; the new owner repairs the log).
-        fenced = writer is None or writer.error is not None
-        try:
-            await resident.handle.dispose(timeout=1.0 if fenced else self.dispose_timeout)
-        except Exception as exc:
-            log.info("worker %s: disposing %s: %s", self.worker_id, session_id, exc)
-        t = self.t
-        try:
-            await self._pool.execute(
-                f"UPDATE {t.specs} SET status = 'unloaded', updated_at = now() "
-                f"WHERE session_id = $1 AND NOT EXISTS (SELECT 1 FROM {t.leases} "
-                "WHERE session_id = $1 AND lease_id IS NOT NULL AND expires_at > now())",
-                session_id,
-            )
-            if not check:
-                return
-            # A command accepted while this worker was releasing found a live lease and
-            # only notified it: make sure somebody loads the session again.
-            woken = await self._pool.fetchval(
-                f"INSERT INTO {t.wakeups} (session_id, reason) SELECT $1, 'unload' "
-                f"WHERE EXISTS (SELECT 1 FROM {t.commands} WHERE session_id = $1 "
-                "AND consumed_at IS NULL) ON CONFLICT (session_id) DO NOTHING RETURNING 1",
-                session_id,
-            )
-            if woken is not None:
-                await self._pool.execute(
-                    "SELECT pg_notify($1, $2)", self.t.wake_channel, session_id
-                )
-        except Exception:
-            log.exception("worker %s: after unloading %s", self.worker_id, session_id)
+            residents.loading.discard(session_id)
