@@ -19,7 +19,7 @@ import sys
 from typing import Any
 
 from steerloop import AgentOptions, CancelCause, Runtime, user_message
-from steerloop.service._pg._feed import LivePublisher
+from steerloop.service._pg._live import LivePublisher
 from steerloop.service._pg._schema import ServiceTables, service_migrations
 from steerloop.session.store.postgres import PostgresStore
 from steerloop.testing import ScriptedAdapter, hang_after, text_response

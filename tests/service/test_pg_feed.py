@@ -408,7 +408,7 @@ async def test_live_frames_of_an_old_lease_token_are_never_served(pg: tuple[str,
         reader.close()
         assert await feed.source.frames_after("s", 0, 2) == [(4, {"kind": "chunk"})]
         await writer_.close()  # the lease is released: every row of "s" is now stale
-        from steerloop.service._pg._feed import LivePublisher
+        from steerloop.service._pg._live import LivePublisher
         from steerloop.service._pg._schema import ServiceTables
 
         tables = ServiceTables(store.schema)

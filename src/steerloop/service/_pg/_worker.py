@@ -40,7 +40,7 @@ from ._apply import CommandApplier
 from ._capacity import ADMIT_AFTER, claim_wakeups
 from ._control import ControlConnection
 from ._drain import hand_over, mark_draining, wait_turns
-from ._feed import LivePublisher
+from ._live import LivePublisher
 from ._residents import Residents
 from ._schema import ServiceTables
 from ._sweeper import Sweeper
