@@ -193,6 +193,13 @@ def plan_input(request: AguiRequest, view: LogView, state: Mapping[str, Any]) ->
         # A fresh client sends {}: that is "no state yet", not "clear the document".
         if given != dict(state) and (given or not state):
             plan.state = given
+    _plan_resume(plan, request, view)
+    _plan_messages(plan, request, view)
+    return plan
+
+
+def _plan_resume(plan: Plan, request: AguiRequest, view: LogView) -> None:
+    """The ``resume`` entries: decisions for approvals, results for client tool calls."""
     for entry in request.resume or []:
         call_id = entry.interrupt_id
         if call_id in view.approvals:
@@ -222,6 +229,10 @@ def plan_input(request: AguiRequest, view: LogView, state: Mapping[str, Any]) ->
                 422, "invalid_resume", f"thread {request.thread_id!r} has no interrupt {call_id!r}"
             )
         plan.answered.add(call_id)
+
+
+def _plan_messages(plan: Plan, request: AguiRequest, view: LogView) -> None:
+    """The messages the log does not hold yet: user text, tool results."""
     for message in request.messages:
         if message.id in view.ids or message.id in plan.answered:
             continue
@@ -254,4 +265,3 @@ def plan_input(request: AguiRequest, view: LogView, state: Mapping[str, Any]) ->
                 )
         # assistant, system, developer, reasoning and activity messages are the client's
         # copy of the thread: the log is its record, they are never applied.
-    return plan

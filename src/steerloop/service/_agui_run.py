@@ -151,6 +151,20 @@ def _item(at: str | None, event: BaseEvent) -> dict[str, Any]:
     return item
 
 
+def _opening(
+    run: AguiRun, follow: _Follow, preamble: list[BaseEvent], cursor: int
+) -> tuple[list[dict[str, Any]], bool]:
+    """The run's first items (started, the preamble, the open step's frames so far) and
+    whether the run is already over (the agent is idle: nothing to follow)."""
+    items = [_item(None, run.started()), *(_item(None, event) for event in preamble)]
+    if follow.turn is not None and follow.step is not None:
+        items += [_item(str(cursor), event) for event in run.open_step(follow.turn, follow.step)]
+    elif follow.turn is None and follow.idle_end:
+        items += [_item(str(cursor), event) for event in run.finish()]
+        return items, True
+    return items, False
+
+
 async def _stream(
     source: FeedSource,
     pages: Pages,
@@ -160,17 +174,12 @@ async def _stream(
     follow: _Follow,
     preamble: list[BaseEvent],
 ) -> AsyncGenerator[dict[str, Any]]:
-    yield _item(None, run.started())
-    for event in preamble:
-        yield _item(None, event)
-    tracked = follow.turn
-    if tracked is not None and follow.step is not None:
-        for event in run.open_step(tracked, follow.step):
-            yield _item(str(cursor), event)
-    elif tracked is None and follow.idle_end:
-        for event in run.finish():
-            yield _item(str(cursor), event)
+    opening, finished = _opening(run, follow, preamble, cursor)
+    for item in opening:
+        yield item
+    if finished:
         return
+    tracked = follow.turn
     reader = source.subscribe(session_id)  # before the first read: no wake-up is missed
     try:
         async for kind, at, number, body in pages(source, reader, cursor, 0):

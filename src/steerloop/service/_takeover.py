@@ -56,24 +56,7 @@ def takeover_message(events: Sequence[SessionEvent], from_seq: int) -> UserMessa
     if ended is None:
         return None
     turn = ended.data.turn
-    names: dict[str, str] = {}
-    awaiting: set[str] = set()  # calls held for an approval nobody decided
-    answers: list[tuple[str, str]] = []  # (call id, code) of the repair's results
-    for event in events:
-        data = event.data
-        if isinstance(data, AssistantMessageEvent) and data.turn == turn:
-            names.update((call.id, call.name) for call in data.message.tool_calls)
-        elif event.type == "tool/approval-requested" and getattr(data, "turn", None) == turn:
-            awaiting.add(str(getattr(data, "call_id", "")))
-        elif event.type == "tool/approval-decided":
-            awaiting.discard(str(getattr(data, "call_id", "")))
-        elif (
-            isinstance(data, ToolResultEvent)
-            and from_seq <= event.seq < ended.seq
-            and data.error is not None
-            and data.error.code in (_UNKNOWN, _NOT_STARTED)
-        ):
-            answers.append((data.message.call_id, data.error.code))
+    names, awaiting, answers = _repaired_calls(events, turn, from_seq, ended.seq)
     lines = [
         "The previous turn was interrupted by a runtime failure: the worker running this "
         "session stopped and another worker has taken the session over."
@@ -98,6 +81,32 @@ def takeover_message(events: Sequence[SessionEvent], from_seq: int) -> UserMessa
         "\n".join(lines),
         source=MessageSource(kind="plugin", plugin=TAKEOVER_PLUGIN, extra={"turn": turn}),
     )
+
+
+def _repaired_calls(
+    events: Sequence[SessionEvent], turn: int, from_seq: int, end_seq: int
+) -> tuple[dict[str, str], set[str], list[tuple[str, str]]]:
+    """The interrupted turn's call names, the calls held for an approval nobody decided,
+    and ``(call id, code)`` of each result the repair wrote, in order."""
+    names: dict[str, str] = {}
+    awaiting: set[str] = set()
+    answers: list[tuple[str, str]] = []
+    for event in events:
+        data = event.data
+        if isinstance(data, AssistantMessageEvent) and data.turn == turn:
+            names.update((call.id, call.name) for call in data.message.tool_calls)
+        elif event.type == "tool/approval-requested" and getattr(data, "turn", None) == turn:
+            awaiting.add(str(getattr(data, "call_id", "")))
+        elif event.type == "tool/approval-decided":
+            awaiting.discard(str(getattr(data, "call_id", "")))
+        elif (
+            isinstance(data, ToolResultEvent)
+            and from_seq <= event.seq < end_seq
+            and data.error is not None
+            and data.error.code in (_UNKNOWN, _NOT_STARTED)
+        ):
+            answers.append((data.message.call_id, data.error.code))
+    return names, awaiting, answers
 
 
 def _describe(name: str | None, call_id: str) -> str:

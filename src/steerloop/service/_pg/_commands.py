@@ -143,52 +143,12 @@ class Commands:
                 message_id,
                 body.get("call_id") if kind == "approval" else None,
             )
-            if seen["stored"] is not None:
-                if seen["request"] != body.get("request"):
-                    raise ApiError(
-                        409,
-                        "IDEMPOTENCY_KEY_REUSED",
-                        f"idempotency key {key!r} was used for another request",
-                    )
-                answer: dict[str, Any] = json.loads(seen["stored"])
-                return answer
-            if seen["id_taken"]:
-                raise ApiError(
-                    409,
-                    "MESSAGE_ID_REUSED",
-                    f"session {session_id!r} already holds message {message_id!r}",
-                )
-            if seen["decided"]:
-                raise ApiError(
-                    409,
-                    "ALREADY_DECIDED",
-                    f"call {body.get('call_id')!r} was already decided",
-                )
-            waiting = seen["waiting"]
-            if waiting >= self.max_unconsumed:
-                raise ApiError(
-                    429,
-                    "too_many_commands",
-                    f"session {session_id!r} has {waiting} commands not yet applied",
-                    {"Retry-After": "1"},
-                )
-            cmd_seq = spec["cmd_seq"] + 1
-            answer = {"cmd_seq": cmd_seq}
-            if kind in ("followup", "steer", "inject"):
-                message_id = message_id or new_id("msg")
-                answer["message_id"] = message_id
+            stored = _refusal(seen, session_id, body, message_id, key, self.max_unconsumed)
+            if stored is not None:
+                return stored
+            answer, message_id, noop = _accepted(spec, seen, kind, message_id)
             owner_key = seen["owner_key"]
-            # A cancel with nothing to cancel (no owner, nothing queued, no turn) is applied
-            # here as a no-op rather than loading the session to abort nothing.
-            noop = (
-                kind == "cancel"
-                and owner_key is None
-                and waiting == 0
-                and spec["status"] in ("new", "idle", "unloaded")
-            )
-            if owner_key is None and not noop and not seen["served"]:
-                answer["queued"] = True
-                answer["note"] = unserved_note(spec["profile"], spec["profile_version"])
+            cmd_seq = answer["cmd_seq"]
             owned = owner_key is not None
             await conn.execute(
                 self.q.submit_writes,
@@ -248,3 +208,67 @@ class Commands:
                 self.ns,
             )
         )
+
+
+def _accepted(
+    spec: Any, seen: Any, kind: CommandKind, message_id: str | None
+) -> tuple[dict[str, Any], str | None, bool]:
+    """The answer of an accepted command (its ``cmd_seq``, its message id, ``queued`` when
+    no live worker serves the session), its message id, and whether it is a no-op."""
+    cmd_seq = spec["cmd_seq"] + 1
+    answer: dict[str, Any] = {"cmd_seq": cmd_seq}
+    if kind in ("followup", "steer", "inject"):
+        message_id = message_id or new_id("msg")
+        answer["message_id"] = message_id
+    owner_key = seen["owner_key"]
+    # A cancel with nothing to cancel (no owner, nothing queued, no turn) is applied here
+    # as a no-op rather than loading the session to abort nothing.
+    noop = (
+        kind == "cancel"
+        and owner_key is None
+        and seen["waiting"] == 0
+        and spec["status"] in ("new", "idle", "unloaded")
+    )
+    if owner_key is None and not noop and not seen["served"]:
+        answer["queued"] = True
+        answer["note"] = unserved_note(spec["profile"], spec["profile_version"])
+    return answer, message_id, noop
+
+
+def _refusal(
+    seen: Any,
+    session_id: str,
+    body: dict[str, Any],
+    message_id: str | None,
+    key: str | None,
+    max_unconsumed: int,
+) -> dict[str, Any] | None:
+    """What the reads under the row lock say of a command: the stored answer of a key seen
+    with the same request, else nothing (it is accepted).
+
+    Raises:
+        ApiError: the 409s and the 429 of ``Commands.submit``.
+    """
+    if seen["stored"] is not None:
+        if seen["request"] != body.get("request"):
+            raise ApiError(
+                409,
+                "IDEMPOTENCY_KEY_REUSED",
+                f"idempotency key {key!r} was used for another request",
+            )
+        answer: dict[str, Any] = json.loads(seen["stored"])
+        return answer
+    if seen["id_taken"]:
+        raise ApiError(
+            409, "MESSAGE_ID_REUSED", f"session {session_id!r} already holds message {message_id!r}"
+        )
+    if seen["decided"]:
+        raise ApiError(409, "ALREADY_DECIDED", f"call {body.get('call_id')!r} was already decided")
+    if seen["waiting"] >= max_unconsumed:
+        raise ApiError(
+            429,
+            "too_many_commands",
+            f"session {session_id!r} has {seen['waiting']} commands not yet applied",
+            {"Retry-After": "1"},
+        )
+    return None

@@ -59,10 +59,15 @@ class Sql:
 
     def __init__(self, t: ServiceTables) -> None:
         self._api(t)
+        self._submit(t)
+        self._queue(t)
         self._control(t)
         self._sweeper(t)
+        self._sweeper_wakeups(t)
         self._feed(t)
         self._worker(t)
+        self._worker_claims(t)
+        self._worker_commands(t)
 
     def _api(self, t: ServiceTables) -> None:
         """The API node (``_commands.py``, ``_host.py``, ``_queue.py``)."""
@@ -95,6 +100,9 @@ class Sql:
             f"coalesce((SELECT max(seq) FROM {t.events} e WHERE e.session_id = s.session_id), 0)"
             f" AS last_seq FROM {t.specs} s ORDER BY s.session_id"
         )
+
+    def _submit(self, t: ServiceTables) -> None:
+        """Accepting a command (``_commands.py``, ``Commands.submit``)."""
         self.lock_spec = (
             f"SELECT cmd_seq, profile, profile_version, status FROM {t.specs} "
             "WHERE session_id = $1 FOR UPDATE"
@@ -142,6 +150,9 @@ class Sql:
             f"SELECT EXISTS (SELECT 1 FROM {t.workers} w WHERE NOT w.draining "
             "AND w.profiles ->> $1 = $2::int::text AND " + _LIVE_WORKER.format(ns="$3") + ")"
         )
+
+    def _queue(self, t: ServiceTables) -> None:
+        """Why a session is queued (``_queue.py``)."""
         self.queued_work = f"""
             SELECT EXISTS (SELECT 1 FROM {t.commands}
                             WHERE session_id = $1 AND consumed_at IS NULL) AS commands,
@@ -225,6 +236,9 @@ class Sql:
             "WHERE claimed_by = ANY($1::bigint[]) RETURNING session_id"
         )
         self.delete_workers = f"DELETE FROM {t.workers} WHERE key = ANY($1::bigint[])"
+
+    def _sweeper_wakeups(self, t: ServiceTables) -> None:
+        """The sweeper's takeover and reconciliation rules (``_sweeper.py``)."""
         wake = f"INSERT INTO {t.wakeups} (session_id, reason) "
         kept = " ON CONFLICT (session_id) DO NOTHING RETURNING session_id"
         # $1 the reason: running sessions whose lease expired
@@ -322,6 +336,9 @@ class Sql:
             "ORDER BY k.due_at LIMIT $4 FOR UPDATE OF k SKIP LOCKED) "
             "RETURNING w.session_id, w.reason"
         )
+
+    def _worker_claims(self, t: ServiceTables) -> None:
+        """Loading claimed sessions (``_residents.py``)."""
         self.done_wakeup = f"DELETE FROM {t.wakeups} WHERE session_id = $1 AND claimed_by = $2"
         self.retry_wakeup = (
             f"UPDATE {t.wakeups} SET claimed_by = NULL, claimed_at = NULL, "
@@ -335,6 +352,9 @@ class Sql:
         self.load_spec = (
             f"SELECT profile, profile_version, meta FROM {t.specs} WHERE session_id = $1"
         )
+
+    def _worker_commands(self, t: ServiceTables) -> None:
+        """Applying command rows (``_apply.py``) and unloading (``_residents.py``)."""
         self.unconsumed_page = (
             f"SELECT cmd_seq, kind, message_id, body FROM {t.commands} "
             "WHERE session_id = $1 AND consumed_at IS NULL AND cmd_seq > $2 "
