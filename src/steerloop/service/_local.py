@@ -39,8 +39,8 @@ from ._api import (
 )
 from ._commands import Cancel, Command, Decide, Followup, Inject, Steer, agui_command
 from ._local_commands import LocalCommands, Queued
-from ._local_feed import Durability, LocalFeed, LocalReader
-from ._profile import ORIGIN_KIND, Profile, origin_setup
+from ._local_feed import Durability, LocalFeeds, LocalReader
+from ._profile import Profile, origin_setup, stored_origin
 from ._text import check_text, check_texts
 
 __all__ = ["LocalHost"]
@@ -70,7 +70,7 @@ class LocalHost:
         self._handles: dict[str, AgentHandle] = {}
         self._profile_of: dict[str, str] = {}
         self._locks: dict[str, asyncio.Lock] = {}
-        self._feeds: dict[str, LocalFeed] = {}
+        self._feeds = LocalFeeds(lambda session_id: session_id in self._handles)
         self._idle_since: dict[str, float] = {}
         self._durable = Durability()
         self.commands = LocalCommands(
@@ -97,8 +97,7 @@ class LocalHost:
         self._stop.set()
         for dispose in self._disposers:
             dispose()
-        for feed in self._feeds.values():
-            feed.bump()
+        self._feeds.wake_all()
         self.commands.closed = True
         tasks = self.commands.drains()
         if self._unloader is not None:
@@ -168,25 +167,11 @@ class LocalHost:
         return lock
 
     async def stored_profile(self, session_id: str) -> tuple[str | None, int | None]:
+        """The profile (name, version) a session was created with."""
         if session_id in self._profile_of:
             name = self._profile_of[session_id]
             return name, self.profiles[name].version
-        store = self.rt.sessions.persistence
-        if store is None:
-            return None, None
-        try:
-            header = await store.load_header(session_id)
-        except SessionPersistenceNotFoundError:
-            return None, None
-        origin = header.get("origin")
-        if not isinstance(origin, dict) or origin.get("kind") != ORIGIN_KIND:
-            return None, None
-        stored_name: Any = origin.get("profile")
-        stored_version: Any = origin.get("profile_version")
-        return (
-            stored_name if isinstance(stored_name, str) else None,
-            stored_version if type(stored_version) is int else None,
-        )
+        return await stored_origin(self.rt.sessions.persistence, session_id)
 
     async def load(self, session_id: str) -> Agent:
         """The live agent of ``session_id``, resumed from the store when unloaded."""
@@ -384,51 +369,25 @@ class LocalHost:
             del self._handles[session_id]
             self._durable.forget(session_id)
             self.commands.forget(session_id)
-            feed = self._feeds.get(session_id)
-            if feed is not None and feed.readers <= 0:
-                del self._feeds[session_id]
+            self._feeds.drop_unread(session_id)
             await handle.dispose()
 
     # --- the feed -------------------------------------------------------------------------
 
-    def feed(self, session_id: str, reader: bool = False) -> LocalFeed:
-        feed = self._feeds.get(session_id)
-        if feed is None:
-            feed = self._feeds[session_id] = LocalFeed()
-        if reader:
-            feed.readers += 1
-        return feed
-
     def release_feed(self, session_id: str) -> None:
         """A reader leaves; the feed goes when it has no readers and no live agent."""
-        feed = self._feeds.get(session_id)
-        if feed is None:
-            return
-        feed.readers -= 1
-        if feed.readers <= 0 and session_id not in self._handles:
-            del self._feeds[session_id]
+        self._feeds.release(session_id)
 
     def _on_event(self, payload: SessionEventPayload) -> None:
         session_id = payload.session.id
         if session_id in self._handles:
             self._idle_since[session_id] = self._clock()
-        feed = self._feeds.get(session_id)
-        if feed is not None:
-            feed.restart(payload.event.seq)
-            feed.bump()
+        self._feeds.on_event(session_id, payload.event.seq)
 
     def _on_frame(self, payload: StreamFramePayload) -> None:
         agent = payload.agent
-        if agent.id not in self._handles:
-            return
-        feed = self.feed(agent.id)
-        after = agent.session.next_seq - 1
-        if after != feed.after_seq:
-            feed.restart(after)
-        if len(feed.frames) == feed.frames.maxlen:
-            feed.first_n += 1
-        feed.frames.append(frame_json(payload.frame))
-        feed.bump()
+        if agent.id in self._handles:
+            self._feeds.on_frame(agent.id, agent.session.next_seq - 1, frame_json(payload.frame))
 
     async def events_after(self, session_id: str, after: int, limit: int) -> list[dict[str, Any]]:
         """Durable events with seq > ``after`` in their stored JSON form (at most ``limit``).
@@ -458,7 +417,7 @@ class LocalHost:
 
     def subscribe(self, session_id: str) -> LocalReader:
         """A feed reader of ``session_id`` (``FeedSource``), registered now."""
-        feed = self.feed(session_id, reader=True)
+        feed = self._feeds.get(session_id, reader=True)
         return LocalReader(
             feed,
             functools.partial(self.events_after, session_id),

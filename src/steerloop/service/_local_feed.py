@@ -11,7 +11,7 @@ from typing import Any
 from ..session._session import Session
 from ._source import Wakeup
 
-__all__ = ["Durability", "LocalFeed", "LocalReader"]
+__all__ = ["Durability", "LocalFeed", "LocalFeeds", "LocalReader"]
 
 _MAX_FRAMES = 4096
 """Live frames kept per open step; older ones are dropped (the committed
@@ -54,6 +54,59 @@ class LocalFeed(Wakeup):
         else:
             return []
         return [(i, frame) for i, frame in enumerate(frames, start=first) if i > n]
+
+
+class LocalFeeds:
+    """The feeds of one process's sessions: made on demand, kept while a reader or the
+    session's live agent (``live``) needs them."""
+
+    def __init__(self, live: Callable[[str], bool]) -> None:
+        self._feeds: dict[str, LocalFeed] = {}
+        self._live = live
+
+    def get(self, session_id: str, reader: bool = False) -> LocalFeed:
+        feed = self._feeds.get(session_id)
+        if feed is None:
+            feed = self._feeds[session_id] = LocalFeed()
+        if reader:
+            feed.readers += 1
+        return feed
+
+    def release(self, session_id: str) -> None:
+        """A reader leaves; the feed goes when it has no readers and no live agent."""
+        feed = self._feeds.get(session_id)
+        if feed is None:
+            return
+        feed.readers -= 1
+        if feed.readers <= 0 and not self._live(session_id):
+            del self._feeds[session_id]
+
+    def drop_unread(self, session_id: str) -> None:
+        """The agent was unloaded: its feed goes unless a reader holds it."""
+        feed = self._feeds.get(session_id)
+        if feed is not None and feed.readers <= 0:
+            del self._feeds[session_id]
+
+    def wake_all(self) -> None:
+        for feed in self._feeds.values():
+            feed.bump()
+
+    def on_event(self, session_id: str, seq: int) -> None:
+        """A durable event: frames after it are numbered anew; readers wake."""
+        feed = self._feeds.get(session_id)
+        if feed is not None:
+            feed.restart(seq)
+            feed.bump()
+
+    def on_frame(self, session_id: str, after_seq: int, body: dict[str, Any]) -> None:
+        """A live frame of the step open after ``after_seq``."""
+        feed = self.get(session_id)
+        if after_seq != feed.after_seq:
+            feed.restart(after_seq)
+        if len(feed.frames) == feed.frames.maxlen:
+            feed.first_n += 1
+        feed.frames.append(body)
+        feed.bump()
 
 
 class Durability:

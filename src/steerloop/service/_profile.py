@@ -9,11 +9,13 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from ..agent._options import AgentOptions, validate_call
+from ..errors import SessionPersistenceNotFoundError
+from ..session.store._interface import SessionStore
 
 if TYPE_CHECKING:
     from .._runtime import Runtime
 
-__all__ = ["ORIGIN_KIND", "Profile", "load_profiles", "origin_setup"]
+__all__ = ["ORIGIN_KIND", "Profile", "load_profiles", "origin_setup", "stored_origin"]
 
 OnTakeover = Literal["continue", "idle"]
 ORIGIN_KIND = "service"
@@ -113,3 +115,25 @@ def origin_setup(profile: Profile, meta: dict[str, Any] | None) -> Callable[[Any
         return profile.setup(scope) if profile.setup is not None else None
 
     return setup
+
+
+async def stored_origin(
+    store: SessionStore | None, session_id: str
+) -> tuple[str | None, int | None]:
+    """The profile (name, version) the stored header of ``session_id`` names, as far as
+    it names one (a header is stored data: anything else reads as ``None``)."""
+    if store is None:
+        return None, None
+    try:
+        header = await store.load_header(session_id)
+    except SessionPersistenceNotFoundError:
+        return None, None
+    origin = header.get("origin")
+    if not isinstance(origin, dict) or origin.get("kind") != ORIGIN_KIND:
+        return None, None
+    name: Any = origin.get("profile")
+    version: Any = origin.get("profile_version")
+    return (
+        name if isinstance(name, str) else None,
+        version if type(version) is int else None,
+    )
