@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +19,7 @@ from steerloop.service import create_app
 from steerloop.session.store._open import open_store
 
 from . import pgprofiles
-from .pgworkers import Pg, pg_schema, records, workers
+from .pgworkers import Pg, WorkerProc, pg_schema, records, workers
 from .served import WAIT, served
 
 __all__ = ["HOSTS", "HostUnderTest", "open_host"]
@@ -36,6 +37,16 @@ class HostUnderTest:
     url: str
     record: Path
     pg: Pg | None = None
+    worker: WorkerProc | None = None
+
+    @property
+    def owner_pid(self) -> int:
+        """The process that runs the agents: this one, or the worker process."""
+        return os.getpid() if self.worker is None else self.worker.pid
+
+    def open_gate(self, name: str) -> None:
+        """Let the ``gate`` tool call named ``name`` return (``pgprofiles``)."""
+        (self.record.parent / "gates" / name).touch()
 
     async def written(self) -> dict[str, Any]:
         """Every stored session with its event count, and on PostgreSQL the service's
@@ -97,7 +108,7 @@ async def open_host(
         return
     async with (
         pg_schema() as pg,
-        workers(tmp_path, pg.url, 1, **env),
+        workers(tmp_path, pg.url, 1, **env) as (worker,),
         served(create_app(pg.url, pgprofiles.profiles, "api", **options)) as client,
     ):
-        yield HostUnderTest("postgresql", client, pg.url, record, pg)
+        yield HostUnderTest("postgresql", client, pg.url, record, pg, worker)

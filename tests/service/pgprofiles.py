@@ -43,10 +43,11 @@ def user_texts(request: GenerateRequest) -> list[str]:
 def _answer(request: GenerateRequest) -> Any:
     record = os.environ.get("STEERLOOP_TEST_RECORD")
     texts = user_texts(request)
-    if record:
-        with open(record, "a", encoding="utf-8") as out:
-            out.write(json.dumps({"pid": os.getpid(), "users": texts}) + "\n")
     last = request.messages[-1] if request.messages else None
+    if record:
+        line = {"pid": os.getpid(), "users": texts, "last_id": getattr(last, "id", None)}
+        with open(record, "a", encoding="utf-8") as out:
+            out.write(json.dumps(line) + "\n")
     if last is not None and last.role == "user" and texts and texts[-1].startswith("gate"):
         name = texts[-1].split()[-1]
         return tool_call_response(f"call-{name}", "gate", {"name": name})

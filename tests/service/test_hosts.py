@@ -4,12 +4,16 @@ where the two hosts promise the same."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 
 from .hosts import HOSTS, open_host
-from .served import turn_ends, wait_for_log
+from .pgworkers import until
+from .served import WAIT, turn_ends, types, wait_for_log
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -175,3 +179,73 @@ async def test_the_same_idempotency_key_applies_once(
                 "SELECT cmd_seq, idem_key, message_id FROM steerloop_commands"
             )
             assert [tuple(r) for r in rows] == [(1, "k1", message_id)]
+
+
+def splices_of(events: list[dict[str, Any]], message_id: str) -> list[dict[str, Any]]:
+    return [
+        e
+        for e in events
+        if e["type"] == "agent/inbox/spliced"
+        and any(m.get("id") == message_id for m in e["data"].get("inserted", ()))
+    ]
+
+
+async def status_is(client: httpx.AsyncClient, session_id: str, wanted: str) -> dict[str, Any]:
+    """Until ``GET /v1/sessions/{id}`` says ``wanted``; its body."""
+    async with asyncio.timeout(WAIT):
+        while (info := (await client.get(f"/v1/sessions/{session_id}")).json())["status"] != wanted:
+            await asyncio.sleep(0.02)
+    result: dict[str, Any] = info
+    return result
+
+
+@pytest.mark.parametrize("kind", HOSTS)
+async def test_a_steer_is_seen_by_the_next_step(
+    kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SERVICE.md §3.4 "Steer a session owned by another worker": a steer accepted while a
+    tool runs reaches the session's owner (on PostgreSQL a worker process, notified by the
+    API node), is spliced while the step is held (on PostgreSQL its consumption commits
+    with that splice), and the next step's request has it, with the client's message id as
+    the ``UserMessage`` id."""
+    async with open_host(kind, tmp_path, monkeypatch) as host:
+        client = host.client
+        if host.worker is not None:
+            health = (await client.get(f"{host.worker.base_url}/healthz")).json()
+            assert health["ok"] is True and health["role"] == "worker"
+            assert (await client.get(f"{host.worker.base_url}/v1/sessions")).status_code == 404
+        created = await client.post("/v1/sessions", json={"session_id": "s", "input": "gate a"})
+        assert created.status_code == 201
+        assert "queued" not in created.json()
+        await wait_for_log(client, "s", lambda ev: "tool/call" in types(ev))
+        info = await status_is(client, "s", "running")
+        assert info["owner"]["pid"] == host.owner_pid
+        sent = await client.post(
+            "/v1/sessions/s/messages",
+            json={"mode": "steer", "content": "steered", "message_id": "m-steer"},
+        )
+        assert sent.status_code == 202
+        assert sent.json() == {"cmd_seq": 2, "message_id": "m-steer"}  # the input was 1
+        # spliced while the tool still runs
+        events = await wait_for_log(client, "s", lambda ev: splices_of(ev, "m-steer"))
+        (splice,) = splices_of(events, "m-steer")
+        assert splice["data"]["target"] == "next-step"
+        if host.pg is not None:
+            consumed = await until(
+                lambda: host.pg.fetch(
+                    "SELECT cmd_seq, consumed_seq FROM steerloop_commands "
+                    "WHERE consumed_at IS NOT NULL ORDER BY cmd_seq"
+                ),
+                "both commands consumed",
+            )
+            first = splices_of(events, events[0]["data"]["inserted"][0]["id"])[0]
+            assert [tuple(r) for r in consumed] == [(1, first["seq"]), (2, splice["seq"])]
+        host.open_gate("a")
+        events = await wait_for_log(client, "s", lambda ev: turn_ends(ev) == 1)
+        assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
+        requests = host.requests()
+        assert [r["users"] for r in requests] == [["gate a"], ["gate a", "steered"]]
+        assert requests[1]["last_id"] == "m-steer"
+        assert {r["pid"] for r in requests} == {host.owner_pid}
+        info = await status_is(client, "s", "idle")
+        assert info["owner"]["pid"] == host.owner_pid

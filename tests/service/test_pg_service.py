@@ -193,55 +193,6 @@ async def test_sqlite_refuses_the_split_roles(tmp_path: Path) -> None:
 # --- API node + worker processes -------------------------------------------------------------
 
 
-async def test_a_steer_accepted_by_the_api_reaches_the_owning_worker(
-    pg: Pg, files: dict[str, str], tmp_path: Path
-) -> None:
-    """SERVICE.md §3.4 "Steer a session owned by another worker": the API node stores the
-    steer and notifies the owner (a worker process); the owner splices it while the step is
-    held, its consumption commits with that splice, and the next step's request has it."""
-    async with workers(tmp_path, pg.url, 1, **files) as (worker,), served(api(pg)) as client:
-        health = (await client.get(f"{worker.base_url}/healthz")).json()
-        assert health["ok"] is True and health["role"] == "worker"
-        assert (await client.get(f"{worker.base_url}/v1/sessions")).status_code == 404
-        created = await client.post("/v1/sessions", json={"session_id": "s", "input": "gate a"})
-        assert created.status_code == 201
-        assert "queued" not in created.json()
-        await wait_for_log(client, "s", lambda ev: "tool/call" in types(ev))
-        info = (await client.get("/v1/sessions/s")).json()
-        assert info["status"] == "running"
-        assert info["owner"]["pid"] == worker.pid
-        sent = await client.post(
-            "/v1/sessions/s/messages",
-            json={"mode": "steer", "content": "steered", "message_id": "m-steer"},
-        )
-        assert sent.status_code == 202
-        assert sent.json() == {"cmd_seq": 2, "message_id": "m-steer"}
-        events = await wait_for_log(client, "s", lambda ev: splices_of(ev, "m-steer"))
-        (splice,) = splices_of(events, "m-steer")
-        assert splice["data"]["target"] == "next-step"
-        consumed = await until(
-            lambda: pg.fetch(
-                "SELECT cmd_seq, consumed_seq FROM steerloop_commands "
-                "WHERE consumed_at IS NOT NULL ORDER BY cmd_seq"
-            ),
-            "both commands consumed",
-        )
-        first = splices_of(events, events[0]["data"]["inserted"][0]["id"])[0]
-        assert [tuple(r) for r in consumed] == [(1, first["seq"]), (2, splice["seq"])]
-        (Path(files["STEERLOOP_TEST_GATES"]) / "a").touch()
-        events = await wait_for_log(client, "s", lambda ev: turn_ends(ev) == 1)
-        assert [e["seq"] for e in events] == list(range(1, len(events) + 1))
-        assert [r["users"] for r in records(Path(files["STEERLOOP_TEST_RECORD"]))] == [
-            ["gate a"],
-            ["gate a", "steered"],
-        ]
-        assert {r["pid"] for r in records(Path(files["STEERLOOP_TEST_RECORD"]))} == {worker.pid}
-        status = await until(
-            lambda: _status(client, "s", "idle"), "the owner to report the session idle"
-        )
-        assert status["owner"]["pid"] == worker.pid
-
-
 async def _status(client: Any, session_id: str, wanted: str) -> dict[str, Any] | None:
     info: dict[str, Any] = (await client.get(f"/v1/sessions/{session_id}")).json()
     return info if info["status"] == wanted else None

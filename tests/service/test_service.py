@@ -13,7 +13,7 @@ import pytest
 
 from steerloop import AgentOptions, Runtime, define_tool
 from steerloop.service import Profile, create_app
-from steerloop.testing import ScriptedAdapter, hang_after, text_response, tool_call_response
+from steerloop.testing import ScriptedAdapter, hang_after, text_response
 from steerloop.testing._scripted import _text
 from tests.session.backends import POSTGRES_URL, drop_schema, require_postgres
 
@@ -122,36 +122,6 @@ async def test_postgresql_store_serves_the_same_flow(pg_url: str) -> None:
         await client.post("/v1/sessions/p1/messages", json={"mode": "followup", "content": "2nd"})
         await wait_for_log(client, "p1", lambda ev: turn_ends(ev) == 2)
         assert [user_texts(r) for r in model.adapter.requests] == [["first"], ["first", "2nd"]]
-
-
-async def test_a_steer_is_seen_by_the_next_step(tmp_path: Path) -> None:
-    """A steer accepted while a tool runs is spliced before the next step's request, with
-    the client's message id as the UserMessage id."""
-    model = Model(tool_call_response("c1", "gate", {}), text_response("done"))
-    async with served(create_app(sqlite_url(tmp_path), model.profiles())) as client:
-        await client.post("/v1/sessions", json={"session_id": "s", "input": "go"})
-        await asyncio.wait_for(model.entered.wait(), 15)
-        sent = await client.post(
-            "/v1/sessions/s/messages",
-            json={"mode": "steer", "content": "also check B", "message_id": "m-steer"},
-        )
-        assert sent.status_code == 202
-        assert sent.json() == {"cmd_seq": 2, "message_id": "m-steer"}  # the input was 1
-        # the steer is applied (spliced into the inbox) while the tool still runs
-        await wait_for_log(
-            client,
-            "s",
-            lambda ev: any(
-                m.get("id") == "m-steer"
-                for e in ev
-                if e["type"] == "agent/inbox/spliced"
-                for m in e["data"]["inserted"]
-            ),
-        )
-        model.release.set()
-        await wait_for_log(client, "s", lambda ev: turn_ends(ev) == 1)
-        assert user_texts(model.adapter.requests[1]) == ["go", "also check B"]
-        assert model.adapter.requests[1].messages[-1].id == "m-steer"
 
 
 async def test_a_command_for_an_unserved_profile_is_refused_not_queued(
