@@ -50,8 +50,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ._control import LEADER_KEY, ControlConnection
+from ._depose import depose_hung, depose_stale_leader
 from ._schema import ServiceTables
-from ._sql import NOTIFY_EACH, NOTIFY_OWNERS, TERMINATE, TRY_LOCK, UNLOCK, Sql
+from ._sql import NOTIFY_EACH, NOTIFY_OWNERS, TRY_LOCK, UNLOCK, Sql
 from ._watch import Watches
 
 __all__ = ["SweepReport", "Sweeper"]
@@ -280,50 +281,20 @@ class Sweeper:
     async def _depose_stale_leader(self, conn: Any) -> int | None:
         """End the control connection of a leader whose heartbeat is stale (it is paused or
         hung: its socket and lock live on, but it sweeps nothing)."""
-        row = await conn.fetchrow(
-            self._q.stale_leader,
-            self.control.ns,
-            LEADER_KEY,
-            self.leader_stale_after,
-            timeout=self._timeout,
+        return await depose_stale_leader(
+            conn, self._q, self.control, self.leader_stale_after, self._timeout
         )
-        if row is None:
-            return None
-        log.warning(
-            "sweeper of %s: the leader (worker key %s, backend %s) has no heartbeat for "
-            "%.1f s: ending its control connection",
-            self.control.worker_id,
-            row["key"],
-            row["pid"],
-            self.leader_stale_after,
-        )
-        await conn.fetchval(TERMINATE, row["pid"], timeout=self._timeout)
-        return int(row["key"])
 
     async def _depose_hung(self, conn: Any, report: SweepReport) -> None:
         """End the control connections of workers whose heartbeat is older than
         ``stale_after`` (paused, partitioned behind a live socket, or hung): their locks go,
         and the deaths count as proven (no grace), so their sessions are taken over now."""
-        rows = await conn.fetch(
-            self._q.hung_workers,
-            self.control.ns,
-            self.control.key,
-            self.stale_after,
-            timeout=self._timeout,
-        )
-        for row in rows:
-            log.warning(
-                "sweeper of %s: worker key %s has no heartbeat for %.1f s: ending its "
-                "control connection (backend %s)",
-                self.control.worker_id,
-                row["key"],
-                self.stale_after,
-                row["pid"],
-            )
-            await conn.fetchval(TERMINATE, row["pid"], timeout=self._timeout)
-            self._proven[int(row["key"])] = self._clock()
-            report.hung.append(int(row["key"]))
-        if rows:
+        assert self.stale_after is not None
+        hung = await depose_hung(conn, self._q, self.control, self.stale_after, self._timeout)
+        for key in hung:
+            self._proven[key] = self._clock()
+            report.hung.append(key)
+        if hung:
             self._again.set()  # its lock is gone a moment later: sweep again at once
 
     async def _find_dead(self, conn: Any, report: SweepReport) -> None:
