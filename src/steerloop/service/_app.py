@@ -35,7 +35,7 @@ from ..llm.retry import install_retry
 from ..session._json import dumps, loads
 from ._blobs import get_blob
 from ._bodies import CancelBody, CreateBody, DecisionBody, MessageBody
-from ._content import body_limit_for, to_blocks, with_blob_urls
+from ._content import attachment_chars, body_limit_for, to_blocks, with_blob_urls
 from ._errors import ApiError, error_response, to_api_error
 from ._fanout import SharedFeeds, event_json, event_sse
 from ._host import ServiceHost
@@ -118,7 +118,7 @@ def create_app(
 
     ``max_attachment_bytes`` / ``max_message_attachment_bytes``: the runtime's caps on an
     image or file block and on all of one message's (``Runtime.open``); a message body may
-    be as large as the second needs in base64, whatever ``body_limit`` says.
+    be larger than ``body_limit`` by as much base64 as the second needs.
 
     Raises:
         ValueError: a role the store cannot serve, or a bad argument.
@@ -246,7 +246,7 @@ def create_app(
         return run
 
     async def create_session(request: Request, host: Host) -> Response:
-        body = CreateBody.model_validate(await _json_body(request, message_limit))
+        body = CreateBody.model_validate(await _message_body(request, body_limit, message_limit))
         profile = host.profile(body.profile)
         require_model(profile)
         session_id = body.session_id or _new_session_id()
@@ -268,7 +268,7 @@ def create_app(
 
     async def post_message(request: Request, host: Host) -> Response:
         session_id = request.path_params["session_id"]
-        body = MessageBody.model_validate(await _json_body(request, message_limit))
+        body = MessageBody.model_validate(await _message_body(request, body_limit, message_limit))
         await host.require(session_id)
         await require_session_model(host, session_id)
         answer = await host.send(
@@ -316,7 +316,7 @@ def create_app(
     async def agui(request: Request, host: Host) -> Response:
         from ._agui_run import start_run
 
-        body = await _json_body(request, message_limit)
+        body = await _message_body(request, body_limit, message_limit)
         return sse(await start_run(host, source_of(), _pages, body, attachments))
 
     def sse(items: AsyncGenerator[dict[str, Any] | bytes]) -> Response:
@@ -491,7 +491,23 @@ async def _not_allowed(request: Request, exc: Exception) -> Response:
     )
 
 
+async def _message_body(request: Request, limit: int, outer: int) -> dict[str, Any]:
+    """A body that may carry attachments: read up to ``outer``; what is not base64 data
+    stays within ``limit``, as any body."""
+    body, size = await _read_json(request, outer)
+    if size - attachment_chars(body) > limit:
+        raise ApiError(413, "body_too_large", f"the body is over {limit} bytes")
+    return body
+
+
 async def _json_body(request: Request, limit: int, allow_empty: bool = False) -> dict[str, Any]:
+    return (await _read_json(request, limit, allow_empty))[0]
+
+
+async def _read_json(
+    request: Request, limit: int, allow_empty: bool = False
+) -> tuple[dict[str, Any], int]:
+    """The JSON object of the body and the body's size in bytes."""
     declared = _ascii_int(request.headers.get("content-length"))
     if declared is not None and declared > limit:
         raise ApiError(413, "body_too_large", f"the body is over {limit} bytes")
@@ -501,14 +517,14 @@ async def _json_body(request: Request, limit: int, allow_empty: bool = False) ->
         if len(data) > limit:
             raise ApiError(413, "body_too_large", f"the body is over {limit} bytes")
     if not data and allow_empty:
-        return {}
+        return {}, 0
     try:
         body = loads(bytes(data))
     except (ValueError, TypeError) as exc:
         raise ApiError(400, "invalid_json", f"the body is not JSON: {exc}") from None
     if not isinstance(body, dict):
         raise ApiError(422, "invalid_body", "the body must be a JSON object")
-    return body
+    return body, len(data)
 
 
 def _opt_str(body: dict[str, Any], key: str) -> str | None:

@@ -41,6 +41,7 @@ __all__ = [
     "FilePart",
     "ImagePart",
     "TextPart",
+    "attachment_chars",
     "blob_url",
     "body_limit_for",
     "to_blocks",
@@ -142,9 +143,29 @@ Content = Annotated[
 
 
 def body_limit_for(limits: AttachmentLimits, body_limit: int) -> int:
-    """The body size a message may have: ``body_limit``, or more when the attachment cap
-    of one message needs it in base64 (4 characters per 3 bytes) with room for its JSON."""
-    return max(body_limit, -(-limits.message_bytes // 3) * 4 + (64 << 10))
+    """The most a body that may carry attachments is read up to: ``body_limit`` plus the
+    attachment cap of one message in base64 (4 characters per 3 bytes). What is not
+    attachment data stays within ``body_limit`` (``attachment_chars``)."""
+    return body_limit + -(-limits.message_bytes // 3) * 4
+
+
+def attachment_chars(value: Any, depth: int = 0) -> int:
+    """The characters of base64 data in a JSON body: ``data`` strings (HTTP parts, AG-UI
+    ``binary``) and the ``value`` of AG-UI ``data`` sources."""
+    if depth > 8:
+        return 0
+    if isinstance(value, list):
+        return sum(attachment_chars(item, depth + 1) for item in value)
+    if not isinstance(value, dict):
+        return 0
+    total = 0
+    for key, item in value.items():
+        if isinstance(item, str):
+            if key == "data" or (key == "value" and value.get("type") == "data"):
+                total += len(item)
+        else:
+            total += attachment_chars(item, depth + 1)
+    return total
 
 
 def _decode(data: str, where: str, limits: AttachmentLimits) -> bytes:
