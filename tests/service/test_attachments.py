@@ -32,6 +32,7 @@ from steerloop.testing import ScriptedAdapter, text_response
 from .aguisupport import agui_run
 from .served import WAIT, read_sse, served, wait_for_log
 from .stores import store_url
+from .test_agui_client import drive
 
 __all__ = ["store_url"]
 
@@ -377,3 +378,37 @@ async def test_agui_media_parts_and_legacy_binary_parts_reach_the_model(store_ur
         bad["messages"] = [{"id": "u3", "role": "user", "content": [by_id]}]
         answer = await client.post("/v1/agui", json=bad)
         assert (answer.status_code, answer.json()["error"]["code"]) == (422, "invalid_content")
+
+
+async def test_the_official_agui_client_sends_an_image_part(store_url: str) -> None:
+    """``@ag-ui/client``'s ``HttpAgent`` sends a user message with a 1.0 image part and a
+    document part: the model gets the bytes; the next run's ``MESSAGES_SNAPSHOT`` (checked
+    with ``@ag-ui/core``'s schemas by the script) shows them by blob URL."""
+    image, model = png(seed=11), Model()
+    first = [
+        {"type": "text", "text": "what is this?"},
+        {"type": "image", "source": {"type": "data", "value": b64(image), "mimeType": "image/png"}},
+        {
+            "type": "document",
+            "source": {"type": "data", "value": b64(PDF), "mimeType": "application/pdf"},
+            "metadata": {"filename": "spec.pdf"},
+        },
+    ]
+    async with served(create_app(store_url, model.profiles)) as client:
+        d = await drive(client, "t-client", {"user": first}, {"user": "thanks"})
+        one, two = await d.line(), await d.line()
+        await d.finish()
+        assert one["error"] is None and one["outcome"] == "success"
+        assert two["error"] is None and two["events"][1] == "MESSAGES_SNAPSHOT"
+        text, got_image, got_pdf = model.adapter.requests[0].messages[-1].content
+        assert text == TextBlock("what is this?") and got_image.data == image
+        assert (got_pdf.name, got_pdf.data) == ("spec.pdf", PDF)
+        snapshot = next(e for e in two["raw"] if e["type"] == "MESSAGES_SNAPSHOT")
+        shown = next(m for m in snapshot["messages"] if m["id"] == "u1")["content"]
+        url = f"/v1/sessions/t-client/blobs/{sha(image)}"
+        assert shown[1] == {
+            "type": "image",
+            "source": {"type": "url", "value": url, "mimeType": "image/png"},
+        }
+        assert shown[2]["metadata"] == {"filename": "spec.pdf"}
+        assert (await client.get(url)).content == image

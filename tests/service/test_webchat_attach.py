@@ -8,6 +8,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import re
+import struct
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -166,3 +168,87 @@ async def test_a_file_over_the_cap_is_refused_in_the_page(page: Page, tmp_path: 
         await chat.shot("refused")
         posts = [r for r in chat.requests if r.method == "POST"]
         assert posts == [] and model.adapter.requests == []
+
+
+def chart_png(width: int = 320, height: int = 180) -> bytes:
+    """A small bar chart as a PNG (drawn pixel by pixel: no imaging library needed)."""
+    green, orange = (47, 111, 94), (196, 120, 40)
+    bars = [(0.35, green), (0.55, green), (0.8, orange), (0.6, green), (0.9, green)]
+    rows = []
+    for y in range(height):
+        row = bytearray(b"\0")
+        for x in range(width):
+            pixel = (255, 255, 255)
+            if y in (20, 70, 120) and x > 30:
+                pixel = (230, 232, 234)  # grid lines
+            if x == 30 or y == height - 20:
+                pixel = (90, 97, 103)  # axes
+            slot, offset = divmod(x - 40, 56)
+            if 0 <= slot < len(bars) and offset < 40 and x - 40 >= 0:
+                share, colour = bars[slot]
+                if height - 20 - int(share * (height - 40)) <= y < height - 20:
+                    pixel = colour
+            row += bytes(pixel)
+        rows.append(bytes(row))
+
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        crc = zlib.crc32(kind + body)
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", crc)
+
+    head = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    idat = zlib.compress(b"".join(rows), 9)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", head) + chunk(b"IDAT", idat) + chunk(b"IEND", b"")
+
+
+async def test_the_readme_screenshot_an_image_and_a_file_in_the_transcript(
+    browser: Any, tmp_path: Path
+) -> None:
+    """docs/webchat-image.png is this test's ``webchat-image.png`` (960x600): a chart dropped
+    into the chat with a PDF, its thumbnail and the file's chip in the transcript, the model's
+    answer, and the next attachment waiting in the tray; nothing clipped."""
+    chart = chart_png()
+    spec = b"%PDF-1.4\n" + b"%" * 40_000 + b"\n%%EOF\n"
+    model = Model()
+    model.adapter = ScriptedAdapter(
+        [
+            text_response(
+                "The fifth quarter is the highest, about 90% of the scale; the third, in "
+                "orange, is the one the spec calls out as the outlier (section 2.3)."
+            )
+        ]
+    )
+    context = await browser.new_context(viewport={"width": 960, "height": 600})
+    try:
+        page = await context.new_page()
+        app = create_app(f"sqlite:///{tmp_path / 's.db'}", model.profiles)
+        async with served(app) as client:
+            chat = Chat(page, base_of(client), tmp_path)
+            await chat.open()
+            await fire(page, "drop", ".chat", "quarterly.png", "image/png", chart)
+            await fire(page, "drop", ".chat", "spec.pdf", "application/pdf", spec)
+            await chat.type_and_enter("What does this chart say, given the spec?")
+            thumb = chat.entries("user").get_by_test_id("thumbnail")
+            await expect(thumb).to_have_attribute("src", BLOB)
+            await expect(chat.entries("assistant")).to_contain_text("fifth quarter")
+            assert await thumb.evaluate("img => img.naturalWidth") == 320
+            await fire(
+                page, "paste", '[data-testid="composer"]', "errors.log", "text/plain", b"x\n"
+            )
+            await expect(chat.attachment).to_have_count(1)
+            await chat.composer.fill("And this log?")
+            overflow = await page.evaluate(
+                """() => {
+                    const pane = document.querySelector('[data-testid="scroll"]');
+                    const cut = [...document.querySelectorAll(".entry, .file-chip, .attachment")]
+                        .filter((n) => n.scrollWidth > n.clientWidth + 1);
+                    return [pane.scrollHeight - pane.clientHeight, cut.length];
+                }"""
+            )
+            assert overflow == [0, 0]
+            await page.mouse.move(0, 599)
+            await page.screenshot(path=tmp_path / "webchat-image.png")
+            request = model.user_blocks(0)
+            assert request[1].data == chart and request[2].data == spec
+            assert chat.errors == []
+    finally:
+        await context.close()
