@@ -400,7 +400,8 @@ async def test_the_official_agui_client_sends_an_image_part(store_url: str) -> N
         await d.finish()
         assert one["error"] is None and one["outcome"] == "success"
         assert two["error"] is None and two["events"][1] == "MESSAGES_SNAPSHOT"
-        text, got_image, got_pdf = model.adapter.requests[0].messages[-1].content
+        blocks: Any = model.adapter.requests[0].messages[-1].content
+        text, got_image, got_pdf = blocks
         assert text == TextBlock("what is this?") and got_image.data == image
         assert (got_pdf.name, got_pdf.data) == ("spec.pdf", PDF)
         snapshot = next(e for e in two["raw"] if e["type"] == "MESSAGES_SNAPSHOT")
