@@ -30,6 +30,7 @@ from ..session._state import fold_state
 from ._agui import AguiRun, approval_interrupt, client_interrupt, encode, messages_snapshot
 from ._agui_input import Plan, parse_request, plan_input, view_of
 from ._agui_media import snapshot_content, upgrade_binary_parts
+from ._content import with_blob_urls
 from ._host import ApiError, check_session_id
 from ._profile import Profile
 from ._source import FeedReader, FeedSource
@@ -235,6 +236,7 @@ async def _stream(
                     for event in run.frame(body):
                         yield _item(f"{at}:{number}", event)
                 continue
+            body = with_blob_urls(session_id, body)  # the inbox's CUSTOM events name blobs too
             follow.see(body)
             etype, data = body.get("type"), body.get("data") or {}
             if etype == "turn/start" and tracked is None:
