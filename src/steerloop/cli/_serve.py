@@ -108,6 +108,7 @@ def serve_main(
     limits: Any = None,
     model: str | None = None,
     call: Mapping[str, Any] | None = None,
+    attachments: Mapping[str, int] | None = None,
 ) -> None:
     """Run the service until interrupted; raises ``ValueError`` for a refused configuration."""
     import uvicorn
@@ -158,6 +159,7 @@ def serve_main(
         allowed_hosts=names,
         allowed_origins=allowed_origins,
         limits=limits,
+        **(attachments or {}),
     )
     config = uvicorn.Config(
         app,
