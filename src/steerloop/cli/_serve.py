@@ -113,6 +113,7 @@ def serve_main(
     """Run the service until interrupted; raises ``ValueError`` for a refused configuration."""
     import uvicorn
 
+    from .._media import DEFAULT_LIMITS
     from ..service import create_app
     from ..service._hostcheck import WILDCARD_BINDS
     from ..service._profile import load_profiles
@@ -147,6 +148,7 @@ def serve_main(
             return list((await load_profiles(spec, rt)).values())
 
     names = [*allowed_hosts, *([] if host in WILDCARD_BINDS else [host])]
+    caps = dict(attachments or {})
     app = create_app(
         settings.store,
         found,
@@ -159,7 +161,10 @@ def serve_main(
         allowed_hosts=names,
         allowed_origins=allowed_origins,
         limits=limits,
-        **(attachments or {}),
+        max_attachment_bytes=caps.get("max_attachment_bytes", DEFAULT_LIMITS.block_bytes),
+        max_message_attachment_bytes=caps.get(
+            "max_message_attachment_bytes", DEFAULT_LIMITS.message_bytes
+        ),
     )
     config = uvicorn.Config(
         app,
