@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from ..llm.chunks import chunk_to_json
+from ..messages import Block
 from ..session._deferred import pending_deferred
 from ..session._events import ApprovalRequested, SessionEvent
 from ..session._state import fold_state
@@ -74,7 +75,11 @@ class Host(Protocol):
     async def exists(self, session_id: str) -> bool: ...
     async def require(self, session_id: str) -> None: ...
     async def create(
-        self, session_id: str, profile: Profile, meta: dict[str, Any] | None, first: str | None
+        self,
+        session_id: str,
+        profile: Profile,
+        meta: dict[str, Any] | None,
+        first: str | tuple[Block, ...] | None,
     ) -> dict[str, Any]: ...
     async def describe(self, session_id: str) -> dict[str, Any]: ...
     async def listing(self) -> list[dict[str, Any]]: ...
@@ -83,7 +88,7 @@ class Host(Protocol):
         self,
         session_id: str,
         kind: Literal["followup", "steer", "inject", "cancel"],
-        content: str,
+        content: str | tuple[Block, ...],
         message_id: str | None,
         key: str | None,
         *,

@@ -12,15 +12,23 @@ as if it had applied.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal, assert_never
+from typing import Annotated, Any, Literal, assert_never, get_args
 
 import jsonpatch
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, TypeAdapter, ValidationError
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    TypeAdapter,
+    ValidationError,
+)
 
 from .._cancel import CancelCause
 from ..agent._agent import Agent
 from ..agent._client_calls import ClientTool
-from ..messages import MessageSource, user_message
+from ..messages import Block, MessageSource, block_from_json, user_message
 from ._api import APPROVAL_BY, ApiError
 from ._ledger import HTTP_SOURCE
 from ._trace import continue_caller_trace
@@ -47,11 +55,22 @@ class _Record(BaseModel):
     model_config = ConfigDict(frozen=True, extra="ignore")
 
 
+def _blocks_only(content: str | tuple[Any, ...]) -> str | tuple[Block, ...]:
+    if isinstance(content, tuple) and not all(isinstance(b, get_args(Block)) for b in content):
+        raise ValueError("content parts must be content blocks")
+    return content
+
+
+MessageContent = Annotated[str | tuple[Any, ...], AfterValidator(_blocks_only)]
+"""A message's content: text, or blocks (images and files by the hash they are stored
+under)."""
+
+
 class _Message(_Record):
-    """A user message: its text, its id (``None``: minted when applied), the caller's
+    """A user message: its content, its id (``None``: minted when applied), the caller's
     trace headers, and what the in-process host records with it (``source.http``)."""
 
-    content: str
+    content: MessageContent
     message_id: str | None = None
     trace: Mapping[str, JsonValue] | None = None
     record: Mapping[str, JsonValue] | None = None
@@ -161,12 +180,28 @@ def parse_command(kind: str, message_id: str | None, body: Any) -> Command:
     fields["kind"] = kind
     if kind in ("followup", "steer", "inject"):
         fields["message_id"] = message_id
+        if isinstance(fields.get("content"), list):
+            fields["content"] = _stored_blocks(kind, fields["content"])
     try:
         return _ADAPTER.validate_python(fields)
     except ValidationError as exc:
         first = exc.errors(include_url=False)[0]
         where = ".".join(str(p) for p in first["loc"][1:]) or "body"
         raise CommandError(f"{kind} {where}: {first['msg']}") from None
+
+
+def _stored_blocks(kind: str, parts: list[Any]) -> tuple[Block, ...]:
+    """A message's content parts in their stored form, as blocks.
+
+    Raises:
+        CommandError: a part that is not an object, or not a block.
+    """
+    if not all(isinstance(part, dict) for part in parts):
+        raise CommandError(f"{kind} content: a stored content part is not an object")
+    try:
+        return tuple(block_from_json(part) for part in parts)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise CommandError(f"{kind} content: {exc}") from None
 
 
 def agui_command(
