@@ -66,8 +66,9 @@ class HostUnderTest:
         return found
 
     async def loaded(self, session_id: str) -> None:
-        """Until the session's owner has it loaded (``idle``; on PostgreSQL the worker
-        process, its wakeup done), so what loading writes is written before a test looks."""
+        """Until the session's owner has it loaded (``idle``, its session stored; on
+        PostgreSQL the worker process, its wakeup done), so what loading writes is written
+        before a test looks."""
         async with asyncio.timeout(WAIT):
             while not await self._loaded(session_id):
                 await asyncio.sleep(0.02)
@@ -76,6 +77,12 @@ class HostUnderTest:
         status = (await self.client.get(f"/v1/sessions/{session_id}")).json()["status"]
         if status != "idle":
             return False
+        store = open_store(self.url)
+        try:  # the owner reports ``idle`` before its first batch commits the session
+            if not await store.exists(session_id):
+                return False
+        finally:
+            await store.close()
         if self.pg is None:
             return True
         woken = "SELECT count(*) FROM steerloop_wakeups WHERE session_id = $1"
