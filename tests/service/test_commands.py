@@ -76,3 +76,22 @@ def test_commands_are_frozen() -> None:
     command = Followup(content="x")
     with pytest.raises(ValueError, match="frozen"):
         command.content = "y"
+
+
+def test_stored_content_parts_read_back_as_blocks() -> None:
+    """A message with images or files is stored as its blocks' JSON (bytes by hash); the
+    worker reads them back as blocks, and a part that is no block is a ``CommandError``."""
+    from steerloop.messages import TextBlock
+
+    parts = [{"type": "text", "text": "look"}]
+    command = parse_command("followup", "m1", {"content": parts})
+    assert command == Followup(content=(TextBlock("look"),), message_id="m1")
+    for bad, error in [
+        (["x"], "followup content: a stored content part is not an object"),
+        ([{"type": "smell"}], "followup content: unknown block type 'smell'"),
+    ]:
+        with pytest.raises(CommandError) as raised:
+            parse_command("followup", "m1", {"content": bad})
+        assert str(raised.value) == error
+    with pytest.raises(ValueError, match="content parts must be content blocks"):
+        Followup(content=("not a block",))

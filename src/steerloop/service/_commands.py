@@ -159,6 +159,8 @@ COMMAND_KINDS = (
 """The ``kind`` of each record of ``Command``."""
 
 _ADAPTER: TypeAdapter[Command] = TypeAdapter(Command)
+_MEMBERS = frozenset({"str", "tuple[any, ...]"})
+"""Union members in a validation error's location (left out of the field's path)."""
 
 
 class CommandError(ValueError):
@@ -186,7 +188,9 @@ def parse_command(kind: str, message_id: str | None, body: Any) -> Command:
         return _ADAPTER.validate_python(fields)
     except ValidationError as exc:
         first = exc.errors(include_url=False)[0]
-        where = ".".join(str(p) for p in first["loc"][1:]) or "body"
+        # The field's path, without the union members pydantic names (``content.str``).
+        path = [p for p in first["loc"][1:] if not (isinstance(p, str) and p in _MEMBERS)]
+        where = ".".join(str(p) for p in path) or "body"
         raise CommandError(f"{kind} {where}: {first['msg']}") from None
 
 
