@@ -46,6 +46,7 @@ from ...session._session import SessionEventPayload
 from ...session.store.postgres._store import PostgresStore
 from ...session.store.postgres._writer import PostgresWriter
 from .._agui_commands import AGUI_COMMANDS, apply_command
+from .._inputs_api import INPUT_BY
 from .._profile import Profile, origin_setup
 from .._takeover import takeover_message
 from .._trace import continue_caller_trace
@@ -626,6 +627,8 @@ class Worker:
                 agent.cancel(CancelCause.user(), keep_inbox=bool(body.get("keep_inbox")))
         elif kind == "approval":
             await self._apply_approval(session_id, agent, writer, cmd_seq, body)
+        elif kind == "input":
+            await self._apply_input(session_id, agent, writer, cmd_seq, body)
         elif kind in AGUI_COMMANDS:
             # At most once, like a cancel: consumed (fenced) before it is applied.
             if await self._consume_fenced(session_id, cmd_seq, writer):
@@ -661,6 +664,37 @@ class Worker:
             raise
         except Exception:  # ApprovalError: not pending any more
             log.info("session %s: approval %d not applicable", session_id, cmd_seq, exc_info=True)
+            await self._consume_fenced(session_id, cmd_seq, writer)
+            return
+        try:
+            writer.attach(seq, self._consume_sql, session_id, cmd_seq, seq)
+        except ValueError:  # its batch already took the event: consume on its own
+            await self._consume_fenced(session_id, cmd_seq, writer)
+
+    async def _apply_input(
+        self,
+        session_id: str,
+        agent: Agent,
+        writer: PostgresWriter,
+        cmd_seq: int,
+        body: dict[str, Any],
+    ) -> None:
+        """An answer to an input request: ``input/answered``, consumed in its batch."""
+        input_id, action, content = body.get("id"), body.get("action"), body.get("content")
+        if (
+            not isinstance(input_id, str)
+            or action not in ("accept", "decline", "cancel")
+            or not isinstance(content, dict | None)
+        ):  # a stored row the API never writes
+            log.warning("session %s: input %d has a bad body; skipped", session_id, cmd_seq)
+            await self._consume_fenced(session_id, cmd_seq, writer)
+            return
+        try:
+            seq = agent.answer_input(input_id, action, content, by=INPUT_BY)
+        except SessionPersistenceError:
+            raise
+        except Exception:  # InputError (not pending any more), ValueError (a bad row)
+            log.info("session %s: input %d not applicable", session_id, cmd_seq, exc_info=True)
             await self._consume_fenced(session_id, cmd_seq, writer)
             return
         try:
