@@ -14,6 +14,7 @@ from typing import Any
 
 import httpx
 import pytest
+from ag_ui.core import EventType
 
 from steerloop import AgentOptions, Runtime
 from steerloop.mcp import install_mcp
@@ -21,6 +22,7 @@ from steerloop.service import Profile, create_app
 from steerloop.testing import ScriptedAdapter, text_response, tool_call_response
 
 from ..mcp.helpers import hostile
+from .aguisupport import agui_run, run_input, user, wire
 from .pgworkers import Pg, pg_schema
 from .served import read_sse, served, turn_ends, types, wait_for_log
 
@@ -192,3 +194,65 @@ async def test_an_input_answered_on_postgresql_goes_through_the_commands_table(
             answered["seq"],
         )
     ]
+
+
+async def test_ag_ui_ends_a_run_with_the_input_interrupt_and_a_resume_answers_it(
+    tmp_path: Path,
+) -> None:
+    """AG-UI 1.0 (read off the raw bytes with the Python models, strictly): a pending input
+    ends the run with ``outcome interrupt`` naming the input (its message, the call it holds,
+    a ``responseSchema`` around the requested schema); a resume the schema refuses is 422
+    with nothing written; a valid resume answers it through the HTTP answer's path (one
+    ``input/answered``, by http) and the next run follows the turn to its end."""
+    model = asking(tmp_path)
+    app = create_app(f"sqlite:///{tmp_path / 'sessions.db'}", model.profiles)
+    async with served(app) as client:
+        first = await agui_run(client, run_input("t1", "r1", user("u1", "start")))
+        assert first[-1].type == EventType.RUN_FINISHED
+        (interrupt,) = wire(first[-1])["outcome"]["interrupts"]
+        log = (await client.get("/v1/sessions/t1/log")).json()["events"]
+        (request,) = [e["data"] for e in log if e["type"] == "input/requested"]
+        assert interrupt == {
+            "id": request["id"],
+            "reason": "input_request",
+            "message": "Who are you?",
+            "toolCallId": "c1",
+            "responseSchema": {
+                "type": "object",
+                "properties": {
+                    "action": {"enum": ["accept", "decline", "cancel"]},
+                    "content": ASKED_SCHEMA,
+                },
+                "required": ["action"],
+                "additionalProperties": False,
+            },
+            "metadata": {"server": "x", "kind": "elicitation"},
+        }
+
+        def resume(payload: Any) -> dict[str, Any]:
+            entry = {"interruptId": request["id"], "status": "resolved", "payload": payload}
+            return run_input("t1", "r2", user("u1", "start"), resume=[entry])
+
+        for payload, code in [
+            ({"action": "accept", "content": {"age": 1}}, "invalid_answer"),
+            ({"action": "maybe"}, "invalid_resume"),
+            ({"decision": "allow"}, "invalid_resume"),
+        ]:
+            refused = await client.post("/v1/agui", json=resume(payload))
+            assert (refused.status_code, refused.json()["error"]["code"]) == (422, code)
+        assert (await client.get("/v1/sessions/t1/log")).json()["events"] == log
+        second = await agui_run(client, resume({"action": "accept", "content": {"name": "Ada"}}))
+        assert wire(second[-1])["outcome"] == {"type": "success"}
+        results = [e for e in second if e.type == EventType.TOOL_CALL_RESULT]
+        assert [json.loads(e.content) for e in results] == [
+            {"action": "accept", "content": {"name": "Ada"}}
+        ]
+        log = (await client.get("/v1/sessions/t1/log")).json()["events"]
+        assert [e["data"] for e in log if e["type"] == "input/answered"] == [
+            {"id": request["id"], "action": "accept", "content": {"name": "Ada"}, "by": "http"}
+        ]
+        # the same resume again answers nothing more
+        third = await agui_run(client, resume({"action": "decline"}))
+        assert wire(third[-1])["outcome"] == {"type": "success"}
+        log = (await client.get("/v1/sessions/t1/log")).json()["events"]
+        assert [e["type"] for e in log].count("input/answered") == 1
