@@ -43,8 +43,10 @@ from ._no_model import require_model, require_session_model
 from ._origin import OriginCheckMiddleware, cors_middleware
 from ._page import page_routes
 from ._profile import Profile, check_profiles
+from ._prompts_api import prompt_routes
 from ._read_body import ascii_int as _ascii_int
 from ._read_body import read_json as _json_body
+from ._replay_api import replay_routes
 from ._source import FeedReader, FeedSource
 from ._streams import StreamLimitMiddleware
 from ._text import check_text
@@ -339,6 +341,8 @@ def create_app(
             methods=["POST"],
         ),
         input_route(endpoint, body_limit),  # POST /v1/sessions/{id}/inputs/{input_id}
+        *prompt_routes(endpoint, body_limit),  # GET, POST /v1/sessions/{id}/prompts
+        *replay_routes(endpoint, body_limit),  # GET /v1/profiles, POST .../{id}/replays
         Route("/v1/sessions/{session_id:str}/log", endpoint(get_log), methods=["GET"]),
         Route("/v1/sessions/{session_id:str}/events", endpoint(events), methods=["GET"]),
         Route("/v1/agui", endpoint(agui), methods=["POST"]),

@@ -68,6 +68,7 @@ class Command:
     decision: Literal["allow", "deny"] | None = None
     body: Mapping[str, Any] | None = None  # the AG-UI kinds' (``_agui_input``)
     answer: Mapping[str, Any] | None = None  # kind "input": {"id", "action", "content"}
+    source: Mapping[str, Any] | None = None  # a message's source extras (an MCP prompt's)
     done: asyncio.Future[Applied] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
@@ -240,7 +241,7 @@ class LocalCommands:
         message = user_message(
             command.content,
             id=command.message_id or new_id("msg"),
-            source=MessageSource(extra={HTTP_SOURCE: record}),
+            source=MessageSource(extra={HTTP_SOURCE: record, **(command.source or {})}),
         )
         continue_caller_trace(agent, command.trace, message.id)
         if command.kind == "followup":

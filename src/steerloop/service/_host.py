@@ -418,8 +418,10 @@ class ServiceHost:
         *,
         keep_inbox: bool = False,
         trace: Mapping[str, str] | None = None,
+        source: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Apply one command in the session's order; its answer once it is durable.
+        ``source``: extras of the message's source (an expanded MCP prompt's).
 
         Raises:
             ApiError: 422 for text that is not text, 429 past ``max_unconsumed``, 409 for a
@@ -435,6 +437,7 @@ class ServiceHost:
             key=key,
             keep_inbox=keep_inbox,
             trace=trace,
+            source=source,
         )
         return await self.commands.submit(session_id, command)
 

@@ -120,6 +120,7 @@ class PgHost:
         keep_inbox: bool = False,
         trace: Mapping[str, str] | None = None,
         extra: Mapping[str, Any] | None = None,
+        source: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
         check_text(content, "content")
         check_text(message_id, "message_id")
@@ -133,6 +134,8 @@ class PgHost:
             body["keep_inbox"] = keep_inbox
         if trace:
             body["trace"] = dict(trace)
+        if source:
+            body["source"] = dict(source)  # the message's source extras (an MCP prompt's)
         if extra:
             body.update(extra)
         return await self._sql().submit(session_id, kind, body, message_id, key)

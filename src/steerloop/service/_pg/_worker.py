@@ -41,7 +41,7 @@ from ...agent._agent import Agent
 from ...agent._decisions import StatusPayload
 from ...agent._factory import AgentHandle
 from ...errors import SessionConflictError, SessionPersistenceError
-from ...messages import user_message
+from ...messages import MessageSource, user_message
 from ...session._session import SessionEventPayload
 from ...session.store.postgres._store import PostgresStore
 from ...session.store.postgres._writer import PostgresWriter
@@ -605,7 +605,9 @@ class Worker:
                 await self._consume_fenced(session_id, cmd_seq, writer)
                 return
             try:
-                message = user_message(content, id=message_id)
+                extra = body.get("source")
+                source = MessageSource(extra=extra) if isinstance(extra, dict) else None
+                message = user_message(content, id=message_id, source=source)
                 continue_caller_trace(agent, body.get("trace"), message.id)
                 if kind == "followup":
                     seq = agent.followup(message)
