@@ -68,6 +68,7 @@ export class Transcript {
     this.queueList = parts.queue;
     this.changed = parts.changed;
     this.decide = parts.decide;
+    this.decorate = parts.decorate || null; // (entry, assistant/message data): replay.js
     this.offline = false;
     this.reset();
   }
@@ -151,8 +152,10 @@ export class Transcript {
     const source = (message.source && message.source.kind) || "user";
     const text = el("div", { class: "text" }, textOf(message.content));
     const attrs = { "data-role": "user", "data-message-id": id, "data-source": source };
+    const prompt = (message.source || {}).mcp_prompt; // an expanded MCP prompt (prompts.js)
+    const via = prompt ? el("div", { class: "flag", "data-testid": "prompt-source" }, `/${prompt.server}:${prompt.name}`) : null;
     if (source === "user") {
-      this.list.append(el("li", { class: "entry user", ...attrs }, el("div", { class: "who" }, "you"), text));
+      this.list.append(el("li", { class: "entry user", ...attrs }, el("div", { class: "who" }, "you"), via, text));
       return;
     }
     // Context a plugin, a tool or a goal added for the model: folded away, one click to read.
@@ -189,6 +192,7 @@ export class Transcript {
       else entry.append(el("div", { class: "text other" }, `[${block.type}]`));
     }
     if (data.interrupted) entry.append(el("div", { class: "flag" }, "interrupted"));
+    if (said && this.decorate) this.decorate(entry, data);
     const placed = [];
     if (said) placed.push(entry);
     for (const call of calls) {
