@@ -54,7 +54,11 @@ from ._text import check_text
 __all__ = ["create_app"]
 
 Role = Literal["all", "api", "worker"]
-ProfilesArg = Sequence[Profile] | Callable[[Runtime], Sequence[Profile]]
+ProfilesArg = (
+    Sequence[Profile]
+    | Callable[[Runtime], Sequence[Profile]]
+    | Callable[[Runtime], Awaitable[Sequence[Profile]]]
+)
 Handler = Callable[[Request], Awaitable[Response]]
 if TYPE_CHECKING:
     from ._pg._host import PgHost

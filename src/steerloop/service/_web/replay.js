@@ -77,7 +77,16 @@ export class ReplayDialog {
   /** The "Replay from here…" button of an assistant message (``data.turn``: its turn). */
   decorate(entry, data) {
     if (typeof data.turn !== "number") return;
-    const button = el("button", { type: "button", class: "replay-open", "data-testid": "replay-open", "data-turn": data.turn }, "Replay from here…");
+    // The label is drawn by the stylesheet (::after, aria-label for assistive tech), so the
+    // entry's text stays the model's words alone.
+    const button = el("button", {
+      type: "button",
+      class: "replay-open",
+      "data-testid": "replay-open",
+      "data-turn": data.turn,
+      "aria-label": "Replay from here…",
+      title: `Replay this session from turn ${data.turn} with another model or prompt`,
+    });
     button.addEventListener("click", () => this.open(data.turn));
     entry.append(button);
   }
