@@ -25,6 +25,7 @@ from ..mcp.helpers import hostile
 from .aguisupport import agui_run, run_input, user, wire
 from .pgworkers import Pg, pg_schema
 from .served import read_sse, served, turn_ends, types, wait_for_log
+from .test_agui_client import drive
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -62,6 +63,10 @@ def asking(tmp_path: Path) -> Asking:
 async def pg() -> AsyncIterator[Pg]:
     async with pg_schema() as found:
         yield found
+
+
+def answers_of(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [e["data"] for e in events if e["type"] == "input/answered"]
 
 
 def requested(events: list[dict[str, Any]]) -> bool:
@@ -256,3 +261,26 @@ async def test_ag_ui_ends_a_run_with_the_input_interrupt_and_a_resume_answers_it
         assert wire(third[-1])["outcome"] == {"type": "success"}
         log = (await client.get("/v1/sessions/t1/log")).json()["events"]
         assert [e["type"] for e in log].count("input/answered") == 1
+
+
+async def test_the_official_ag_ui_client_resumes_an_input_interrupt(tmp_path: Path) -> None:
+    """``@ag-ui/client``'s ``HttpAgent`` (its schemas and enforcement stage) reads the input
+    interrupt and resumes it with the answer; the next run succeeds with the server's result
+    and the log has one ``input/answered`` by http."""
+    model = asking(tmp_path)
+    app = create_app(f"sqlite:///{tmp_path / 'sessions.db'}", model.profiles)
+    async with served(app) as client:
+        answer = {"action": "accept", "content": {"name": "Ada", "age": 7}}
+        d = await drive(client, "t1", {"user": "go"}, {"answerInput": answer})
+        first, second = await d.line(), await d.line()
+        await d.finish()
+        assert first["error"] is None and first["outcome"] == "interrupt"
+        (interrupt,) = first["interrupts"]
+        assert (interrupt["reason"], interrupt["message"]) == ("input_request", "Who are you?")
+        assert interrupt["responseSchema"]["properties"]["content"] == ASKED_SCHEMA
+        assert second["error"] is None and second["outcome"] == "success"
+        assert "TOOL_CALL_RESULT" in second["events"]
+        log = (await client.get("/v1/sessions/t1/log")).json()["events"]
+        assert answers_of(log) == [
+            {"id": interrupt["id"], "action": "accept", "content": answer["content"], "by": "http"}
+        ]
