@@ -7,6 +7,7 @@ PostgreSQL (role ``all``: the answer goes through the commands table as kind ``i
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -173,6 +174,29 @@ async def test_an_input_is_listed_checked_and_answered_over_http_on_sqlite(
     app = create_app(f"sqlite:///{tmp_path / 'sessions.db'}", model.profiles)
     async with served(app) as client:
         await answer_over_http(client)
+
+
+async def test_two_answers_racing_on_sqlite_apply_exactly_one(tmp_path: Path) -> None:
+    """Two answers posted at once for one input: one is 202 and written, the other 409
+    ``ALREADY_DECIDED`` (refused by the check before queueing, or, when both passed it, where
+    the session's commands meet in order)."""
+    model = asking(tmp_path)
+    app = create_app(f"sqlite:///{tmp_path / 'sessions.db'}", model.profiles)
+    async with served(app) as client:
+        await client.post("/v1/sessions", json={"session_id": "s", "input": "go"})
+        events = await wait_for_log(client, "s", requested)
+        (request,) = [e["data"] for e in events if e["type"] == "input/requested"]
+        path = f"/v1/sessions/s/inputs/{request['id']}"
+        first, second = await asyncio.gather(
+            client.post(path, json={"action": "accept", "content": {"name": "A"}}),
+            client.post(path, json={"action": "decline"}),
+        )
+        statuses = sorted([first.status_code, second.status_code])
+        assert statuses == [202, 409]
+        loser = first if first.status_code == 409 else second
+        assert loser.json()["error"]["code"] == "ALREADY_DECIDED"
+        events = await wait_for_log(client, "s", lambda ev: turn_ends(ev) == 1)
+        assert len(answers_of(events)) == 1
 
 
 async def test_an_input_answered_on_postgresql_goes_through_the_commands_table(

@@ -197,3 +197,27 @@ async def test_a_replay_over_http_answers_its_report_and_refuses_what_cannot_run
         assert (await client.get("/v1/sessions/s/log")).json()["events"] == recorded
         replayed = (await client.get(f"/v1/sessions/{body['session_id']}/log")).json()["events"]
         assert turn_ends(replayed) == 2
+
+
+async def test_a_replay_on_postgresql_forks_into_a_new_stored_session(
+    tmp_path: Path, pg: Pg
+) -> None:
+    """On PostgreSQL (role ``all``) the replay reads the shared log and writes its new
+    session to the same store; the recorded session is not written."""
+    model = prompting(tmp_path, text_response("first"), alt=[text_response("other first")])
+    async with served(create_app(pg.url, model.profiles, "all")) as client:
+        await client.post("/v1/sessions", json={"session_id": "s", "input": "one"})
+        recorded = await wait_for_log(client, "s", lambda ev: turn_ends(ev) == 1)
+        answer = await client.post("/v1/sessions/s/replays", json={"profile": "alt"})
+        assert answer.status_code == 201, answer.text
+        report = answer.json()["report"]
+        ((recorded_text, new_text),) = [
+            (t["recorded"]["text"], t["new"]["text"]) for t in report["turns"]
+        ]
+        assert (recorded_text, new_text) == ("first", "other first")
+        assert (await client.get("/v1/sessions/s/log")).json()["events"] == recorded
+    stored = await pg.val(
+        "SELECT count(*) FROM steerloop_events WHERE session_id = $1",
+        answer.json()["session_id"],
+    )
+    assert stored > 0
