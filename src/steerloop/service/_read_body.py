@@ -9,7 +9,7 @@ from starlette.requests import Request
 from ..session._json import loads
 from ._errors import ApiError
 
-__all__ = ["ascii_int", "read_json"]
+__all__ = ["ascii_int", "read_json", "read_json_sized"]
 
 
 async def read_json(request: Request, limit: int, allow_empty: bool = False) -> dict[str, Any]:
@@ -19,6 +19,13 @@ async def read_json(request: Request, limit: int, allow_empty: bool = False) -> 
         ApiError: 413 past ``limit``, 400 for bytes that are not JSON, 422 for JSON that is
             not an object (an empty body is ``{}`` with ``allow_empty``).
     """
+    return (await read_json_sized(request, limit, allow_empty))[0]
+
+
+async def read_json_sized(
+    request: Request, limit: int, allow_empty: bool = False
+) -> tuple[dict[str, Any], int]:
+    """The JSON object of the body and the body's size in bytes (``read_json``'s errors)."""
     declared = ascii_int(request.headers.get("content-length"))
     if declared is not None and declared > limit:
         raise ApiError(413, "body_too_large", f"the body is over {limit} bytes")
@@ -28,14 +35,14 @@ async def read_json(request: Request, limit: int, allow_empty: bool = False) -> 
         if len(data) > limit:
             raise ApiError(413, "body_too_large", f"the body is over {limit} bytes")
     if not data and allow_empty:
-        return {}
+        return {}, 0
     try:
         body = loads(bytes(data))
     except (ValueError, TypeError) as exc:
         raise ApiError(400, "invalid_json", f"the body is not JSON: {exc}") from None
     if not isinstance(body, dict):
         raise ApiError(422, "invalid_body", "the body must be a JSON object")
-    return body
+    return body, len(data)
 
 
 def ascii_int(text: str | None) -> int | None:
