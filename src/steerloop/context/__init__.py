@@ -9,11 +9,12 @@ what was written since.
 """
 
 from ..session._events import COMPACTION_PLUGIN, ContextCompacted
-from ._compaction import CompactionFailed, CompactionStrategy, install_compaction
+from ._compaction import COMPACTION_FAILED, CompactionFailed, CompactionStrategy, install_compaction
 from ._estimate import estimate_message_tokens, estimate_tokens
 from ._limits import install_limits, session_usage
 
 __all__ = [
+    "COMPACTION_FAILED",
     "COMPACTION_PLUGIN",
     "CompactionFailed",
     "CompactionStrategy",

@@ -37,10 +37,9 @@ if TYPE_CHECKING:
     from .._runtime import Runtime
     from ..tools._agent_ref import AgentRef
 
-__all__ = ["CompactionFailed", "CompactionStrategy", "install_compaction"]
+__all__ = ["COMPACTION_FAILED", "CompactionFailed", "CompactionStrategy", "install_compaction"]
 
 CompactionStrategy = Literal["drop-tool-results", "window", "summarize"]
-FAILED_HOOK = "context/compaction-failed"
 
 #: The most a summary request may produce, whatever the budget: a recap, not a rewrite.
 _SUMMARY_MAX_TOKENS = 4_096
@@ -61,6 +60,10 @@ class CompactionFailed(OfAgent):
     agent: Agent
     strategy: str
     error: BaseException
+
+
+COMPACTION_FAILED: h.EmitHook[CompactionFailed] = h.EmitHook("context/compaction-failed")
+"""A summary failed and the history is unchanged: the turn goes on."""
 
 
 def _positive(name: str, value: int | None) -> None:
@@ -109,7 +112,7 @@ def install_compaction(
         raise ValueError(
             f"strategy must be one of {get_args(CompactionStrategy)}, not {strategy!r}"
         )
-    rt.hooks.define(FAILED_HOOK, "emit")
+    rt.hooks.define(COMPACTION_FAILED)
     policy = _Policy(rt, max_context_tokens, keep_recent_tokens, strategy)
     dispose_step = rt.hooks.on(h.PRE_STEP, policy.pre_step)
     dispose_compact = rt.hooks.on(h.AGENT_COMPACT, policy.on_compact)
@@ -216,7 +219,7 @@ class _Policy:
                 )
         except Exception as exc:
             signal.throw_if_aborted()  # a cancel is the turn's outcome, not a failure
-            self.rt.hooks.emit(FAILED_HOOK, CompactionFailed(agent, self.strategy, exc))
+            self.rt.hooks.emit(COMPACTION_FAILED, CompactionFailed(agent, self.strategy, exc))
             if raise_failure:
                 raise
             self.failed_turn[agent.id] = session.last_turn

@@ -26,9 +26,8 @@ if TYPE_CHECKING:
     from .._runtime import Runtime
     from ..tools._agent_ref import AgentRef
 
-__all__ = ["NON_RETRYABLE_CODES", "RetryNotice", "install_retry"]
+__all__ = ["LLM_RETRY", "NON_RETRYABLE_CODES", "RetryNotice", "install_retry"]
 
-RETRY_HOOK = "llm/retry"
 NON_RETRYABLE_CODES = frozenset(
     {"AUTH", "INVALID_REQUEST", "CONTEXT_OVERFLOW", "QUOTA", "NOT_FOUND", "CONTENT_FILTER"}
 )
@@ -45,6 +44,10 @@ class RetryNotice(OfAgent):
     attempt: int
     delay_ms: int
     failure: LlmFailure
+
+
+LLM_RETRY: h.EmitHook[RetryNotice] = h.EmitHook("llm/retry")
+"""The retry announcement: emitted before each backoff wait."""
 
 
 def _retryable(failure: LlmFailure) -> bool:
@@ -74,7 +77,7 @@ def install_retry(
     Returns:
         A ``Disposer`` that removes the listener.
     """
-    rt.hooks.define(RETRY_HOOK, "emit")
+    rt.hooks.define(LLM_RETRY)
     do_sleep = sleep or _timer
     jitter = rng or random.Random()
     # Failures so far of each agent's current step: agent id -> (turn, step, failures).
@@ -109,7 +112,7 @@ def install_retry(
         if signal.aborted:
             return None
         rt.hooks.emit(
-            RETRY_HOOK,
+            LLM_RETRY,
             RetryNotice(
                 agent=payload.agent,
                 turn=payload.turn,
