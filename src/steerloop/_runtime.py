@@ -25,7 +25,13 @@ from .session._session import EventSink, Session
 from .session._store import SessionStore, open_store
 from .tools._runtime import ToolPipeline, ToolRegistry
 
-__all__ = ["HANDLES", "RUNTIME_CLOSING", "Runtime", "RuntimeClosing", "SessionRegistry"]
+__all__ = [
+    "HANDLES",
+    "RUNTIME_CLOSING",
+    "Runtime",
+    "RuntimeClosing",
+    "SessionRegistry",
+]
 
 _log = logging.getLogger("steerloop")
 

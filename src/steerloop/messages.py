@@ -16,9 +16,17 @@ from ._binary import (
     modality_of,
 )
 from ._ids import new_id
+from ._media import (
+    IMAGE_MEDIA_TYPES,
+    check_file_media_type,
+    human_size,
+    is_text_media_type,
+    sniff_image,
+)
 from ._records import fast_init
 
 __all__ = [
+    "IMAGE_MEDIA_TYPES",
     "AssistantMessage",
     "BinaryBlock",
     "Block",
@@ -35,9 +43,13 @@ __all__ = [
     "block_from_json",
     "block_to_json",
     "blocks_of",
+    "check_file_media_type",
+    "human_size",
+    "is_text_media_type",
     "message_from_json",
     "message_to_json",
     "modality_of",
+    "sniff_image",
     "user_message",
 ]
 

@@ -21,23 +21,27 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, get_args
 
+from .. import AbortController, AbortSignal
 from .. import hooks as h
-from .._hooks import Disposer
-from .._signal import AbortController, AbortSignal
-from ..agent._agent import Agent, live_agent
-from ..agent._decisions import CompactPayload, OfAgent, PreStepDecision, PreStepPayload
+from ..agent import Agent, live_agent
 from ..errors import CompactionError, LlmError
-from ..llm._types import CallConfig, GenerateRequest, LlmFailure, TokenUsage
+from ..hooks import CompactPayload, Disposer, OfAgent, PreStepDecision, PreStepPayload
+from ..llm import CallConfig, GenerateRequest, LlmFailure, TokenUsage
 from ..messages import SystemMessage, TextBlock, UserMessage
-from ..session._events import ContextCompacted, Replace, SessionEvent
+from ..session.events import ContextCompacted, Replace, SessionEvent
 from ._estimate import estimate_message_tokens, estimate_tokens, tokens_per_char
 from ._plan import Plan, bounded, plan_cut, transcript, window_note
 
 if TYPE_CHECKING:
-    from .._runtime import Runtime
-    from ..tools._agent_ref import AgentRef
+    from .. import Runtime
+    from ..hooks import AgentRef
 
-__all__ = ["COMPACTION_FAILED", "CompactionFailed", "CompactionStrategy", "install_compaction"]
+__all__ = [
+    "COMPACTION_FAILED",
+    "CompactionFailed",
+    "CompactionStrategy",
+    "install_compaction",
+]
 
 CompactionStrategy = Literal["drop-tool-results", "window", "summarize"]
 

@@ -17,16 +17,20 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .. import hooks as h
-from .._hooks import Disposer
-from ..agent._decisions import AgentPayload, OfAgent, RequestErrorAction, RequestErrorPayload
 from ..errors import AbortedError
-from ._types import LlmFailure, RetryPolicy
+from ..hooks import AgentPayload, Disposer, OfAgent, RequestErrorAction, RequestErrorPayload
+from ..llm import LlmFailure, RetryPolicy
 
 if TYPE_CHECKING:
-    from .._runtime import Runtime
-    from ..tools._agent_ref import AgentRef
+    from .. import Runtime
+    from ..hooks import AgentRef
 
-__all__ = ["LLM_RETRY", "NON_RETRYABLE_CODES", "RetryNotice", "install_retry"]
+__all__ = [
+    "LLM_RETRY",
+    "NON_RETRYABLE_CODES",
+    "RetryNotice",
+    "install_retry",
+]
 
 NON_RETRYABLE_CODES = frozenset(
     {"AUTH", "INVALID_REQUEST", "CONTEXT_OVERFLOW", "QUOTA", "NOT_FOUND", "CONTENT_FILTER"}

@@ -22,9 +22,9 @@ from typing import Any, Literal
 from ag_ui.core import RunAgentInput
 from pydantic import ConfigDict, ValidationError
 
-from ..agent._client_calls import CLIENT_ERROR, ClientCallError
+from ..agent import CLIENT_ERROR, ClientCallError
 from ..errors import ToolDefinitionError
-from ..tools._define import define_tool
+from ..tools import define_tool
 from ._host import ApiError
 
 __all__ = [

@@ -23,8 +23,8 @@ from typing import Any, Literal, Protocol
 
 from ag_ui.core import BaseEvent, Interrupt, Message, UserMessage
 
-from ..session._events import SessionEvent
-from ..session._state import fold_state
+from ..session import fold_state
+from ..session.events import SessionEvent
 from ._agui import AguiRun, approval_interrupt, client_interrupt, encode, messages_snapshot
 from ._agui_input import Plan, parse_request, plan_input, view_of
 from ._host import ApiError, check_session_id

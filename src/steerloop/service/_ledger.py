@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..session._events import InboxSpliced, SessionEvent
 from ..session._json import dumps
+from ..session.events import InboxSpliced, SessionEvent
 
 __all__ = ["HTTP_SOURCE", "Ledger", "Recorded", "request_fingerprint"]
 

@@ -28,7 +28,12 @@ from ._events import (
 )
 from ._repair import RepairEvent, plan_repair
 
-__all__ = ["SESSION_EVENT", "EventSink", "Session", "SessionEventPayload"]
+__all__ = [
+    "SESSION_EVENT",
+    "EventSink",
+    "Session",
+    "SessionEventPayload",
+]
 
 R = TypeVar("R", bound=EventRecord)
 JsonPayload = dict[str, Any] | list[Any] | str | int | float | bool | None

@@ -3,7 +3,7 @@
 from ._define import PostExecute, Tool, ToolDecision, ToolError, ToolExec, ToolResult, define_tool
 from ._function import tool
 from ._hooks import ApprovalHookPayload, ToolHookPayload
-from ._runtime import ToolPipeline, ToolRegistry
+from ._runtime import ToolPipeline, ToolRegistry, error_result
 
 __all__ = [
     "ApprovalHookPayload",
@@ -17,5 +17,6 @@ __all__ = [
     "ToolRegistry",
     "ToolResult",
     "define_tool",
+    "error_result",
     "tool",
 ]
