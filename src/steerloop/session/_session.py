@@ -155,7 +155,7 @@ class Session(metaclass=RuntimeOwned):
             raise ValueError("session id must be a non-empty string")
         self.id = id
         self.header: dict[str, Any] = dict(header or {})
-        self._hooks = hooks or HookBus()
+        self._hooks = hooks or HookBus((SESSION_EVENT,))
         self._clock = clock
         self._sink = sink or EventSink()
         self._events: list[SessionEvent] = []
