@@ -1,6 +1,7 @@
 """Agents: the inbox, the registry, creation and teardown, and the loop."""
 
 from ._agent import Agent, live_agent
+from ._attachments import check_limits
 from ._client_calls import CLIENT_ERROR, ClientCallError, ClientTool
 from ._decisions import PreStepDecision, RequestErrorAction
 from ._factory import AgentHandle, AgentRegistry, AgentScope
@@ -22,6 +23,7 @@ __all__ = [
     "RequestErrorAction",
     "TurnResult",
     "TurnStream",
+    "check_limits",
     "live_agent",
     "sum_usage",
     "validate_call",

@@ -2,7 +2,7 @@
 
 from . import events
 from ._approvals import approval_state, pending_approvals
-from ._blobs import event_blobs
+from ._blobs import StoredBlob, event_blobs
 from ._deferred import pending_deferred
 from ._events import (
     COMPACTION_PLUGIN,
@@ -30,6 +30,7 @@ __all__ = [
     "SessionEventPayload",
     "SessionInfo",
     "SessionStore",
+    "StoredBlob",
     "TurnEndReason",
     "approval_state",
     "event_blobs",
