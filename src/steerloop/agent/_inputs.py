@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from .._signal import AbortSignal
     from ..session._session import Session
 
-__all__ = ["InputResumer", "InputResumers", "Inputs", "check_answer", "check_input_schema"]
+__all__ = ["InputResumer", "InputResumers", "Inputs", "check_input_answer", "check_input_schema"]
 
 InputResumer = Callable[[InputRequest, InputAnswered, ToolExec], Awaitable[ToolResult]]
 """Finishes a call after a restart: given the request (its ``resume`` state), the person's
@@ -61,7 +61,7 @@ def check_input_schema(schema: Mapping[str, Any]) -> Draft202012Validator:
     return Draft202012Validator(schema, format_checker=FormatChecker())
 
 
-def check_answer(
+def check_input_answer(
     request: InputRequest,
     action: InputAction,
     content: Mapping[str, Any] | None,
@@ -267,7 +267,7 @@ class Inputs:
         record = InputAnswered(
             id=input_id,
             action=action,
-            content=check_answer(waiting.request, action, content, waiting.validator),
+            content=check_input_answer(waiting.request, action, content, waiting.validator),
             by=by,
         )
         seq = self._session.append(record).seq

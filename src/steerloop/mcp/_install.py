@@ -22,13 +22,12 @@ from typing import TYPE_CHECKING, Any, TextIO
 import mcp_types as types
 from mcp.client import Client
 
+from .. import AbortController
 from .. import hooks as h
-from .._hooks import Disposer
-from .._signal import AbortController
-from ..agent._agent import Agent
-from ..agent._decisions import RequestPayload
+from ..agent import Agent
 from ..errors import AbortedError, ToolDefinitionError
-from ..llm._types import CallConfig
+from ..hooks import Disposer, RequestPayload
+from ..llm import CallConfig
 from ..messages import Block, TextBlock, ToolCallBlock, UserMessage
 from ..tools import Tool, ToolError, ToolExec, ToolResult, define_tool
 from ._calls import CallContext, Deadline
@@ -48,7 +47,7 @@ from ._resources import (
 from ._tasks import call_as_task, find_task, recover_task, uses_tasks
 
 if TYPE_CHECKING:
-    from .._runtime import Runtime
+    from .. import Runtime
 
 __all__ = ["MCPTools", "install_mcp", "installed_mcp", "result_from_mcp"]
 

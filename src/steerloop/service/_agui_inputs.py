@@ -15,7 +15,7 @@ from typing import Any
 
 from ag_ui.core import Interrupt, ResumeEntry
 
-from ..session._input_events import InputAction
+from ..session import InputAction
 from ._errors import ApiError
 
 __all__ = ["INPUT_REASON", "input_interrupt", "input_resume", "resume_schema"]

@@ -21,10 +21,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from ..agent._inputs import check_answer
-from ..session._events import SessionEvent
-from ..session._input_events import InputAction, InputRequest
-from ..session._inputs import input_state
+from ..agent import check_input_answer
+from ..session import InputAction, InputRequest, input_state
+from ..session.events import SessionEvent
 from ._errors import ApiError
 from ._read_body import read_json
 from ._text import check_texts
@@ -117,7 +116,7 @@ def checked_answer(
     if request is None:
         raise input_not_waiting(session_id, input_id, input_state(events, input_id))
     try:
-        return check_answer(request, action, content)
+        return check_input_answer(request, action, content)
     except ValueError as exc:
         raise ApiError(422, "invalid_answer", str(exc)) from None
 

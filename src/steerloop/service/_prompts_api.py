@@ -19,8 +19,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from .._runtime import Runtime
-from ..mcp._install import MCPTools, installed_mcp
+from .. import Runtime
+from ..mcp import MCPTools, installed_mcp
 from ..messages import TextBlock
 from ._errors import ApiError
 from ._no_model import require_session_model

@@ -20,7 +20,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from .._runtime import Runtime
+from .. import Runtime
 from ..errors import SessionPersistenceNotFoundError
 from ..evals import replay
 from ._errors import ApiError

@@ -10,14 +10,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from ..._runtime import Runtime
+from ... import Runtime
 from ...messages import Block, FileBlock, ImageBlock, block_to_json
-from ...session._approvals import approval_state, pending_approvals
-from ...session._events import SessionEvent
-from ...session._input_events import InputAction, InputRequest
-from ...session._inputs import pending_inputs
+from ...session import (
+    InputAction,
+    InputRequest,
+    approval_state,
+    pending_approvals,
+    pending_inputs,
+)
 from ...session._json import loads
-from ...session.store.postgres._store import PostgresStore
+from ...session.events import SessionEvent
+from ...session.store.postgres import PostgresStore
 from .._commands import not_waiting
 from .._host import ApiError, check_session_id, choose_profile, require_found, shared_fields
 from .._inputs_api import checked_answer, input_json
