@@ -35,8 +35,8 @@ async def schema() -> AsyncIterator[str]:
 
 
 async def _old_layout(schema: str, version: int) -> ServiceTables:
-    """``schema`` as a steerloop from before the split left it at store ``version`` (2 or
-    4): the store's steps with the service's tables inside them."""
+    """``schema`` as a steerloop from before the split left it at store ``version`` (2, 4
+    or 5): the store's steps with the service's tables inside them."""
     t = ServiceTables(schema)
     names = {"sessions": t.sessions, "events": t.events, "leases": t.leases}
     names |= {"blobs": t.blobs, "blob_refs": t.blob_refs}
@@ -55,6 +55,8 @@ async def _old_layout(schema: str, version: int) -> ServiceTables:
                 await conn.execute(_STEPS[1].replace(" IF NOT EXISTS", "").format(**service))
             if step == 4:  # the old v4 widened the kinds (today's step 2)
                 await conn.execute(_STEPS[2].replace(" IF EXISTS", "").format(**service))
+            if step == 5:  # the old v5 took answers to input requests (today's step 4)
+                await conn.execute(_STEPS[4].replace(" IF EXISTS", "").format(**service))
             await conn.execute(f"INSERT INTO {t.version} (version) VALUES ($1)", step)
         await conn.execute(
             f"INSERT INTO {t.specs} (session_id, profile, profile_version) "
@@ -92,18 +94,19 @@ async def _assert_current(conn: asyncpg.Connection, t: ServiceTables) -> None:
         f"INSERT INTO {t.commands} (session_id, cmd_seq, kind, body, error) "
         "VALUES ('s1', $1, $2, '{}', $3)"
     )
-    for cmd_seq, kind in enumerate(("client_tools", "client_result", "state"), start=2):
+    for cmd_seq, kind in enumerate(("client_tools", "client_result", "state", "input"), start=2):
         await conn.execute(insert, cmd_seq, kind, None)
     with pytest.raises(asyncpg.CheckViolationError):
         await conn.execute(insert, 9, "bogus", None)
-    await conn.execute(insert, 5, "dispose", "unknown command kind 'dispose'")
+    await conn.execute(insert, 6, "dispose", "unknown command kind 'dispose'")
     rows = await conn.fetch(f"SELECT cmd_seq, kind, body::text, error FROM {t.commands}")
     assert sorted(tuple(r) for r in rows) == [
         (1, "followup", '{"content": "kept"}', None),
         (2, "client_tools", "{}", None),
         (3, "client_result", "{}", None),
         (4, "state", "{}", None),
-        (5, "dispose", "{}", "unknown command kind 'dispose'"),
+        (5, "input", "{}", None),
+        (6, "dispose", "{}", "unknown command kind 'dispose'"),
     ]
     checks = await conn.fetchval(
         "SELECT count(*) FROM pg_constraint WHERE conrelid = $1::regclass AND contype = 'c' "
@@ -118,13 +121,14 @@ async def _assert_current(conn: asyncpg.Connection, t: ServiceTables) -> None:
     assert (checks, indexes) == (1, 3)  # primary key, (session, key), unconsumed
 
 
-@pytest.mark.parametrize("version", [2, 4])
+@pytest.mark.parametrize("version", [2, 4, 5])
 async def test_a_database_from_before_the_split_upgrades_and_keeps_its_rows(
     schema: str, version: int
 ) -> None:
-    """A schema at the old store v2 (the service's tables, the first kinds) or v4 (the
-    AG-UI kinds) takes the service's steps 1–3 without re-creating anything: its rows stay,
-    the AG-UI kinds are taken, ``error`` exists, the store stays at its version."""
+    """A schema at the old store v2 (the service's tables, the first kinds), v4 (the AG-UI
+    kinds) or v5 (input answers) takes the service's steps without re-creating anything:
+    its rows stay, the AG-UI and input kinds are taken, ``error`` exists, the store stays
+    at its version."""
     t = await _old_layout(schema, version)
     if version == 2:
         conn = await asyncpg.connect(POSTGRES_URL, timeout=5)

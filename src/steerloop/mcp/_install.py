@@ -14,6 +14,7 @@ import dataclasses
 import logging
 import os
 import re
+import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
@@ -21,13 +22,12 @@ from typing import TYPE_CHECKING, Any, TextIO
 import mcp_types as types
 from mcp.client import Client
 
+from .. import AbortController
 from .. import hooks as h
-from .._hooks import Disposer
-from .._signal import AbortController
-from ..agent._agent import Agent
-from ..agent._decisions import RequestPayload
+from ..agent import Agent
 from ..errors import AbortedError, ToolDefinitionError
-from ..llm._types import CallConfig
+from ..hooks import Disposer, RequestPayload
+from ..llm import CallConfig
 from ..messages import Block, TextBlock, ToolCallBlock, UserMessage
 from ..tools import Tool, ToolError, ToolExec, ToolResult, define_tool
 from ._calls import CallContext, Deadline
@@ -47,9 +47,9 @@ from ._resources import (
 from ._tasks import call_as_task, find_task, recover_task, uses_tasks
 
 if TYPE_CHECKING:
-    from .._runtime import Runtime
+    from .. import Runtime
 
-__all__ = ["MCPTools", "install_mcp", "result_from_mcp"]
+__all__ = ["MCPTools", "install_mcp", "installed_mcp", "result_from_mcp"]
 
 _log = logging.getLogger("steerloop.mcp")
 _TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -347,6 +347,9 @@ class MCPTools:
         await asyncio.shield(self._closing)
 
     async def _close(self) -> None:
+        held = _INSTALLED.get(self.rt)
+        if held is not None and self in held:
+            held.remove(self)
         for dispose in self._hooks:
             dispose()
         self._hooks = []
@@ -355,6 +358,16 @@ class MCPTools:
         await asyncio.gather(
             *(s.connection.close() for s in self._servers.values()), return_exceptions=True
         )
+
+
+_INSTALLED: weakref.WeakKeyDictionary[Runtime, list[MCPTools]] = weakref.WeakKeyDictionary()
+"""The open ``install_mcp`` results of each runtime (``installed_mcp``)."""
+
+
+def installed_mcp(rt: Runtime) -> tuple[MCPTools, ...]:
+    """The open ``install_mcp`` results of ``rt``, in install order: what a service lists
+    and expands as a session's MCP prompts."""
+    return tuple(_INSTALLED.get(rt, ()))
 
 
 async def install_mcp(
@@ -399,4 +412,5 @@ async def install_mcp(
         rt.hooks.on(h.REQUEST, installed._before_request),
         rt.hooks.on(h.RUNTIME_CLOSING, lambda _closing: installed.close()),
     ]
+    _INSTALLED.setdefault(rt, []).append(installed)
     return installed

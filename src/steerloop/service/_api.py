@@ -13,12 +13,11 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from ..llm.chunks import chunk_to_json
 from ..messages import Block
-from ..session._deferred import pending_deferred
-from ..session._events import ApprovalRequested, SessionEvent
-from ..session._state import fold_state
+from ..session import InputAction, fold_state, pending_deferred
+from ..session.events import ApprovalRequested, SessionEvent
 
 if TYPE_CHECKING:
-    from ..agent._decisions import StreamFrame
+    from ..hooks import StreamFrame
     from ._profile import Profile
 
 __all__ = [
@@ -94,9 +93,17 @@ class Host(Protocol):
         *,
         keep_inbox: bool = False,
         trace: Mapping[str, str] | None = None,
+        source: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]: ...
     async def submit_approval(
         self, session_id: str, call_id: str, decision: Literal["allow", "deny"], reason: str | None
+    ) -> dict[str, Any]: ...
+    async def submit_input(
+        self,
+        session_id: str,
+        input_id: str,
+        action: InputAction,
+        content: Mapping[str, Any] | None,
     ) -> dict[str, Any]: ...
     async def command(
         self,

@@ -25,16 +25,17 @@ from pydantic import (
     ValidationError,
 )
 
-from .._cancel import CancelCause
-from ..agent._agent import Agent
-from ..agent._client_calls import ClientTool
+from .. import CancelCause
+from ..agent import Agent, ClientTool
 from ..messages import Block, MessageSource, block_from_json, user_message
 from ._api import APPROVAL_BY, ApiError
+from ._inputs_api import INPUT_BY
 from ._ledger import HTTP_SOURCE
 from ._trace import continue_caller_trace
 
 __all__ = [
     "COMMAND_KINDS",
+    "Answer",
     "Cancel",
     "ClientResult",
     "ClientTools",
@@ -73,6 +74,7 @@ class _Message(_Record):
     content: MessageContent
     message_id: str | None = None
     trace: Mapping[str, JsonValue] | None = None
+    source: Mapping[str, JsonValue] | None = None  # the source's extras (an MCP prompt's)
     record: Mapping[str, JsonValue] | None = None
 
 
@@ -111,6 +113,16 @@ class Decide(_Record):
     by: str = APPROVAL_BY
 
 
+class Answer(_Record):
+    """Answer an input request that waits (``agent.answer_input``)."""
+
+    kind: Literal["input"] = "input"
+    id: str
+    action: Literal["accept", "decline", "cancel"]
+    content: dict[str, JsonValue] | None = None
+    by: str = INPUT_BY
+
+
 class _Tool(_Record):
     name: str
     description: str
@@ -141,7 +153,7 @@ class SetState(_Record):
 
 
 Command = Annotated[
-    Followup | Steer | Inject | Cancel | Decide | ClientTools | ClientResult | SetState,
+    Followup | Steer | Inject | Cancel | Decide | Answer | ClientTools | ClientResult | SetState,
     Field(discriminator="kind"),
 ]
 """Every command a session takes."""
@@ -152,6 +164,7 @@ COMMAND_KINDS = (
     "inject",
     "cancel",
     "approval",
+    "input",
     "client_tools",
     "client_result",
     "state",
@@ -231,6 +244,7 @@ def apply(agent: Agent, command: Command) -> int | None:
 
     Raises:
         ApprovalError: a decision for a call that waits for none.
+        InputError: an answer for an input request that waits for none.
         ValueError: a message or an AG-UI command the agent refuses; nothing changed.
     """
     match command:
@@ -243,6 +257,8 @@ def apply(agent: Agent, command: Command) -> int | None:
             return agent.decide_approval(
                 command.call_id, command.decision, reason=command.reason, by=command.by
             )
+        case Answer():
+            return agent.answer_input(command.id, command.action, command.content, by=command.by)
         case ClientTools():
             agent.client_calls.offer(
                 [ClientTool(t.name, t.description, t.parameters) for t in command.tools]
@@ -264,9 +280,10 @@ def apply(agent: Agent, command: Command) -> int | None:
 
 
 def _send(agent: Agent, command: Followup | Steer | Inject) -> int:
-    source = None
+    extra: dict[str, JsonValue] = dict(command.source or {})
     if command.record is not None:
-        source = MessageSource(extra={HTTP_SOURCE: dict(command.record)})
+        extra[HTTP_SOURCE] = dict(command.record)
+    source = MessageSource(extra=extra) if extra else None
     message = user_message(command.content, id=command.message_id, source=source)
     continue_caller_trace(agent, command.trace, message.id)
     if command.kind == "followup":

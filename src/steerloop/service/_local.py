@@ -18,16 +18,19 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
-from .._runtime import Runtime
-from ..agent._agent import Agent
-from ..agent._decisions import StreamFramePayload
-from ..agent._factory import AgentHandle
-from ..agent._handles import ASSISTANT_STREAM, SESSION_EVENT
+from .. import Runtime
+from ..agent import Agent, AgentHandle
 from ..errors import SessionPersistenceNotFoundError
+from ..hooks import ASSISTANT_STREAM, SESSION_EVENT, SessionEventPayload, StreamFramePayload
 from ..messages import Block
-from ..session._approvals import approval_state, pending_approvals
-from ..session._events import ApprovalRequested, SessionEvent
-from ..session._session import SessionEventPayload
+from ..session import (
+    InputAction,
+    InputRequest,
+    approval_state,
+    pending_approvals,
+    pending_inputs,
+)
+from ..session.events import ApprovalRequested, SessionEvent
 from ._api import (
     ApiError,
     approval_json,
@@ -38,7 +41,8 @@ from ._api import (
     require_found,
     shared_fields,
 )
-from ._commands import Cancel, Command, Decide, Followup, Inject, Steer, agui_command
+from ._commands import Answer, Cancel, Command, Decide, Followup, Inject, Steer, agui_command
+from ._inputs_api import checked_answer, input_json
 from ._local_commands import LocalCommands, Queued
 from ._local_feed import Durability, LocalFeeds, LocalReader
 from ._profile import Profile, origin_setup, stored_origin
@@ -231,6 +235,7 @@ class LocalHost:
             "pending_approvals": [
                 approval_json(r) for r in await self.pending_approvals(session_id)
             ],
+            "pending_inputs": [input_json(r) for r in await self.pending_inputs(session_id)],
         } | shared_fields(await self.log_events(session_id))
 
     async def listing(self) -> list[dict[str, Any]]:
@@ -265,8 +270,10 @@ class LocalHost:
         *,
         keep_inbox: bool = False,
         trace: Mapping[str, str] | None = None,
+        source: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Apply one command in the session's order; its answer once it is durable.
+        ``source``: extras of the message's source (an expanded MCP prompt's).
         ``content`` is text, or blocks (images and files with their bytes: the session's
         writer stores them with the message).
 
@@ -283,7 +290,7 @@ class LocalHost:
             command = Cancel(keep_inbox=keep_inbox)
         else:
             message = {"followup": Followup, "steer": Steer, "inject": Inject}[kind]
-            command = message(content=content, message_id=message_id, trace=trace)
+            command = message(content=content, message_id=message_id, trace=trace, source=source)
         return await self.commands.submit(session_id, Queued(command=command, key=key))
 
     async def _durable_through(self, session_id: str, agent: Agent, seq: int) -> None:
@@ -346,6 +353,40 @@ class LocalHost:
             raise not_waiting(session_id, call_id, approval_state(agent.session.events, call_id))
         command = Decide(call_id=call_id, decision=decision, reason=reason or None)
         return await self.commands.submit(session_id, Queued(command=command))
+
+    # --- input requests -------------------------------------------------------------------
+
+    async def pending_inputs(self, session_id: str) -> tuple[InputRequest, ...]:
+        """The session's input requests waiting for an answer: the live agent's, or the
+        stored log's fold when it is not loaded here."""
+        handle = self._handles.get(session_id)
+        if handle is not None:
+            return handle.agent.pending_inputs
+        return pending_inputs(await self.log_events(session_id))
+
+    async def submit_input(
+        self,
+        session_id: str,
+        input_id: str,
+        action: InputAction,
+        content: Mapping[str, Any] | None,
+    ) -> dict[str, Any]:
+        """Accept an answer to a pending input request as the session's next command.
+
+        The session is loaded first (a crashed one is repaired), so what is accepted is
+        pending in the live agent; the content is checked against the requested schema
+        before it is queued.
+
+        Raises:
+            ApiError: 404 when the input is not pending, 409 ``ALREADY_DECIDED`` when it
+                was answered (by this or a concurrent request), 422 ``invalid_answer``.
+        """
+        agent = await self.load(session_id)
+        checked = checked_answer(
+            session_id, agent.session.events, agent.pending_inputs, input_id, action, content
+        )
+        answer = Answer(id=input_id, action=action, content=checked)
+        return await self.commands.submit(session_id, Queued(command=answer))
 
     def unconsumed(self, session_id: str) -> int:
         return self.commands.unconsumed(session_id)

@@ -21,12 +21,13 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._ids import new_id
-from ..agent._agent import Agent
-from ..errors import ApprovalError
-from ..session._approvals import approval_state
+from ..agent import Agent
+from ..errors import ApprovalError, InputError
+from ..ids import new_id
+from ..session import approval_state
 from ._api import ApiError, not_waiting
 from ._commands import (
+    Answer,
     Cancel,
     ClientResult,
     ClientTools,
@@ -39,6 +40,7 @@ from ._commands import (
     apply,
 )
 from ._errors import to_api_error
+from ._inputs_api import input_not_waiting
 from ._ledger import Ledger, request_fingerprint
 
 __all__ = ["LocalCommands", "Queued"]
@@ -206,6 +208,15 @@ class LocalCommands:
                 except ApprovalError:
                     state = approval_state(agent.session.events, command.call_id)
                     raise not_waiting(agent.id, command.call_id, state) from None
+                assert seq is not None
+                return {"cmd_seq": _next(queue, ledger)}, seq
+            case Answer():
+                try:
+                    seq = apply(agent, command)
+                except InputError as exc:  # answered or closed since it was checked
+                    raise input_not_waiting(agent.id, command.id, exc.state) from None
+                except ValueError as exc:
+                    raise ApiError(422, "invalid_answer", str(exc)) from None
                 assert seq is not None
                 return {"cmd_seq": _next(queue, ledger)}, seq
             case Followup() | Steer() | Inject():

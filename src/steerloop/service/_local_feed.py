@@ -8,7 +8,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from ..session._session import Session
+from ..session import Session
 from ._source import Wakeup
 
 __all__ = ["Durability", "LocalFeed", "LocalFeeds", "LocalReader"]

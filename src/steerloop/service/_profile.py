@@ -8,12 +8,12 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
-from ..agent._options import AgentOptions, validate_call
+from ..agent import AgentOptions, validate_call
 from ..errors import SessionPersistenceNotFoundError
-from ..session.store._interface import SessionStore
+from ..session.store import SessionStore
 
 if TYPE_CHECKING:
-    from .._runtime import Runtime
+    from .. import Runtime
 
 __all__ = ["ORIGIN_KIND", "Profile", "load_profiles", "origin_setup", "stored_origin"]
 

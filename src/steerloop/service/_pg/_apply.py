@@ -19,10 +19,19 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from ...errors import ApprovalError, SessionConflictError, SessionPersistenceError
-from ...session.store.postgres._store import PostgresStore
+from ...errors import ApprovalError, InputError, SessionConflictError, SessionPersistenceError
+from ...session.store.postgres import PostgresStore
 from ...session.store.postgres._writer import PostgresWriter
-from .._commands import CommandError, Decide, Followup, Inject, Steer, apply, parse_command
+from .._commands import (
+    Answer,
+    CommandError,
+    Decide,
+    Followup,
+    Inject,
+    Steer,
+    apply,
+    parse_command,
+)
 from ._residents import Resident, Residents
 
 __all__ = ["CommandApplier"]
@@ -122,7 +131,7 @@ class CommandApplier:
             await self._consume(session_id, cmd_seq, writer, error=str(exc))
             return
         match command:
-            case Followup() | Steer() | Inject() | Decide():
+            case Followup() | Steer() | Inject() | Decide() | Answer():
                 await self._apply_logged(session_id, resident, writer, cmd_seq, command)
             case _:
                 # At most once (a cancel, an AG-UI command): consumed (fenced) first.
@@ -141,9 +150,9 @@ class CommandApplier:
         resident: Resident,
         writer: PostgresWriter,
         cmd_seq: int,
-        command: Followup | Steer | Inject | Decide,
+        command: Followup | Steer | Inject | Decide | Answer,
     ) -> None:
-        """A command that writes one event (a splice, a decision): its consumption rides
+        """A command that writes one event (a splice, a decision, an answer): its consumption rides
         on that event's batch. A message id already in the log is only marked consumed."""
         message_id = getattr(command, "message_id", None)
         if message_id is not None and message_id in resident.message_ids():
@@ -153,7 +162,7 @@ class CommandApplier:
             seq = apply(resident.agent, command)
         except SessionPersistenceError:
             raise
-        except (ValueError, ApprovalError) as exc:  # refused, or no longer waiting
+        except (ValueError, ApprovalError, InputError) as exc:  # refused, or no longer waiting
             log.info("session %s: command %d not applied: %s", session_id, cmd_seq, exc)
             await self._consume(session_id, cmd_seq, writer, error=str(exc))
             return

@@ -15,7 +15,7 @@ import json
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from ..._ids import new_id
+from ...ids import new_id
 from .._api import ApiError
 from ._control import namespace
 from ._schema import ServiceTables
@@ -24,7 +24,15 @@ from ._sql import NOTIFY, Sql
 __all__ = ["CommandKind", "Commands", "unserved_note"]
 
 CommandKind = Literal[
-    "followup", "steer", "inject", "cancel", "approval", "client_tools", "client_result", "state"
+    "followup",
+    "steer",
+    "inject",
+    "cancel",
+    "approval",
+    "client_tools",
+    "client_result",
+    "state",
+    "input",
 ]
 
 
@@ -142,8 +150,9 @@ class Commands:
                 self.ns,
                 message_id,
                 body.get("call_id") if kind == "approval" else None,
+                body.get("id") if kind == "input" else None,
             )
-            stored = _refusal(seen, session_id, body, message_id, key, self.max_unconsumed)
+            stored = _refusal(seen, session_id, kind, body, message_id, key, self.max_unconsumed)
             if stored is not None:
                 return stored
             answer, message_id, noop = _accepted(spec, seen, kind, message_id)
@@ -238,6 +247,7 @@ def _accepted(
 def _refusal(
     seen: Any,
     session_id: str,
+    kind: CommandKind,
     body: dict[str, Any],
     message_id: str | None,
     key: str | None,
@@ -263,7 +273,10 @@ def _refusal(
             409, "MESSAGE_ID_REUSED", f"session {session_id!r} already holds message {message_id!r}"
         )
     if seen["decided"]:
-        raise ApiError(409, "ALREADY_DECIDED", f"call {body.get('call_id')!r} was already decided")
+        what = f"input {body.get('id')!r} was already answered"
+        if kind == "approval":
+            what = f"call {body.get('call_id')!r} was already decided"
+        raise ApiError(409, "ALREADY_DECIDED", what)
     if seen["waiting"] >= max_unconsumed:
         raise ApiError(
             429,

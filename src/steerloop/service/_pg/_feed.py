@@ -17,10 +17,10 @@ import logging
 from collections.abc import Iterator
 from typing import Any
 
-from ..._runtime import Runtime
+from ... import Runtime
 from ...errors import SessionStorageError
 from ...session._json import loads
-from ...session.store._interface import page_rows
+from ...session.store import page_rows
 from ...session.store.postgres._schema import asyncpg_module
 from ...session.store.postgres._store import (
     PostgresStore,

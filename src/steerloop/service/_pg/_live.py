@@ -16,11 +16,9 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from ..._runtime import Runtime
-from ...agent._decisions import StreamFramePayload
-from ...agent._handles import ASSISTANT_STREAM, SESSION_EVENT
+from ... import Runtime
+from ...hooks import ASSISTANT_STREAM, SESSION_EVENT, SessionEventPayload, StreamFramePayload
 from ...session._json import dumps
-from ...session._session import SessionEventPayload
 from ...session.store.postgres._store import PAYLOAD_BYTES, escape_id
 from .._api import frame_json
 from ._schema import ServiceTables

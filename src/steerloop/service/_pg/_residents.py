@@ -18,9 +18,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..._runtime import Runtime
-from ...agent._agent import Agent
-from ...agent._factory import AgentHandle
+from ... import Runtime
+from ...agent import Agent, AgentHandle
 from ...session.store.postgres._store import PostgresStore
 from .._profile import Profile, origin_setup
 from .._takeover import takeover_message

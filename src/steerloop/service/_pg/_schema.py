@@ -7,7 +7,7 @@ the row lock numbers every session's commands without gaps whichever API node ac
 them), ``commands``, ``wakeups`` (work for any worker to claim) and ``live`` (the frames of
 open steps, unlogged).
 
-Until the split, the store's migrations v2 and v4 created and changed these tables. So every
+Until the split, the store's migrations v2, v4 and v5 created and changed these tables. So every
 step here leaves a database that has them already as it is (``IF NOT EXISTS``, the names
 PostgreSQL gave them then): an old database takes these steps and keeps its rows.
 """
@@ -18,7 +18,7 @@ from ...session.store.postgres._schema import Migrations, Tables
 
 __all__ = ["SERVICE_VERSION", "ServiceTables", "service_migrations"]
 
-SERVICE_VERSION = 3
+SERVICE_VERSION = 4
 """Version of the service's table layout (``steerloop_component_versions``)."""
 
 
@@ -117,6 +117,16 @@ _STEPS: dict[int, str] = {
     # a refusal by the agent): recorded, never dropped silently.
     3: """
     ALTER TABLE {commands} ADD COLUMN IF NOT EXISTS error text;
+    """,
+    # 4: the answer to an input request (``POST /v1/sessions/{id}/inputs/{input_id}``, an
+    # AG-UI resume), which the AG-UI check refused: a server's question could not be
+    # answered through a worker. (The store's v5, before the split.)
+    4: """
+    ALTER TABLE {commands} DROP CONSTRAINT IF EXISTS steerloop_commands_kind_check;
+    ALTER TABLE {commands} ADD CONSTRAINT steerloop_commands_kind_check CHECK (kind IN (
+        'followup', 'steer', 'inject', 'cancel', 'approval', 'dispose',
+        'client_tools', 'client_result', 'state', 'input'
+    ));
     """,
 }
 

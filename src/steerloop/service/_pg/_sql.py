@@ -107,7 +107,8 @@ class Sql:
             f"SELECT cmd_seq, profile, profile_version, status FROM {t.specs} "
             "WHERE session_id = $1 FOR UPDATE"
         )
-        # $1 session, $2 key, $3 profile, $4 version, $5 namespace, $6 message id, $7 call id
+        # $1 session, $2 key, $3 profile, $4 version, $5 namespace, $6 message id, $7 call id,
+        # $8 input id (a decision or an answer already accepted)
         self.submit_reads = (
             f"WITH o AS (SELECT owner_key FROM {t.leases} WHERE session_id = $1 "
             "AND lease_id IS NOT NULL AND expires_at > now()), "
@@ -117,7 +118,8 @@ class Sql:
             "(SELECT body->>'request' FROM k) AS request, "
             f"EXISTS (SELECT 1 FROM {t.commands} WHERE session_id = $1 AND message_id = $6) "
             f"AS id_taken, EXISTS (SELECT 1 FROM {t.commands} WHERE session_id = $1 "
-            "AND kind = 'approval' AND body->>'call_id' = $7) AS decided, "
+            "AND ((kind = 'approval' AND body->>'call_id' = $7) "
+            "OR (kind = 'input' AND body->>'id' = $8))) AS decided, "
             f"(SELECT count(*) FROM {t.commands} WHERE session_id = $1 "
             "AND consumed_at IS NULL) AS waiting, (SELECT owner_key FROM o) AS owner_key, "
             "CASE WHEN NOT EXISTS (SELECT 1 FROM o) THEN EXISTS ("

@@ -29,11 +29,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ... import hooks
-from ..._runtime import Runtime
-from ...agent._decisions import StatusPayload
+from ... import Runtime, hooks
 from ...errors import SessionConflictError
-from ...session._session import SessionEventPayload
+from ...hooks import SessionEventPayload, StatusPayload
 from ...session.store.postgres._store import PostgresStore
 from .._profile import Profile
 from ._apply import CommandApplier

@@ -26,7 +26,7 @@ __all__ = [
     "migrate_component",
 ]
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """Version of the table layout (``steerloop_schema_version``)."""
 
 
@@ -104,8 +104,9 @@ _MIGRATIONS: dict[int, str] = {
     );
     CREATE INDEX ON {blob_refs} (hash);
     """,
-    # v4 changed a table of the service (now its own migrations): nothing here.
+    # v4 and v5 changed a table of the service (now its own migrations): nothing here.
     4: "",
+    5: "",
 }
 
 
