@@ -8,6 +8,7 @@ import pytest
 
 from steerloop.service._api import ApiError
 from steerloop.service._commands import (
+    Answer,
     Cancel,
     ClientResult,
     ClientTools,
@@ -41,6 +42,10 @@ def test_every_kind_reads_back_from_its_row() -> None:
     result = parse_command("client_result", None, {"call_id": "c", "content": "r"})
     assert result == ClientResult(call_id="c", content="r", is_error=False)
     assert parse_command("state", None, {"state": {"a": 1}}) == SetState(state={"a": 1})
+    answer = {"id": "i1", "action": "accept", "content": {"ok": True}}
+    assert parse_command("input", None, answer) == Answer(
+        id="i1", action="accept", content={"ok": True}, by="http"
+    )
 
 
 @pytest.mark.parametrize(
@@ -53,6 +58,7 @@ def test_every_kind_reads_back_from_its_row() -> None:
         ("approval", None, {"call_id": "c", "decision": "maybe"}, "approval decision: "),
         ("client_tools", None, {"tools": 3}, "client_tools tools: "),
         ("state", None, {"state": [1]}, "state state: "),
+        ("input", None, {"id": "i1", "action": "shrug"}, "input action: "),
     ],
 )
 def test_a_row_that_is_no_command_is_refused_with_its_reason(
