@@ -30,7 +30,8 @@ from ..errors import AbortedError
 from ..session._events import SessionEvent
 from ..session._input_events import MCPTaskCreated
 from ._bounds import TASK_KEY
-from ._connection import Connection, MCPConnectionError
+from ._connection import Connection
+from ._errors import MCPConnectionError
 
 if TYPE_CHECKING:
     from ..session._session import Session
