@@ -4,7 +4,8 @@ way: ``order`` answers its first round ``input_required`` (an elicitation and se
 
 Run as ``python rounds_server.py STATE_DIR PORT``. Each completed order is a line of
 ``STATE_DIR/completed`` (``item action content``), so a test sees how many times the server
-was told an answer.
+was told an answer. A resource ``note://doc`` and a tool ``touch`` that announces an update
+of a resource on ``subscriptions/listen`` (2026-07-28 has no ``resources/subscribe``).
 """
 
 from __future__ import annotations
@@ -57,6 +58,21 @@ async def order(item: str, ctx: Context) -> str | InputRequiredResult:
 def echo(text: str) -> str:
     """Return the text."""
     return text
+
+
+@server.resource("note://doc", name="doc", mime_type="text/plain")
+def doc() -> str:
+    """A note; each read is noted in ``STATE_DIR/reads``."""
+    with (STATE / "reads").open("a") as f:
+        f.write("note://doc\n")
+    return "the note"
+
+
+@server.tool()
+async def touch(uri: str, ctx: Context) -> str:
+    """Say that resource ``uri`` changed (to ``subscriptions/listen`` subscribers)."""
+    await ctx.notify_resource_updated(uri)
+    return "touched"
 
 
 if __name__ == "__main__":

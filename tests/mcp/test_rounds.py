@@ -2,7 +2,8 @@
 of these tests answers ``tools/call`` ``input_required`` (an elicitation and sealed
 ``requestState``); the agent writes ``input/requested`` with the round (``resume``), the call
 waits, and the answer — on this process or, after a crash, on the one that resumed the
-session — is sent with the state, once."""
+session — is sent with the state, once. And the same protocol's resource updates, which come
+on ``subscriptions/listen``."""
 
 from __future__ import annotations
 
@@ -15,10 +16,10 @@ import pytest
 
 from steerloop import AgentOptions, CancelCause, InputRequest, Runtime, user_message
 from steerloop.mcp import MCPServer, MCPTools, install_mcp
-from steerloop.session.events import InputAnswered
+from steerloop.session.events import InputAnswered, MCPResourceUpdated
 from steerloop.testing import ScriptedAdapter, text_response, tool_call_response
 
-from ..conftest import Harness, compact, settle
+from ..conftest import Harness, compact, events_of, settle
 from ..logcheck import assert_well_formed
 from ..support import kill_after_first_line
 from .helpers import eventually, python_server, result_texts
@@ -165,3 +166,25 @@ async def test_a_round_killed_with_its_process_is_finished_by_the_next(
     finally:
         await rt.close()
     assert json.loads(completed(state)[0].split(" ", 2)[2]) == {"count": 3}
+
+
+async def test_a_resource_watched_on_2026_07_28_logs_its_updates_and_nothing_is_reread(
+    h: Harness, installed: MCPTools, state: Path
+) -> None:
+    """2026-07-28 has no ``resources/subscribe``: reading a resource for an agent adds it to
+    the connection's ``subscriptions/listen`` filter (acknowledged before the read returns);
+    the server's update of it appends ``mcp/resource-updated`` to that agent's log, an
+    update of another resource nothing; the resource is not read again."""
+    agent = await h.agent(
+        tool_call_response("c1", "r__read_resource", {"uri": "note://doc"}),
+        tool_call_response("c2", "r__touch", {"uri": "note://doc"}),
+        tool_call_response("c3", "r__touch", {"uri": "note://other"}),
+        text_response("done"),
+    )
+    agent.followup(user_message("go"))
+    await settle(agent, 60)
+    assert result_texts(agent, "c1")[0].endswith("\nthe note")
+    updates = await eventually(lambda: events_of(agent.session, "mcp/resource-updated"))
+    assert [e.data for e in updates] == [MCPResourceUpdated(server="r", uri="note://doc")]
+    assert updates[0].ignorable
+    assert (state / "reads").read_text().splitlines() == ["note://doc"]

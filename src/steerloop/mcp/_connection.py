@@ -19,7 +19,6 @@ import httpx2
 import mcp_types as types
 from mcp.client import Client, IncomingMessage
 from mcp.client.streamable_http import streamable_http_client
-from mcp.client.subscriptions import ToolsListChanged
 from mcp.shared.exceptions import MCPError
 from mcp_types import CONNECTION_CLOSED
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
@@ -32,6 +31,7 @@ from ._config import MCPServer
 from ._errors import TRANSPORT_ERRORS, MCPConnectionError, MCPLimitError, describe
 from ._http import BoundedHTTP
 from ._limits import DROPPED_KEY, REFUSED_KEY
+from ._listen import SUBSCRIPTION_ID, Listener
 from ._oauth_flow import oauth_provider
 from ._person import PersonTime, ready_within
 from ._stdio import contained_stdio
@@ -100,6 +100,7 @@ class Connection:
         self.bounder = Bounder(server.limits)
         self.in_flight = InFlight()
         self.peer: Peer | None = None  # the server's requests (set by the installer)
+        self.listener = Listener(server.name, on_tools_changed, self._resource_updated)
 
     @property
     def alive(self) -> bool:
@@ -178,8 +179,9 @@ class Connection:
                 if not ready.done():
                     ready.set_result(client)
                 async with anyio.create_task_group() as group:
-                    if _announces_tool_changes(client):
-                        group.start_soon(self._listen, client)
+                    if client.protocol_version in MODERN_PROTOCOL_VERSIONS:
+                        tools = _announces_tool_changes(client)
+                        group.start_soon(self.listener.run, client, tools)
                     await stop.wait()
                     group.cancel_scope.cancel()
         except BaseException as exc:  # handed to the waiter, or logged
@@ -258,19 +260,17 @@ class Connection:
         """What the server declared (connecting first)."""
         return (await self._connected(signal)).server_capabilities
 
-    async def _listen(self, client: Client) -> None:
-        """Follow tool-list changes on a 2026-07-28 connection (``subscriptions/listen``)."""
-        try:
-            async with client.listen(tools_list_changed=True) as subscription:
-                async for event in subscription:
-                    if isinstance(event, ToolsListChanged):
-                        self._on_tools_changed()
-        except Exception as exc:  # a lost subscription: the next connection listens again
-            _log.debug("MCP server %r: tool-change subscription ended: %s", self.server.name, exc)
+    def _resource_updated(self, uri: str) -> None:
+        if self.peer is not None:
+            self.peer.resource_updated(uri)
 
     def _on_message(self, message: IncomingMessage) -> Any:
-        # Connections older than 2026-07-28 announce changes as plain notifications.
-        if isinstance(message, types.ToolListChangedNotification):
+        # Connections older than 2026-07-28 announce changes as plain notifications. A
+        # notification of a subscriptions/listen stream reaches this handler too: the
+        # listener reports it (once).
+        if _of_subscription(message):
+            pass
+        elif isinstance(message, types.ToolListChangedNotification):
             self._on_tools_changed()
         elif self.peer is not None:
             self.peer.notified(message)
@@ -371,6 +371,12 @@ class Connection:
         raise MCPConnectionError(
             f"MCP server {self.server.name!r} went away during the call: {cause}"
         ) from exc
+
+
+def _of_subscription(message: IncomingMessage) -> bool:
+    params = getattr(message, "params", None)
+    meta = getattr(params, "meta", None)
+    return isinstance(meta, dict) and SUBSCRIPTION_ID in meta
 
 
 def _announces_tool_changes(client: Client) -> bool:

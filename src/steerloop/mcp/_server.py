@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 import mcp_types as types
 from mcp.client import Client
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from .._hooks import Disposer
 from .._signal import AbortController
@@ -178,7 +179,12 @@ class InstalledServer:
         return None if result is None else with_cut_note(result_from_mcp(result), result)
 
     async def _subscribe(self, uri: str) -> None:
-        capabilities = await self.connection.capabilities()
+        client = await self.connection.client()
+        if client.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            # 2026-07-28: the URI joins the connection's subscriptions/listen filter.
+            await self.connection.listener.watch(uri, self.config.timeout)
+            return
+        capabilities = client.server_capabilities
         resources = capabilities.resources if capabilities is not None else None
         if resources is None or not resources.subscribe:
             raise ValueError("the server does not offer subscriptions")
