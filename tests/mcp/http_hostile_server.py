@@ -43,7 +43,7 @@ def echo(text: str) -> str:
 def _listed(name: str) -> None:
     # Listed like any tool (the client validates arguments against the schema); their
     # calls never reach the SDK: ``hostile`` below answers them.
-    @server.tool(name=name, description=f"hostile: {name}")
+    @server.tool(name=name, description=f"hostile: {name}", structured_output=False)
     def body(n: int = 0) -> str:
         raise AssertionError(f"{name} is answered by the hostile layer")
 
