@@ -23,17 +23,26 @@ class _Response:
 
 
 class _SdkStream:
-    """Yields ``events``; then raises ``fail`` if given. ``closed`` counts close() calls."""
+    """Yields ``events``; then raises ``fail`` if given. ``closed`` counts close() calls.
+
+    Shaped like the OpenAI SDK's stream: ``_iterator`` is made at once and refers back to the
+    stream (a reference cycle), and ``__aiter__`` is a generator of its own over it."""
 
     def __init__(self, events: Sequence[Any], fail: Exception | None = None) -> None:
         self.events = list(events)
         self.fail = fail
         self.closed = 0
-        self.iterator_closed = False  # the iterator __aiter__ gave has run its finally
+        self.outer_closed = False  # the generator __aiter__ gave has run its finally
+        self.iterator_closed = False  # the stream's own generator has run its finally
         self.response = _Response("req-1")
+        self._iterator = self._iterate()
 
-    def __aiter__(self) -> AsyncIterator[Any]:
-        return self._iterate()
+    async def __aiter__(self) -> AsyncIterator[Any]:
+        try:
+            async for event in self._iterator:
+                yield event
+        finally:
+            self.outer_closed = True
 
     async def _iterate(self) -> AsyncIterator[Any]:
         try:
@@ -107,7 +116,8 @@ class _DoneAfterFirst(_Call):
 
 async def test_the_sdk_iterator_left_by_a_complete_response_is_closed_in_the_request() -> None:
     """A response complete before its stream ends (``call.done``) leaves the loop with the
-    SDK's iterator suspended; the template closes it before it returns, not the collector.
+    SDK's iterators suspended; the template closes both (what ``aiter`` gave and the stream's
+    own, which a reference cycle would leave to the collector) before it returns.
 
     Counterexample this pins (seen once in CI): left to the collector, the Responses SDK's
     iterator was finalized after its client had closed and failed there ("async generator
@@ -118,7 +128,7 @@ async def test_the_sdk_iterator_left_by_a_complete_response_is_closed_in_the_req
     gc.disable()
     try:
         chunks = await collect(_DoneAfterFirst([stream]))
-        assert stream.iterator_closed
+        assert stream.outer_closed and stream.iterator_closed
     finally:
         if collecting:
             gc.enable()

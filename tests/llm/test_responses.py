@@ -8,7 +8,12 @@ what went over the wire. Nothing inside the SDK is patched.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
 import json
+import sys
+import weakref
+from collections.abc import AsyncGenerator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -591,3 +596,60 @@ def _info(window: int) -> Any:
     from steerloop.llm import ModelInfo
 
     return ModelInfo(context_window=window)
+
+
+@contextlib.contextmanager
+def _started_async_generators() -> Iterator[list[weakref.ref[AsyncGenerator[Any]]]]:
+    """Weak references to every async generator first iterated inside the block (the loop's
+    own hooks still run: recording wraps its first-iteration hook)."""
+    started: list[weakref.ref[AsyncGenerator[Any]]] = []
+    hooks = sys.get_asyncgen_hooks()
+
+    def firstiter(agen: AsyncGenerator[Any]) -> None:
+        started.append(weakref.ref(agen))
+        if hooks.firstiter is not None:
+            hooks.firstiter(agen)
+
+    sys.set_asyncgen_hooks(firstiter=firstiter, finalizer=hooks.finalizer)
+    try:
+        yield started
+    finally:
+        sys.set_asyncgen_hooks(firstiter=hooks.firstiter, finalizer=hooks.finalizer)
+
+
+def _suspended(started: list[weakref.ref[AsyncGenerator[Any]]]) -> list[str]:
+    """Those of ``started`` that are alive, started and not finished."""
+    alive = (ref() for ref in started)
+    return sorted(
+        g.ag_code.co_qualname  # type: ignore[attr-defined]
+        for g in alive
+        if g is not None and g.ag_frame is not None  # type: ignore[attr-defined]
+    )
+
+
+async def test_a_complete_response_leaves_no_sdk_generator_to_the_collector(
+    server: SSEServer,
+) -> None:
+    """The stream ends at ``response.completed``, before the body does. With the cyclic
+    collector off, every async generator the request started (the SDK's and its
+    transport's) is finished within a bounded number of loop turns: none is left for a
+    collection at an arbitrary later point (the OpenAI stream's own generator sits in a
+    reference cycle with it). Counterexample: before the stream's ``_iterator`` was closed
+    in the request, all ten stayed suspended (CI saw one finalized mid-collection: "async
+    generator already executing")."""
+    server.add(text_step(Wire("resp_1"), "hi"))
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        with _started_async_generators() as started:
+            chunks = await stream_once(server, request())
+        assert chunks[-1] == Finish(reason=FinishReason(kind="stop"))
+        assert len(started) >= 5  # the SDK and its transport did start their generators
+        for _ in range(250):
+            if not _suspended(started):
+                break
+            await asyncio.sleep(0)
+        assert _suspended(started) == []
+    finally:
+        if collecting:
+            gc.enable()

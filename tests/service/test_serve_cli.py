@@ -4,6 +4,7 @@ fresh machine, ``--profiles MODULE:ATTR``, and the refusal of a public bind with
 from __future__ import annotations
 
 import asyncio
+import base64
 import re
 import signal
 import socket
@@ -18,6 +19,7 @@ import pytest
 
 from .pgworkers import SERVE, env_for
 from .served import WAIT, turn_ends
+from .test_attachments import png
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -102,6 +104,29 @@ async def test_serve_with_a_profiles_module_runs_turns(tmp_path: Path) -> None:
                 if e["type"] == "assistant/message"
             ]
             assert texts == ["reply 1", "reply 2"]
+
+
+async def test_serve_takes_the_attachment_caps(tmp_path: Path) -> None:
+    """``--max-attachment-bytes`` / ``--max-message-attachment-bytes`` are the runtime's caps:
+    the page is told them, and an image over the first is refused 413."""
+    store = f"sqlite:///{tmp_path / 'sessions.db'}"
+    args = ("--store", store, "--profiles", "tests.service.profiles:profiles")
+    caps = ("--max-attachment-bytes", "2000", "--max-message-attachment-bytes", "3000")
+    with serve(tmp_path / "home", *args, *caps) as url:
+        async with httpx.AsyncClient(base_url=url, timeout=WAIT) as client:
+            page = (await client.get("/")).text
+            assert 'data-max-attachment-bytes="2000"' in page
+            assert 'data-max-message-attachment-bytes="3000"' in page
+            assert (await client.post("/v1/sessions", json={"session_id": "s"})).status_code == 201
+            image = base64.b64encode(png(30, 30)).decode()
+            answer = await client.post(
+                "/v1/sessions/s/messages",
+                json={"mode": "followup", "content": [{"type": "image", "data": image}]},
+            )
+            assert (answer.status_code, answer.json()["error"]["code"]) == (
+                413,
+                "attachment_too_large",
+            )
 
 
 async def test_serve_with_an_async_profiles_callable(tmp_path: Path) -> None:
@@ -254,6 +279,8 @@ async def test_serve_without_a_token_says_so_and_answers_only_its_names(tmp_path
         (["--body-timeout", "inf"], "--body-timeout must be a finite number of seconds"),
         (["--allowed-origin", "evil.test"], "scheme://host[:port], not 'evil.test'"),
         (["--allowed-host", "*"], "an allowed host must be a name"),
+        (["--max-attachment-bytes", "0"], "--max-attachment-bytes must be a positive number"),
+        (["--max-message-attachment-bytes", "-5"], "--max-message-attachment-bytes must be"),
     ],
 )
 def test_a_bad_edge_setting_is_refused(tmp_path: Path, flags: list[str], said: str) -> None:

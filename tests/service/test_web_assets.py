@@ -31,6 +31,7 @@ def test_the_assets_are_the_pages_files() -> None:
     assert ASSETS == [
         "api.js",
         "app.js",
+        "attach.js",
         "feed.js",
         "icon.svg",
         "index.html",
@@ -59,7 +60,12 @@ async def test_every_asset_is_served_from_the_package_with_its_type(tmp_path: Pa
     async with served(app) as client:
         index = await client.get("/")
         assert index.status_code == 200
-        assert index.content == WEB.joinpath("index.html").read_bytes()
+        # The page as shipped, told the attachment caps (the defaults here) on its <body>.
+        told = (
+            b'<body data-max-attachment-bytes="10485760" '
+            b'data-max-message-attachment-bytes="20971520">'
+        )
+        assert index.content == WEB.joinpath("index.html").read_bytes().replace(b"<body>", told)
         assert index.headers["content-type"] == "text/html; charset=utf-8"
         csp = index.headers["content-security-policy"]
         assert "script-src 'self'" in csp

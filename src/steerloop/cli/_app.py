@@ -703,6 +703,19 @@ def serve(
         float | None,
         typer.Option("--body-timeout", help="Seconds to receive a request body, then 408 [30]."),
     ] = None,
+    max_attachment_bytes: Annotated[
+        int | None,
+        typer.Option(
+            "--max-attachment-bytes", help="Bytes of one image or file, then 413 [10485760]."
+        ),
+    ] = None,
+    max_message_attachment_bytes: Annotated[
+        int | None,
+        typer.Option(
+            "--max-message-attachment-bytes",
+            help="Bytes of all the images and files of one message, then 413 [20971520].",
+        ),
+    ] = None,
     temperature: TemperatureOption = None,
     set_: SetOption = None,
 ) -> None:
@@ -735,11 +748,24 @@ def serve(
                 header_timeout=header_timeout,
                 body_timeout=body_timeout,
             ),
+            attachments=_attachment_caps(
+                max_attachment_bytes=max_attachment_bytes,
+                max_message_attachment_bytes=max_message_attachment_bytes,
+            ),
             model=model,
             call=_request_options(temperature, set_),
         )
     except (ValueError, SteerloopError) as exc:
         raise _fail(console, str(exc), 2) from None
+
+
+def _attachment_caps(**flags: int | None) -> dict[str, int]:
+    """``create_app``'s attachment caps from the serve flags given; a bad one names its flag."""
+    for name, value in flags.items():
+        if value is not None and value < 1:
+            flag = "--" + name.replace("_", "-")
+            raise ValueError(f"{flag} must be a positive number of bytes, not {value}")
+    return {name: value for name, value in flags.items() if value is not None}
 
 
 def _edge_limits(**flags: Any) -> Any:

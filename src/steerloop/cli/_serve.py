@@ -108,10 +108,12 @@ def serve_main(
     limits: Any = None,
     model: str | None = None,
     call: Mapping[str, Any] | None = None,
+    attachments: Mapping[str, int] | None = None,
 ) -> None:
     """Run the service until interrupted; raises ``ValueError`` for a refused configuration."""
     import uvicorn
 
+    from .._media import DEFAULT_LIMITS
     from ..service import create_app
     from ..service._hostcheck import WILDCARD_BINDS
     from ..service._profile import load_profiles
@@ -146,6 +148,7 @@ def serve_main(
             return list((await load_profiles(spec, rt)).values())
 
     names = [*allowed_hosts, *([] if host in WILDCARD_BINDS else [host])]
+    caps = dict(attachments or {})
     app = create_app(
         settings.store,
         found,
@@ -158,6 +161,10 @@ def serve_main(
         allowed_hosts=names,
         allowed_origins=allowed_origins,
         limits=limits,
+        max_attachment_bytes=caps.get("max_attachment_bytes", DEFAULT_LIMITS.block_bytes),
+        max_message_attachment_bytes=caps.get(
+            "max_message_attachment_bytes", DEFAULT_LIMITS.message_bytes
+        ),
     )
     config = uvicorn.Config(
         app,

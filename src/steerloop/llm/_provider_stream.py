@@ -85,16 +85,25 @@ def _failed(call: ProviderCall, exc: Exception, request_id: str | None) -> Finis
     return error_finish(failure)
 
 
-async def _close_events(events: AsyncIterator[Any]) -> None:
-    """Close the SDK's event iterator here, in the request's task. Left suspended (a ``break``
-    on the last event leaves it so), it is closed whenever the collector or the loop's
-    shutdown reaches it, by then after its client was closed; the SDKs' nested iterators
-    do not always survive that (seen once in CI: "async generator already executing" in
-    the finalizer of the Responses stream's ``__aiter__``)."""
-    if isinstance(events, AsyncGenerator):
-        # An iterator that finished or failed is already closed: aclose() does nothing.
-        with contextlib.suppress(Exception):
-            await events.aclose()
+async def _close_events(events: AsyncIterator[Any], sdk_stream: Any) -> None:
+    """Close the SDK's event iterators here, in the request's task. Left suspended (a ``break``
+    on the last event leaves them so), they are closed whenever the collector or the loop's
+    shutdown reaches them, by then after their client was closed; the SDKs' nested iterators
+    do not always survive that (seen twice in CI: "async generator already executing" in the
+    finalizer of the transport's ``AsyncResponseStream.__aiter__``).
+
+    Closing what ``aiter`` gave is not enough: the OpenAI SDK's stream keeps its own generator
+    (``_iterator``, whose frame refers back to the stream: a reference cycle), so only the
+    cyclic collector would free it, at any later point of any task. Closing it here runs its
+    ``finally`` (the response's close) now and frees the generators below it by reference
+    counting, while this loop runs. ``vars`` so a lazily made iterator (Anthropic's) is not
+    made just to be closed."""
+    inner = vars(sdk_stream).get("_iterator") if hasattr(sdk_stream, "__dict__") else None
+    for iterator in (events, inner):
+        if isinstance(iterator, AsyncGenerator):
+            # An iterator that finished or failed is already closed: aclose() does nothing.
+            with contextlib.suppress(Exception):
+                await iterator.aclose()
 
 
 async def provider_stream(
@@ -139,7 +148,7 @@ async def provider_stream(
             return
         finally:
             try:
-                await _close_events(events)
+                await _close_events(events, sdk_stream)
             finally:
                 await guard.close()
         if tail is not None:

@@ -50,6 +50,8 @@ from ag_ui.core import (
     UserMessage,
 )
 
+from ._agui_media import snapshot_content
+
 __all__ = [
     "APPROVAL_REASON",
     "APPROVAL_SCHEMA",
@@ -110,15 +112,20 @@ def _calls_of(blocks: Any) -> list[dict[str, Any]]:
     return [b for b in blocks if isinstance(b, dict) and b.get("type") == "tool-call"]
 
 
-def messages_snapshot(events: Iterable[Mapping[str, Any]]) -> list[Message]:
+def messages_snapshot(events: Iterable[Mapping[str, Any]], session_id: str = "") -> list[Message]:
     """The conversation of a stored log as AG-UI messages, ids as the log has them: user
-    messages a person sent, the model's messages (text and tool calls) and tool results.
-    Injected context, system prompts and reasoning are left out."""
+    messages a person sent (images and files as parts by their blob URL), the model's
+    messages (text and tool calls) and tool results. Injected context, system prompts and
+    reasoning are left out."""
     out: list[Message] = []
     for event in events:
         kind, data = event.get("type"), _obj(event.get("data"))
         if kind == "user/message" and _obj(data.get("source")).get("kind", "user") == "user":
-            out.append(UserMessage(id=str(data.get("id")), content=text_of(data.get("content"))))
+            content = data.get("content")
+            parts = snapshot_content(session_id, content)
+            out.append(
+                UserMessage(id=str(data.get("id")), content=parts if parts else text_of(content))
+            )
         elif kind == "assistant/message":
             message = _obj(data.get("message"))
             text = text_of(message.get("content"))

@@ -22,9 +22,12 @@ from typing import Any, Literal
 from ag_ui.core import RunAgentInput
 from pydantic import ConfigDict, ValidationError
 
+from .._media import DEFAULT_LIMITS, AttachmentLimits
 from ..agent._client_calls import CLIENT_ERROR, ClientCallError
 from ..errors import ToolDefinitionError
+from ..messages import Block
 from ..tools._define import define_tool
+from ._agui_media import agui_content
 from ._host import ApiError
 
 __all__ = [
@@ -72,7 +75,8 @@ class Plan:
     state: dict[str, Any] | None = None
     decisions: list[tuple[str, Literal["allow", "deny"], str | None]] = field(default_factory=list)
     results: list[dict[str, Any]] = field(default_factory=list)
-    messages: list[tuple[str, str]] = field(default_factory=list)  # (id, text) to send
+    messages: list[tuple[str, str | tuple[Block, ...]]] = field(default_factory=list)
+    """(id, text or blocks) to send."""
     answered: set[str] = field(default_factory=set)
 
 
@@ -178,12 +182,18 @@ def _check_tools(request: AguiRequest) -> list[dict[str, Any]]:
     return out
 
 
-def plan_input(request: AguiRequest, view: LogView, state: Mapping[str, Any]) -> Plan:
+def plan_input(
+    request: AguiRequest,
+    view: LogView,
+    state: Mapping[str, Any],
+    limits: AttachmentLimits = DEFAULT_LIMITS,
+) -> Plan:
     """Reconcile ``request`` with the log (see the module docstring).
 
     Raises:
         ApiError: 422 for a resume entry naming no open interrupt of this thread, a bad
-            approval payload, non-text content or a state that is not an object.
+            approval payload, content no block holds or a state that is not an object;
+            413 for images or files over ``limits``.
     """
     plan = Plan(tools=_check_tools(request))
     given = request.state
@@ -226,7 +236,7 @@ def plan_input(request: AguiRequest, view: LogView, state: Mapping[str, Any]) ->
         if message.id in view.ids or message.id in plan.answered:
             continue
         if message.role == "user":
-            plan.messages.append((message.id, _content_text(message.content)))
+            plan.messages.append((message.id, agui_content(message.content, limits)))
         elif message.role == "tool":
             call_id = message.tool_call_id
             text = _content_text(message.content)

@@ -23,10 +23,14 @@ from typing import Any, Literal, Protocol
 
 from ag_ui.core import BaseEvent, Interrupt, Message, UserMessage
 
+from .._media import DEFAULT_LIMITS, AttachmentLimits
+from ..messages import Block, block_to_json
 from ..session._events import SessionEvent
 from ..session._state import fold_state
 from ._agui import AguiRun, approval_interrupt, client_interrupt, encode, messages_snapshot
 from ._agui_input import Plan, parse_request, plan_input, view_of
+from ._agui_media import snapshot_content, upgrade_binary_parts
+from ._content import with_blob_urls
 from ._host import ApiError, check_session_id
 from ._profile import Profile
 from ._source import FeedReader, FeedSource
@@ -45,7 +49,11 @@ class RunHost(Protocol):
     def profile(self, name: str | None) -> Profile: ...
     async def exists(self, session_id: str) -> bool: ...
     async def create(
-        self, session_id: str, profile: Profile, meta: dict[str, Any] | None, first: str | None
+        self,
+        session_id: str,
+        profile: Profile,
+        meta: dict[str, Any] | None,
+        first: str | tuple[Block, ...] | None,
     ) -> dict[str, Any]: ...
     async def log_events(self, session_id: str) -> tuple[SessionEvent, ...]: ...
     async def status_of(self, session_id: str) -> str: ...
@@ -57,14 +65,18 @@ class RunHost(Protocol):
         self,
         session_id: str,
         kind: Literal["followup", "steer", "inject", "cancel"],
-        content: str,
+        content: str | tuple[Block, ...],
         message_id: str | None,
         key: str | None,
     ) -> dict[str, Any]: ...
 
 
 async def start_run(
-    host: RunHost, source: FeedSource, pages: Pages, body: Mapping[str, Any]
+    host: RunHost,
+    source: FeedSource,
+    pages: Pages,
+    body: Mapping[str, Any],
+    limits: AttachmentLimits = DEFAULT_LIMITS,
 ) -> AsyncGenerator[dict[str, Any]]:
     """Queue what ``body`` (a ``RunAgentInput``) adds to its thread; the run's SSE items.
 
@@ -72,7 +84,7 @@ async def start_run(
         ApiError: 422 for a body that is not a valid input or does not fit the thread,
             and the host's errors (429, 503).
     """
-    request = parse_request(body)
+    request = parse_request(upgrade_binary_parts(body))
     session_id = request.thread_id
     check_session_id(session_id)
     existed = await host.exists(session_id)
@@ -85,13 +97,15 @@ async def start_run(
     stored = [e.to_json() for e in events]
     cursor = events[-1].seq if events else 0
     state = fold_state(events)
-    plan = plan_input(request, view_of(stored), state)
+    plan = plan_input(request, view_of(stored), state, limits)
     status = await host.status_of(session_id)
     await _submit(host, session_id, plan, status)
     snapshot: list[Message] = []
     if existed:
-        snapshot = messages_snapshot(stored)
-        snapshot += [UserMessage(id=i, content=text) for i, text in plan.messages]
+        snapshot = messages_snapshot(stored, session_id)
+        snapshot += [
+            UserMessage(id=i, content=_shown(session_id, content)) for i, content in plan.messages
+        ]
     run = AguiRun(session_id, request.run_id, request.parent_run_id)
     follow = _Follow(stored, plan)
     if plan.state is not None:
@@ -117,6 +131,16 @@ async def _submit(host: RunHost, session_id: str, plan: Plan, status: str) -> No
     running = status == "running" or bool(plan.answered)
     for message_id, text in plan.messages:
         await host.send(session_id, "steer" if running else "followup", text, message_id, None)
+
+
+def _shown(session_id: str, content: str | tuple[Block, ...]) -> Any:
+    """A message this run sent, as the snapshot shows it (its images by their blob URL)."""
+    if isinstance(content, str):
+        return content
+    stored = [block_to_json(b) for b in content]
+    return snapshot_content(session_id, stored) or "".join(
+        b["text"] for b in stored if b.get("type") == "text"
+    )
 
 
 class _Follow:
@@ -212,6 +236,7 @@ async def _stream(
                     for event in run.frame(body):
                         yield _item(f"{at}:{number}", event)
                 continue
+            body = with_blob_urls(session_id, body)  # the inbox's CUSTOM events name blobs too
             follow.see(body)
             etype, data = body.get("type"), body.get("data") or {}
             if etype == "turn/start" and tracked is None:

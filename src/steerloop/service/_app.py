@@ -28,11 +28,14 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from .._media import DEFAULT_LIMITS, AttachmentLimits
 from .._runtime import Runtime
 from ..errors import SessionStorageError
 from ..llm.retry import install_retry
 from ..session._json import dumps, loads
+from ._blobs import get_blob
 from ._bodies import CancelBody, CreateBody, DecisionBody, MessageBody
+from ._content import attachment_chars, body_limit_for, to_blocks, with_blob_urls
 from ._errors import ApiError, error_response, to_api_error
 from ._fanout import SharedFeeds, event_json, event_sse
 from ._host import ServiceHost
@@ -86,6 +89,8 @@ def create_app(
     allowed_hosts: Sequence[str] = (),
     allowed_origins: Sequence[str] = (),
     limits: Limits | None = None,
+    max_attachment_bytes: int = DEFAULT_LIMITS.block_bytes,
+    max_message_attachment_bytes: int = DEFAULT_LIMITS.message_bytes,
 ) -> Starlette:
     """The service as a Starlette app (mountable in any ASGI host).
 
@@ -111,6 +116,10 @@ def create_app(
     connection cap and head/body timeouts need the server's side: ``steerloop serve`` runs
     uvicorn with ``_protocol.edge_protocol(app.state.limits)``.
 
+    ``max_attachment_bytes`` / ``max_message_attachment_bytes``: the runtime's caps on an
+    image or file block and on all of one message's (``Runtime.open``); a message body may
+    be larger than ``body_limit`` by as much base64 as the second needs.
+
     Raises:
         ValueError: a role the store cannot serve, or a bad argument.
     """
@@ -128,6 +137,7 @@ def create_app(
     if drain_timeout < 0:
         raise ValueError("drain_timeout must be >= 0")
     allowed_names(allowed_hosts)  # refused now (ValueError), not at the first request
+    attachments = AttachmentLimits(max_attachment_bytes, max_message_attachment_bytes)
     bounds = limits or Limits()
     edge = [
         Middleware(HostCheckMiddleware, allowed_hosts=allowed_hosts),
@@ -137,12 +147,17 @@ def create_app(
     ]
     ident = worker_id or f"{socket.gethostname()}:{os.getpid()}"
     state: dict[str, Any] = {}
+    message_limit = body_limit_for(attachments, body_limit)  # bodies that carry attachments
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         pg_store = _server_store(store) if isinstance(store, str) and postgres else None
         try:
-            rt = await Runtime.open(store=pg_store if pg_store is not None else store)
+            rt = await Runtime.open(
+                store=pg_store if pg_store is not None else store,
+                max_attachment_bytes=attachments.block_bytes,
+                max_message_attachment_bytes=attachments.message_bytes,
+            )
             try:
                 found = profiles(rt) if callable(profiles) else profiles
                 if inspect.isawaitable(found):  # a profiles callable may set up asynchronously
@@ -231,12 +246,13 @@ def create_app(
         return run
 
     async def create_session(request: Request, host: Host) -> Response:
-        body = CreateBody.model_validate(await _json_body(request, body_limit))
+        body = CreateBody.model_validate(await _message_body(request, body_limit, message_limit))
         profile = host.profile(body.profile)
         require_model(profile)
         session_id = body.session_id or _new_session_id()
+        first = None if body.input is None else to_blocks(body.input, attachments)
         try:
-            extra = await host.create(session_id, profile, body.meta, body.input)
+            extra = await host.create(session_id, profile, body.meta, first)
         except ValueError as exc:
             raise ApiError(422, "invalid_body", str(exc)) from None
         events_url = f"/v1/sessions/{quote(session_id, safe='')}/events"
@@ -252,13 +268,13 @@ def create_app(
 
     async def post_message(request: Request, host: Host) -> Response:
         session_id = request.path_params["session_id"]
-        body = MessageBody.model_validate(await _json_body(request, body_limit))
+        body = MessageBody.model_validate(await _message_body(request, body_limit, message_limit))
         await host.require(session_id)
         await require_session_model(host, session_id)
         answer = await host.send(
             session_id,
             body.mode,
-            body.content,
+            to_blocks(body.content, attachments),
             body.message_id,
             body.idempotency_key,
             trace=trace_context(request.headers),
@@ -287,7 +303,8 @@ def create_app(
         if limit < 1:
             raise ApiError(422, "invalid_query", "limit must be >= 1")
         await host.require(session_id)
-        events = await host.events_after(session_id, after, limit)
+        page = await host.events_after(session_id, after, limit)
+        events = [with_blob_urls(session_id, e) for e in page]
         return JSONResponse({"events": events, "last_seq": await host.last_seq(session_id)})
 
     async def events(request: Request, host: Host) -> Response:
@@ -299,8 +316,8 @@ def create_app(
     async def agui(request: Request, host: Host) -> Response:
         from ._agui_run import start_run
 
-        body = await _json_body(request, body_limit)
-        return sse(await start_run(host, source_of(), _pages, body))
+        body = await _message_body(request, body_limit, message_limit)
+        return sse(await start_run(host, source_of(), _pages, body, attachments))
 
     def sse(items: AsyncGenerator[dict[str, Any] | bytes]) -> Response:
         return EventSourceResponse(
@@ -337,6 +354,7 @@ def create_app(
         ),
         Route("/v1/sessions/{session_id:str}/log", endpoint(get_log), methods=["GET"]),
         Route("/v1/sessions/{session_id:str}/events", endpoint(events), methods=["GET"]),
+        Route("/v1/sessions/{session_id:str}/blobs/{hash}", endpoint(get_blob), methods=["GET"]),
         Route("/v1/agui", endpoint(agui), methods=["POST"]),
         *page_routes(),  # the web chat: static assets, open like /healthz (they hold no secret)
     ]
@@ -347,6 +365,7 @@ def create_app(
         exception_handlers={404: _not_found, 405: _not_allowed},
     )
     app.state.limits = bounds  # the server's side of them: _protocol.edge_protocol
+    app.state.attachment_limits = attachments  # told to the web chat (``_page``)
     return app
 
 
@@ -429,6 +448,7 @@ async def _feed(
             if kind == "caught-up":
                 continue
             if kind == "event":
+                body = with_blob_urls(session_id, body)  # a new dict only if it has blobs
                 shared = None if retry else event_sse(body)
                 if shared is not None:
                     yield shared  # encoded once for every reader of the session
@@ -471,7 +491,23 @@ async def _not_allowed(request: Request, exc: Exception) -> Response:
     )
 
 
+async def _message_body(request: Request, limit: int, outer: int) -> dict[str, Any]:
+    """A body that may carry attachments: read up to ``outer``; what is not base64 data
+    stays within ``limit``, as any body."""
+    body, size = await _read_json(request, outer)
+    if size - attachment_chars(body) > limit:
+        raise ApiError(413, "body_too_large", f"the body is over {limit} bytes")
+    return body
+
+
 async def _json_body(request: Request, limit: int, allow_empty: bool = False) -> dict[str, Any]:
+    return (await _read_json(request, limit, allow_empty))[0]
+
+
+async def _read_json(
+    request: Request, limit: int, allow_empty: bool = False
+) -> tuple[dict[str, Any], int]:
+    """The JSON object of the body and the body's size in bytes."""
     declared = _ascii_int(request.headers.get("content-length"))
     if declared is not None and declared > limit:
         raise ApiError(413, "body_too_large", f"the body is over {limit} bytes")
@@ -481,14 +517,14 @@ async def _json_body(request: Request, limit: int, allow_empty: bool = False) ->
         if len(data) > limit:
             raise ApiError(413, "body_too_large", f"the body is over {limit} bytes")
     if not data and allow_empty:
-        return {}
+        return {}, 0
     try:
         body = loads(bytes(data))
     except (ValueError, TypeError) as exc:
         raise ApiError(400, "invalid_json", f"the body is not JSON: {exc}") from None
     if not isinstance(body, dict):
         raise ApiError(422, "invalid_body", "the body must be a JSON object")
-    return body
+    return body, len(data)
 
 
 def _opt_str(body: dict[str, Any], key: str) -> str | None:

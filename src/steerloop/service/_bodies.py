@@ -16,6 +16,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from ._content import Content
 from ._errors import ApiError
 from ._host import check_session_id
 from ._text import check_texts
@@ -71,7 +72,8 @@ class CreateBody(_Body):
     session_id: SessionId | None = None
     profile: Id | None = None
     meta: Meta | None = None
-    input: Text | None = None
+    input: Content | None = None
+    """The first message: text, or parts (``_content``)."""
 
 
 class MessageBody(_Body):
@@ -81,7 +83,8 @@ class MessageBody(_Body):
         Literal["followup", "steer", "inject"],
         _one_of("invalid_mode", "mode", ("followup", "steer", "inject")),
     ] = Field(default=None, validate_default=True)
-    content: Text
+    content: Content
+    """Text, or a list of text, image and file parts (``_content``)."""
     message_id: Id | None = None
     idempotency_key: Id | None = None
 

@@ -25,7 +25,7 @@ from .._cancel import CancelCause
 from .._ids import new_id
 from ..agent._agent import Agent
 from ..errors import ApprovalError
-from ..messages import MessageSource, user_message
+from ..messages import Block, MessageSource, user_message
 from ..session._approvals import approval_state
 from ._agui_commands import apply_command
 from ._errors import ApiError, to_api_error
@@ -50,7 +50,7 @@ Applied = tuple[dict[str, Any], int]
 @dataclass(slots=True, kw_only=True)
 class Command:
     kind: CommandKind
-    content: str = ""
+    content: str | tuple[Block, ...] = ""  # blocks: a message with images or files
     message_id: str | None = None  # as the client gave it
     key: str | None = None
     keep_inbox: bool = False
@@ -242,7 +242,7 @@ class LocalCommands:
 
     def _decide(self, agent: Agent, queue: _Queue, command: Command) -> Applied:
         call_id, decision = command.call_id, command.decision
-        assert call_id is not None and decision is not None
+        assert call_id is not None and decision is not None and isinstance(command.content, str)
         try:
             seq = agent.decide_approval(
                 call_id, decision, reason=command.content or None, by=APPROVAL_BY

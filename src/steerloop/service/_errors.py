@@ -14,7 +14,9 @@ from ..session._json import dumps
 
 __all__ = ["BODY_CODES", "ApiError", "error_bytes", "error_response", "to_api_error"]
 
-BODY_CODES = frozenset({"invalid_text", "invalid_mode", "invalid_decision", "invalid_session_id"})
+BODY_CODES = frozenset(
+    {"invalid_text", "invalid_mode", "invalid_decision", "invalid_session_id", "invalid_content"}
+)
 """Error types of the request-body models (``_bodies``) that are answer codes of their own
 (else ``invalid_body``); their messages name the field themselves."""
 

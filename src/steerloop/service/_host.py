@@ -26,6 +26,7 @@ from ..agent._factory import AgentHandle
 from ..agent._handles import ASSISTANT_STREAM, SESSION_EVENT
 from ..errors import SessionPersistenceNotFoundError
 from ..llm.chunks import chunk_to_json
+from ..messages import Block
 from ..session._approvals import approval_state, pending_approvals
 from ..session._deferred import pending_deferred
 from ..session._events import ApprovalRequested, SessionEvent
@@ -273,11 +274,16 @@ class ServiceHost:
         require_found(session_id, await self.exists(session_id))
 
     async def create(
-        self, session_id: str, profile: Profile, meta: dict[str, Any] | None, first: str | None
+        self,
+        session_id: str,
+        profile: Profile,
+        meta: dict[str, Any] | None,
+        first: str | tuple[Block, ...] | None,
     ) -> dict[str, Any]:
         check_session_id(session_id)
         check_texts(meta, "meta")
-        check_text(first, "input")
+        if isinstance(first, str):
+            check_text(first, "input")
         lock = self._lock(session_id)
         async with lock:
             if await self.exists(session_id):
@@ -408,7 +414,7 @@ class ServiceHost:
         self,
         session_id: str,
         kind: Literal["followup", "steer", "inject", "cancel"],
-        content: str,
+        content: str | tuple[Block, ...],
         message_id: str | None,
         key: str | None,
         *,
@@ -416,12 +422,15 @@ class ServiceHost:
         trace: Mapping[str, str] | None = None,
     ) -> dict[str, Any]:
         """Apply one command in the session's order; its answer once it is durable.
+        ``content`` is text, or blocks (images and files with their bytes: the session's
+        writer stores them with the message).
 
         Raises:
             ApiError: 422 for text that is not text, 429 past ``max_unconsumed``, 409 for a
                 reused key (another request) or message id, 503 while shutting down.
         """
-        check_text(content, "content")
+        if isinstance(content, str):
+            check_text(content, "content")
         check_text(message_id, "message_id")
         check_text(key, "idempotency_key")
         command = Command(

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..messages import Block, block_to_json
 from ..session._events import InboxSpliced, SessionEvent
 from ..session._json import dumps
 
@@ -24,10 +25,11 @@ HTTP_SOURCE = "http"
 """The key of ``UserMessage.source`` under which an HTTP command records itself."""
 
 
-def request_fingerprint(mode: str, content: str, message_id: str | None) -> str:
-    """What an idempotency key stands for: the mode, the content and the client's message id
-    (``None`` when the server mints it). A retry under the key must agree on it."""
-    canonical = dumps([mode, content, message_id]).encode()
+def request_fingerprint(mode: str, content: str | Sequence[Block], message_id: str | None) -> str:
+    """What an idempotency key stands for: the mode, the content (images and files by hash)
+    and the client's message id (``None`` when the server mints it). A retry under the key
+    must agree on it."""
+    canonical = dumps([mode, _canonical(content), message_id]).encode()
     return hashlib.sha256(canonical).hexdigest()[:32]
 
 
@@ -73,3 +75,8 @@ class Ledger:
         if isinstance(key, str) and isinstance(request, str) and key not in self.keys:
             answer = {"cmd_seq": cmd_seq, "message_id": message_id}
             self.keys[key] = Recorded(request, answer, seq)
+
+
+def _canonical(content: str | Sequence[Block]) -> Any:
+    """A text stays itself (fingerprints of text messages are what they were)."""
+    return content if isinstance(content, str) else [block_to_json(b) for b in content]

@@ -16,6 +16,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from .._media import DEFAULT_LIMITS
+
 __all__ = ["page_routes"]
 
 _TYPES = {
@@ -31,7 +33,7 @@ _HEADERS = {
     # no inline script or handler runs, nothing loads from another origin.
     "Content-Security-Policy": (
         "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; "
-        "img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+        "img-src 'self' blob:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
     ),
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "no-referrer",
@@ -62,7 +64,17 @@ def _missing(name: str) -> Response:
 
 
 async def _index(request: Request) -> Response:
-    return _serve("index.html")
+    """The page, told the attachment caps it checks before an upload (``<body data-…>``)."""
+    body = asset("index.html")
+    if body is None:
+        return _missing("index.html")
+    limits = getattr(request.app.state, "attachment_limits", DEFAULT_LIMITS)
+    told = (
+        f'<body data-max-attachment-bytes="{int(limits.block_bytes)}" '
+        f'data-max-message-attachment-bytes="{int(limits.message_bytes)}">'
+    )
+    page = body.replace(b"<body>", told.encode(), 1)
+    return Response(page, media_type=_TYPES[".html"], headers=_HEADERS)
 
 
 async def _file(request: Request) -> Response:

@@ -51,7 +51,7 @@ class Commands:
         profile: str,
         version: int,
         meta: Mapping[str, Any] | None,
-        first: str | None,
+        first: str | list[Any] | None,
     ) -> dict[str, Any]:
         """The spec row, the optional first followup, a wakeup and its NOTIFY: one
         transaction. Returns the answer's extra fields (``queued`` and ``note`` when no live
@@ -288,7 +288,7 @@ class Commands:
         *,
         consumed: bool = False,
     ) -> None:
-        if isinstance(body, str):
+        if isinstance(body, str | list):  # a message's content: text or stored blocks
             body = {"content": body}
         await conn.execute(
             f"INSERT INTO {self.t.commands} (session_id, cmd_seq, kind, message_id, body, "

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from ..._runtime import Runtime
+from ...messages import Block, FileBlock, ImageBlock, block_to_json
 from ...session._approvals import approval_state, pending_approvals
 from ...session._events import SessionEvent
 from ...session._json import loads
@@ -99,18 +100,35 @@ class PgHost:
         require_found(session_id, await self.exists(session_id))
 
     async def create(
-        self, session_id: str, profile: Profile, meta: dict[str, Any] | None, first: str | None
+        self,
+        session_id: str,
+        profile: Profile,
+        meta: dict[str, Any] | None,
+        first: str | tuple[Block, ...] | None,
     ) -> dict[str, Any]:
         check_session_id(session_id)
         check_texts(meta, "meta")
-        check_text(first, "input")
-        return await self._sql().create(session_id, profile.name, profile.version, meta, first)
+        if isinstance(first, str):
+            check_text(first, "input")
+        stored = None if first is None else await self._stored_content(first)
+        return await self._sql().create(session_id, profile.name, profile.version, meta, stored)
+
+    async def _stored_content(self, content: str | tuple[Block, ...]) -> str | list[Any]:
+        """What a command row holds of ``content``: the text, or each block's stored form,
+        the bytes of its images and files stored first (durably, by hash: the worker's
+        message only references them)."""
+        if isinstance(content, str):
+            return content
+        for block in content:
+            if isinstance(block, ImageBlock | FileBlock) and block.data is not None:
+                await self.store.put_blob(block.data, block.media_type)
+        return [block_to_json(b) for b in content]
 
     async def send(
         self,
         session_id: str,
         kind: CommandKind,
-        content: str,
+        content: str | tuple[Block, ...],
         message_id: str | None,
         key: str | None,
         *,
@@ -118,12 +136,13 @@ class PgHost:
         trace: Mapping[str, str] | None = None,
         extra: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
-        check_text(content, "content")
+        if isinstance(content, str):
+            check_text(content, "content")
         check_text(message_id, "message_id")
         check_text(key, "idempotency_key")
         body: dict[str, Any] = {}
         if kind in ("followup", "steer", "inject"):
-            body["content"] = content
+            body["content"] = await self._stored_content(content)
             if key is not None:
                 body["request"] = request_fingerprint(kind, content, message_id)
         if kind == "cancel":

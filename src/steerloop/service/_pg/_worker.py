@@ -41,7 +41,7 @@ from ...agent._agent import Agent
 from ...agent._decisions import StatusPayload
 from ...agent._factory import AgentHandle
 from ...errors import SessionConflictError, SessionPersistenceError
-from ...messages import user_message
+from ...messages import Block, block_from_json, user_message
 from ...session._session import SessionEventPayload
 from ...session.store.postgres._store import PostgresStore
 from ...session.store.postgres._writer import PostgresWriter
@@ -598,13 +598,13 @@ class Worker:
         if kind in ("followup", "steer", "inject"):
             message_id = row["message_id"]
             content = body.get("content")
-            if message_id in self._seen_ids(resident) or not isinstance(content, str):
-                if not isinstance(content, str):  # a stored row the API never writes
+            if message_id in self._seen_ids(resident) or not isinstance(content, str | list):
+                if not isinstance(content, str | list):  # a stored row the API never writes
                     log.warning("session %s: command %d has no text; skipped", session_id, cmd_seq)
                 await self._consume_fenced(session_id, cmd_seq, writer)
                 return
             try:
-                message = user_message(content, id=message_id)
+                message = user_message(_content_of(content), id=message_id)
                 continue_caller_trace(agent, body.get("trace"), message.id)
                 if kind == "followup":
                     seq = agent.followup(message)
@@ -760,3 +760,17 @@ class Worker:
                 )
         except Exception:
             log.exception("worker %s: after unloading %s", self.worker_id, session_id)
+
+
+def _content_of(content: str | list[Any]) -> str | tuple[Block, ...]:
+    """A command row's content: text, or blocks in their stored form (images and files by
+    the hash the API stored them under).
+
+    Raises:
+        ValueError: a malformed block (the row is refused, as a message that does not apply).
+    """
+    if isinstance(content, str):
+        return content
+    if not all(isinstance(b, dict) for b in content):
+        raise ValueError("a stored content part is not an object")
+    return tuple(block_from_json(b) for b in content)

@@ -3,6 +3,7 @@
 // the agent runs.
 
 import { ApiError, call, sessionPath, setToken } from "./api.js";
+import { Attachments, wireAttachments } from "./attach.js";
 import { Feed } from "./feed.js";
 import { Transcript, el, textOf } from "./transcript.js";
 
@@ -45,6 +46,16 @@ const createdHere = new Map(); // session id -> when this page created it (ms)
 let feed = null;
 let sending = false;
 let stickToBottom = true;
+
+const attachments = new Attachments($("attachments"), (message) =>
+  showError(new ApiError(0, "attachment_refused", message), "Not attached"),
+);
+wireAttachments(attachments, {
+  button: $("attach"),
+  input: $("attach-input"),
+  composer: ui.composer,
+  dropZone: document.querySelector(".chat"),
+});
 
 const transcriptList = $("transcript");
 const queueList = $("queue");
@@ -231,6 +242,12 @@ function firstUserText(stored) {
   return "";
 }
 
+/** A first message's name when it has parts: its text, else its first attachment's name. */
+function textOfParts(parts) {
+  const text = parts.filter((p) => p.type === "text").map((p) => p.text).join(" ");
+  return text.trim() ? text : (parts.find((p) => p.name) || { name: "attachment" }).name;
+}
+
 function nameSession(sessionId, message) {
   if (titles.has(sessionId)) return;
   const text = message.replace(/\s+/g, " ").trim();
@@ -349,27 +366,30 @@ async function createHere(input, what) {
     createdHere.delete(id);
     throw error;
   }
-  if (input !== undefined) nameSession(id, input);
+  if (input !== undefined) nameSession(id, typeof input === "string" ? input : textOfParts(input));
   return id;
 }
 
 async function submit() {
   const text = ui.composer.value;
-  if (!text.trim() || sending || offline || missing) return;
+  if ((!text.trim() && attachments.count === 0) || sending || offline || missing) return;
   sending = true;
   ui.send.disabled = true;
   const mode = transcript.running ? "steer" : "followup";
   try {
+    const content = await attachments.content(text); // the text alone, or parts (attach.js)
     if (current === null) {
-      const created = await createHere(text, "Not sent");
+      const created = await createHere(content, "Not sent");
       consumed(text);
+      attachments.clear();
       await refreshSessions().catch(() => {});
       select(created, true);
     } else {
       const id = newMessageId();
-      const body = { mode, content: text, message_id: id, idempotency_key: id };
+      const body = { mode, content, message_id: id, idempotency_key: id };
       await guarded(() => call("POST", sessionPath(current, "/messages"), body), "Not sent");
       consumed(text);
+      attachments.clear();
       transcript.posted(id, text, mode);
     }
   } catch {

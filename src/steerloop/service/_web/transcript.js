@@ -2,6 +2,7 @@
 // Every piece of model, tool or user text goes into the DOM as a text node, except a settled
 // answer's text: Markdown, rendered by markdown.js (sanitised, raw HTML shown as text).
 
+import { mediaOf, textOnly } from "./attach.js";
 import { renderMarkdown } from "./markdown.js";
 
 /** An element with attributes and children (strings become text nodes). */
@@ -149,10 +150,11 @@ export class Transcript {
     if (id && this.shown.has(id)) return;
     if (id) this.shown.add(id);
     const source = (message.source && message.source.kind) || "user";
-    const text = el("div", { class: "text" }, textOf(message.content));
+    const text = el("div", { class: "text" }, textOnly(message.content));
+    const media = mediaOf(message.content); // thumbnails and file chips (attach.js)
     const attrs = { "data-role": "user", "data-message-id": id, "data-source": source };
     if (source === "user") {
-      this.list.append(el("li", { class: "entry user", ...attrs }, el("div", { class: "who" }, "you"), text));
+      this.list.append(el("li", { class: "entry user", ...attrs }, el("div", { class: "who" }, "you"), text, media));
       return;
     }
     // Context a plugin, a tool or a goal added for the model: folded away, one click to read.
@@ -161,7 +163,7 @@ export class Transcript {
       el(
         "li",
         { class: "entry context", ...attrs },
-        el("details", {}, el("summary", { class: "who" }, `context · ${from}`), text),
+        el("details", {}, el("summary", { class: "who" }, `context · ${from}`), text, media),
       ),
     );
   }
