@@ -107,7 +107,8 @@ async def main(repeats: int) -> None:
         try:
             for label, (tool, args, sdk_too) in CASES.items():
                 ours = [await steerloop_case(url, tool, args) for _ in range(repeats)]
-                theirs = [await sdk_case(url, tool, args) for _ in range(repeats)] if sdk_too else []
+                runs = range(repeats if sdk_too else 0)
+                theirs = [await sdk_case(url, tool, args) for _ in runs]
                 rows.append(
                     (
                         label,
