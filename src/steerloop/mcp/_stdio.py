@@ -52,9 +52,8 @@ async def contained_stdio(
     *,
     cgroup: bool = True,
 ) -> AsyncIterator[tuple[Any, Any]]:
-    """Start ``server`` in a tree of its own; yield its ``(read, write)`` message streams.
-
-    ``on_fault`` hears why the connection ended when the server broke a limit.
+    """Start ``server`` in a tree of its own; yield its ``(read, write)`` message streams
+    (``on_fault`` hears why the connection ended when the server broke a limit).
 
     Raises:
         OSError: the server could not be started.
