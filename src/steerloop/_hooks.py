@@ -16,10 +16,11 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar, overload
 
 __all__ = [
+    "AnyHook",
     "Disposer",
     "EmitHook",
     "EmitListener",
@@ -35,35 +36,10 @@ __all__ = [
 T = TypeVar("T")
 P = TypeVar("P")
 R = TypeVar("R")
+# A payload being emitted: every payload type has ``owner`` (read when a listener is scoped).
+E = TypeVar("E", bound="HookPayload")
 HookMode = Literal["emit", "serial", "waterfall"]
 _log = logging.getLogger("steerloop")
-
-HOOK_MODES: dict[str, HookMode] = {
-    "agent/created": "emit",
-    "agent/disposed": "emit",
-    "agent/status": "emit",
-    "agent/error": "emit",
-    "agent/session-start": "emit",
-    "agent/inbox/inserted": "emit",
-    "agent/inbox/claimed": "emit",
-    "agent/inbox/discarded": "emit",
-    "agent/assistant-stream": "emit",
-    "agent/pre-step": "waterfall",
-    "agent/request": "waterfall",
-    "agent/request-error": "waterfall",
-    "agent/turn-stopping": "serial",
-    "agent/compact": "serial",
-    "session/event": "emit",
-    "tools/pre-execute": "serial",
-    "tools/post-execute": "waterfall",
-    "tools/result": "emit",
-    # After a call's tool/approval-requested is written: answerers (a terminal prompt, a
-    # callback) call agent.decide_approval.
-    "tools/approval-requested": "emit",
-    # Awaited by Runtime.close() once every agent is disposed, before the store closes:
-    # plugins holding connections or processes release them here.
-    "runtime/closing": "emit",
-}
 
 
 class HookPayload(Protocol):
@@ -102,6 +78,7 @@ if TYPE_CHECKING:
         """A typed handle of a waterfall hook: ``listener(P, next)`` returns ``R``."""
 
     HookName = str | _TypedHandle
+    AnyHook = EmitHook[Any] | SerialHook[Any, Any] | WaterfallHook[Any, Any]
 else:
 
     class EmitHook(_Handle, Generic[P]):
@@ -124,6 +101,7 @@ else:
         mode = "waterfall"
 
     HookName = str
+    AnyHook = _Handle
 
 
 EmitListener = Callable[[P], Awaitable[None] | None]
@@ -157,18 +135,27 @@ class _Entry:
 
 
 class HookBus:
-    """Named hooks with fixed modes (see the module docstring)."""
+    """Named hooks with fixed modes (see the module docstring).
 
-    def __init__(self) -> None:
+    The bus knows the hooks whose handles it was built with and those ``define`` adds: a
+    hook's one declaration is its handle, which carries its name and mode. Listeners register
+    by handle or by name; emission goes through the handle, which types payload and result.
+    """
+
+    def __init__(self, hooks: Iterable[AnyHook] = ()) -> None:
         self._listeners: dict[HookName, list[_Entry]] = {}
         # Names with at least one owner-scoped listener: only their emissions read the
         # payload's owner and filter. Kept by ``_set``, the one writer of ``_listeners``.
         self._scoped: set[HookName] = set()
-        self._modes: dict[HookName, HookMode] = {name: mode for name, mode in HOOK_MODES.items()}
+        self._modes: dict[str, HookMode] = {}
         self._tasks: set[asyncio.Future[Any]] = set()
+        for hook in hooks:
+            self.define(hook)
 
-    def define(self, name: HookName, mode: HookMode) -> None:
-        """Declare a plugin hook; redefining a hook with another mode raises ``ValueError``."""
+    def define(self, hook: AnyHook) -> None:
+        """Declare a hook by its handle; redefining a name with another mode raises
+        ``ValueError``."""
+        name, mode = str(hook), hook.mode
         existing = self._modes.get(name)
         if existing is not None and existing != mode:
             raise ValueError(f"hook {name!r} already has mode {existing!r}")
@@ -176,7 +163,7 @@ class HookBus:
 
     def mode(self, name: HookName) -> HookMode:
         try:
-            return self._modes[name]
+            return self._modes[str(name)]
         except KeyError:
             raise ValueError(f"unknown hook {name!r}") from None
 
@@ -211,7 +198,8 @@ class HookBus:
     def on(
         self, name: HookName, listener: Callable[..., Any], *, owner: str | None = None
     ) -> Disposer:
-        """Register ``listener`` for ``name``; returns its disposer."""
+        """Register ``listener`` for ``name`` (a handle or its string name); returns its
+        disposer."""
         self.mode(name)
         if not callable(listener):
             raise ValueError("listener must be callable")
@@ -243,18 +231,18 @@ class HookBus:
         owner = payload.owner
         return [e for e in entries if e.owner is None or e.owner == owner]
 
-    def emit(self, name: HookName, payload: HookPayload) -> None:
+    def emit(self, hook: EmitHook[E], payload: E) -> None:
         """Notify every listener; failures are logged, awaitables run as tracked tasks."""
-        for entry in self._select(name, payload):
+        for entry in self._select(hook, payload):
             try:
                 result = entry.fn(payload)
             except Exception:
-                _log.exception("listener of %s raised", name)
+                _log.exception("listener of %s raised", hook)
                 continue
             if result is not None and inspect.isawaitable(result):
                 task = asyncio.ensure_future(result)
                 self._tasks.add(task)
-                task.add_done_callback(self._settled(name))
+                task.add_done_callback(self._settled(hook))
 
     def _settled(self, name: HookName) -> Callable[[asyncio.Future[Any]], None]:
         def done(task: asyncio.Future[Any]) -> None:
@@ -264,28 +252,28 @@ class HookBus:
 
         return done
 
-    async def emit_awaited(self, name: HookName, payload: HookPayload) -> None:
+    async def emit_awaited(self, hook: EmitHook[E], payload: E) -> None:
         """Await every listener in order; the first failure propagates."""
-        for entry in self._select(name, payload):
+        for entry in self._select(hook, payload):
             result = entry.fn(payload)
             if result is not None and inspect.isawaitable(result):
                 await result
 
-    async def serial(self, name: HookName, payload: HookPayload) -> Any:
+    async def serial(self, hook: SerialHook[E, R], payload: E) -> R | None:
         """Await listeners in order; return the first non-``None`` result."""
-        for entry in self._select(name, payload):
+        for entry in self._select(hook, payload):
             result = entry.fn(payload)
             if result is not None and inspect.isawaitable(result):
                 result = await result
             if result is not None:
-                return result
+                return result  # type: ignore[no-any-return]
         return None
 
     async def waterfall(
-        self, name: HookName, payload: HookPayload, default: Callable[[], Awaitable[T]]
-    ) -> T:
+        self, hook: WaterfallHook[E, R], payload: E, default: Callable[[], Awaitable[R]]
+    ) -> R:
         """Run the chain, last-registered first, ending in ``default``."""
-        entries = self._select(name, payload)
+        entries = self._select(hook, payload)
         if not entries:
             return await default()
 

@@ -10,11 +10,12 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
-from ._hooks import HookBus
+from ._hooks import AnyHook, EmitHook, HookBus
 from ._ids import Clock, IdFactory, default_clock, new_id, set_id_factory
 from ._media import DEFAULT_LIMITS, AttachmentLimits
 from .agent._config import start_configured_agents, validate_agent_entries
 from .agent._factory import AgentRegistry, check_timeout
+from .agent._handles import LOOP_HANDLES
 from .agent._services import LoopLimits, LoopServices
 from .llm._runtime import LlmService
 from .prompt import SystemPromptService
@@ -24,7 +25,13 @@ from .session._session import EventSink, Session
 from .session._store import SessionStore, open_store
 from .tools._runtime import ToolPipeline, ToolRegistry
 
-__all__ = ["Runtime", "RuntimeClosing", "SessionRegistry"]
+__all__ = [
+    "HANDLES",
+    "RUNTIME_CLOSING",
+    "Runtime",
+    "RuntimeClosing",
+    "SessionRegistry",
+]
 
 _log = logging.getLogger("steerloop")
 
@@ -47,6 +54,11 @@ class RuntimeClosing:
         return None
 
 
+RUNTIME_CLOSING: EmitHook[RuntimeClosing] = EmitHook("runtime/closing")
+HANDLES: tuple[AnyHook, ...] = (*LOOP_HANDLES, RUNTIME_CLOSING)
+"""Every hook of the runtime, one handle each: the hooks its bus knows from the start."""
+
+
 class Runtime:
     """Owns the hook bus, the LLM seam, tools, prompts, sessions and agents."""
 
@@ -63,7 +75,7 @@ class Runtime:
         self._limits = LoopLimits(_check_parallel(max_parallel_tool_calls), attachments=attachments)
         self.clock = clock
         self.store = store
-        self.hooks = HookBus()
+        self.hooks = HookBus(HANDLES)
         self.llm = LlmService()
         self.tools = ToolRegistry()
         self.tool_pipeline = ToolPipeline(self.hooks)
@@ -224,7 +236,7 @@ class Runtime:
             await self.agents.close(timeout)
         finally:
             try:
-                await self.hooks.emit_awaited("runtime/closing", RuntimeClosing(self))
+                await self.hooks.emit_awaited(RUNTIME_CLOSING, RuntimeClosing(self))
             except Exception:
                 _log.exception("a runtime/closing listener raised")
             await self.hooks.drain()

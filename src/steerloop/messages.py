@@ -16,10 +16,24 @@ from ._binary import (
     modality_of,
 )
 from ._ids import new_id
+from ._media import (
+    DEFAULT_LIMITS,
+    IMAGE_MEDIA_TYPES,
+    AttachmentLimits,
+    check_blob_hash,
+    check_file_media_type,
+    human_size,
+    is_text_media_type,
+    media_type_of,
+    sniff_image,
+)
 from ._records import fast_init
 
 __all__ = [
+    "DEFAULT_LIMITS",
+    "IMAGE_MEDIA_TYPES",
     "AssistantMessage",
+    "AttachmentLimits",
     "BinaryBlock",
     "Block",
     "FileBlock",
@@ -35,9 +49,15 @@ __all__ = [
     "block_from_json",
     "block_to_json",
     "blocks_of",
+    "check_blob_hash",
+    "check_file_media_type",
+    "human_size",
+    "is_text_media_type",
+    "media_type_of",
     "message_from_json",
     "message_to_json",
     "modality_of",
+    "sniff_image",
     "user_message",
 ]
 

@@ -224,7 +224,7 @@ async def test_the_default_serve_profile_asks_over_http(
 ) -> None:
     """``steerloop serve``'s default profile holds writers with ``ToolDecision.ask`` (answered
     over HTTP) instead of refusing them read-only; reads are not asked about."""
-    from steerloop import ToolDecision
+    from steerloop import ToolDecision, hooks
     from steerloop._signal import AbortController
     from steerloop.cli._serve import default_profiles
     from steerloop.cli._settings import load_settings
@@ -246,7 +246,7 @@ async def test_the_default_serve_profile_asks_over_http(
                 call_id="c1", name=name, arguments={"path": "a"}, raw_arguments="{}",
                 signal=AbortController().signal, agent=None,  # type: ignore[arg-type]
             )  # fmt: skip
-            return await rt.hooks.serial("tools/pre-execute", ToolHookPayload(exec))
+            return await rt.hooks.serial(hooks.TOOLS_PRE_EXECUTE, ToolHookPayload(exec))
 
         assert await decide("write_file") == ToolDecision.ask(
             "'write_file' may change the workspace"

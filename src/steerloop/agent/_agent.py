@@ -25,6 +25,7 @@ from ._approvals import Approvals, Decision
 from ._attachments import check_limits
 from ._client_calls import ClientCalls
 from ._decisions import CompactPayload, ErrorPayload, StatusPayload
+from ._handles import AGENT_COMPACT, AGENT_ERROR, STATUS
 from ._inbox import Inbox, InboxTarget, fold_inbox
 from ._inputs import Inputs
 from ._options import AgentOptions
@@ -363,13 +364,13 @@ class Agent(metaclass=RuntimeOwned):
             RuntimeError: the agent is not idle, or no compaction policy is installed.
         """
         hooks = self.services.hooks
-        if not hooks.has("agent/compact"):
+        if not hooks.has(AGENT_COMPACT):
             raise RuntimeError(
                 "agent.compact() needs a compaction policy: steerloop.context.install_compaction"
             )
 
         async def job(signal: AbortSignal) -> SessionEvent | None:
-            result = await hooks.serial("agent/compact", CompactPayload(self, signal))
+            result = await hooks.serial(AGENT_COMPACT, CompactPayload(self, signal))
             return result if isinstance(result, SessionEvent) else None
 
         return await self.run_maintenance(job)
@@ -377,7 +378,7 @@ class Agent(metaclass=RuntimeOwned):
     # --- drivers ---------------------------------------------------------------------
 
     def _status_changed(self, status: Literal["idle", "running"]) -> None:
-        self.services.hooks.emit("agent/status", StatusPayload(self, status))
+        self.services.hooks.emit(STATUS, StatusPayload(self, status))
 
     def take_up_waiting(self) -> None:
         """Start the driver that takes up the turn a crashed process left waiting, if there
@@ -448,7 +449,7 @@ class Agent(metaclass=RuntimeOwned):
             # The stray task of an abandoned activity: the agent is gone, only log it.
             _log.warning("agent %r: stray task after abandon: %r", self.id, error)
             return
-        self.services.hooks.emit("agent/error", ErrorPayload(self, turn, step, error))
+        self.services.hooks.emit(AGENT_ERROR, ErrorPayload(self, turn, step, error))
 
 
 def live_agent(agent: AgentRef, needed_by: str = "this plugin") -> Agent:

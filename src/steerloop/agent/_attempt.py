@@ -23,6 +23,7 @@ from ..messages import UserMessage, blocks_of
 from ..session._events import StreamRecord
 from ._attachments import refuse_unsupported
 from ._decisions import RequestErrorAction, RequestErrorPayload, RequestPayload
+from ._handles import REQUEST, REQUEST_ERROR
 from ._services import LoopServices
 from ._settle import (
     AttemptOutcome,
@@ -95,7 +96,7 @@ async def _with_blob_data(ctx: StepContext, request: GenerateRequest) -> Generat
 async def _request_config(ctx: StepContext) -> CallConfig:
     """The ``agent/request`` waterfall over the builder's default config."""
     builder = ctx.agent._requests
-    if not ctx.rt.hooks.has("agent/request"):
+    if not ctx.rt.hooks.has(REQUEST):
         # No listener: the chain is its default; build no payload, await no coroutine.
         return builder.default_config()
 
@@ -103,7 +104,7 @@ async def _request_config(ctx: StepContext) -> CallConfig:
         return builder.default_config()
 
     config = await ctx.rt.hooks.waterfall(
-        "agent/request",
+        REQUEST,
         RequestPayload(ctx.agent, ctx.turn, ctx.step, ctx.signal),
         default_config,
     )
@@ -173,7 +174,7 @@ async def _offer_failure(ctx: StepContext, prepared: PreparedCall, failure: LlmF
         return None
 
     action = await ctx.rt.hooks.waterfall(
-        "agent/request-error",
+        REQUEST_ERROR,
         RequestErrorPayload(
             ctx.agent,
             ctx.turn,

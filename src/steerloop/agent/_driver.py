@@ -24,6 +24,7 @@ from ..prompt import RUNTIME_CONTEXT_PLUGIN
 from ..session._events import TurnEnd, TurnEndReason, TurnStart
 from ..session._waits import WaitingStep
 from ._decisions import PreStepDecision, PreStepPayload, TurnStoppingPayload
+from ._handles import PRE_STEP, TURN_STOPPING
 from ._registry import initiator_context
 from ._step import TurnState, resume_step, run_step
 from ._waits import arm
@@ -156,10 +157,8 @@ async def _turn_body(agent: Agent, state: TurnState) -> TurnEndReason:
         signal.throw_if_aborted()
         if agent.inbox.next_step:
             continue
-        if rt.hooks.has("agent/turn-stopping"):
-            await rt.hooks.serial(
-                "agent/turn-stopping", TurnStoppingPayload(agent, state.turn, signal)
-            )
+        if rt.hooks.has(TURN_STOPPING):
+            await rt.hooks.serial(TURN_STOPPING, TurnStoppingPayload(agent, state.turn, signal))
         signal.throw_if_aborted()
         if agent.inbox.next_step:
             continue
@@ -189,9 +188,9 @@ async def _pre_step(
                 messages.append(snapshot)
         return PreStepDecision.enter(messages)
 
-    if rt.hooks.has("agent/pre-step"):
+    if rt.hooks.has(PRE_STEP):
         decision = await rt.hooks.waterfall(
-            "agent/pre-step",
+            PRE_STEP,
             PreStepPayload(agent, batch, state.turn, state.step + 1, signal),
             default,
         )

@@ -38,6 +38,7 @@ from ..session._store import BufferedWriter
 from ..tools._define import Tool
 from ._agent import Agent
 from ._decisions import AgentPayload, SessionStartPayload
+from ._handles import AGENT_CREATED, AGENT_DISPOSED, SESSION_START
 from ._options import AgentOptions
 from ._reconcile import close_seed_reconciled, is_unknown
 from ._registry import LiveAgents, current_initiator, without_initiator
@@ -472,9 +473,9 @@ class AgentRegistry:
             published = True
             agent.phase.publish()  # under maintenance while agent/created runs
             announced = True
-            await services.hooks.emit_awaited("agent/created", AgentPayload(agent))
+            await services.hooks.emit_awaited(AGENT_CREATED, AgentPayload(agent))
             session.publish()
-            services.hooks.emit("agent/session-start", SessionStartPayload(agent, source))
+            services.hooks.emit(SESSION_START, SessionStartPayload(agent, source))
         except BaseException as exc:
             # Roll back in teardown order: scope → write handle → agent (``agent/disposed``
             # pairs a partly delivered ``agent/created``) → session.
@@ -487,7 +488,7 @@ class AgentRegistry:
                 self._live.remove(agent)
                 self._lifecycles.pop(session_id, None)
                 if announced:
-                    services.hooks.emit("agent/disposed", AgentPayload(agent))
+                    services.hooks.emit(AGENT_DISPOSED, AgentPayload(agent))
                 self._sessions._remove(session)
             if not lifecycle.published.done():
                 lifecycle.published.set_result(None)
@@ -545,7 +546,7 @@ class AgentRegistry:
         lifecycle.stop_timers()
         self._live.remove(agent)
         agent.phase.finish_dispose()
-        self._services.hooks.emit("agent/disposed", AgentPayload(agent))
+        self._services.hooks.emit(AGENT_DISPOSED, AgentPayload(agent))
         self._sessions._remove(agent.session)
         if self._lifecycles.get(agent.id) is lifecycle:
             del self._lifecycles[agent.id]

@@ -1,20 +1,22 @@
-"""The typed handles of the loop's hooks (re-exported by ``steerloop.hooks``).
+"""The typed handles of the agent's hooks, and every handle of the loop (``LOOP_HANDLES``).
 
-They live in the agent layer so that the agent's own listeners (``run``, structured output)
-register through them too; ``steerloop.hooks`` adds ``RUNTIME_CLOSING``, whose payload names
-the runtime.
+Each hook is declared once, by its handle, in the layer that emits it: ``SESSION_EVENT`` in
+``session``, ``TOOLS_*`` in ``tools``, the agent's here, ``RUNTIME_CLOSING`` in ``_runtime``.
+``steerloop.hooks`` re-exports them all with their payload types.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
-from .._hooks import EmitHook, SerialHook, WaterfallHook
+from .._hooks import AnyHook, EmitHook, SerialHook, WaterfallHook
 from ..llm._types import CallConfig
 from ..session._events import SessionEvent
-from ..session._session import SessionEventPayload
-from ..tools._define import PostExecute, ToolDecision
-from ..tools._runtime import ApprovalHookPayload, ToolHookPayload
+from ..session._session import SESSION_EVENT
+from ..tools._hooks import (
+    TOOLS_APPROVAL_REQUESTED,
+    TOOLS_POST_EXECUTE,
+    TOOLS_PRE_EXECUTE,
+    TOOLS_RESULT,
+)
 from ._decisions import (
     AgentPayload,
     ClaimedPayload,
@@ -71,15 +73,8 @@ REQUEST_ERROR: WaterfallHook[RequestErrorPayload, RequestErrorAction | None] = W
 )
 TURN_STOPPING: SerialHook[TurnStoppingPayload, object] = SerialHook("agent/turn-stopping")
 AGENT_COMPACT: SerialHook[CompactPayload, SessionEvent] = SerialHook("agent/compact")
-SESSION_EVENT: EmitHook[SessionEventPayload] = EmitHook("session/event")
-TOOLS_PRE_EXECUTE: SerialHook[ToolHookPayload, ToolDecision] = SerialHook("tools/pre-execute")
-TOOLS_POST_EXECUTE: WaterfallHook[ToolHookPayload, PostExecute] = WaterfallHook(
-    "tools/post-execute"
-)
-TOOLS_RESULT: EmitHook[ToolHookPayload] = EmitHook("tools/result")
-TOOLS_APPROVAL_REQUESTED: EmitHook[ApprovalHookPayload] = EmitHook("tools/approval-requested")
 
-LOOP_HANDLES: tuple[EmitHook[Any] | SerialHook[Any, Any] | WaterfallHook[Any, Any], ...] = (
+LOOP_HANDLES: tuple[AnyHook, ...] = (
     AGENT_CREATED,
     AGENT_DISPOSED,
     STATUS,

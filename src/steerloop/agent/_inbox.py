@@ -18,6 +18,7 @@ from ..session._events import InboxSpliced
 from ..session._inbox_fold import fold_inbox
 from ..tools._agent_ref import AgentRef
 from ._decisions import ClaimedPayload, InboxMessagePayload
+from ._handles import INBOX_CLAIMED, INBOX_DISCARDED, INBOX_INSERTED
 
 if TYPE_CHECKING:
     from ..session._session import Session
@@ -161,11 +162,9 @@ class Inbox(metaclass=RuntimeOwned):
             )
         if target == "next-turn" and self._queues["next-turn"]:
             claimed += self._splice("next-turn", 0, 1, (), outcome=None)
-        if self._hooks.has("agent/inbox/claimed"):
+        if self._hooks.has(INBOX_CLAIMED):
             for message in claimed:
-                self._hooks.emit(
-                    "agent/inbox/claimed", ClaimedPayload(self._owner(), message, turn)
-                )
+                self._hooks.emit(INBOX_CLAIMED, ClaimedPayload(self._owner(), message, turn))
         return claimed
 
     def _splice(
@@ -208,16 +207,12 @@ class Inbox(metaclass=RuntimeOwned):
         ).seq
         queue[s : s + d] = inserted
         if outcome is not None:
-            if removed and self._hooks.has("agent/inbox/discarded"):
+            if removed and self._hooks.has(INBOX_DISCARDED):
                 for message in removed:
-                    self._hooks.emit(
-                        "agent/inbox/discarded", InboxMessagePayload(self._owner(), message)
-                    )
-            if inserted and self._hooks.has("agent/inbox/inserted"):
+                    self._hooks.emit(INBOX_DISCARDED, InboxMessagePayload(self._owner(), message))
+            if inserted and self._hooks.has(INBOX_INSERTED):
                 for message in inserted:
-                    self._hooks.emit(
-                        "agent/inbox/inserted", InboxMessagePayload(self._owner(), message)
-                    )
+                    self._hooks.emit(INBOX_INSERTED, InboxMessagePayload(self._owner(), message))
         return removed
 
 

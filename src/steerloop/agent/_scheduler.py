@@ -53,9 +53,9 @@ from ..session._events import (
     ToolResultEvent,
 )
 from ..tools._define import Tool, ToolDecision, ToolExec, ToolResult
+from ..tools._hooks import TOOLS_APPROVAL_REQUESTED, ApprovalHookPayload
 from ..tools._runtime import (
     UNVALIDATED,
-    ApprovalHookPayload,
     aborted_before_dispatch,
     denied,
     error_result,
@@ -283,8 +283,8 @@ class ToolScheduler:
         )
         seq, decided = self.agent.approvals.request(request, self._holds.signal)
         hooks = self.rt.hooks
-        if hooks.has("tools/approval-requested"):
-            hooks.emit("tools/approval-requested", ApprovalHookPayload(exec, request, seq))
+        if hooks.has(TOOLS_APPROVAL_REQUESTED):
+            hooks.emit(TOOLS_APPROVAL_REQUESTED, ApprovalHookPayload(exec, request, seq))
         return decided
 
     async def _held(

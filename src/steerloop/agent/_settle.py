@@ -18,6 +18,7 @@ from ..llm._types import LlmFailure
 from ..messages import AssistantMessage, MessageSource, ToolCallBlock
 from ..session._events import AssistantAttempt, AssistantMessageEvent, StreamRecord
 from ._decisions import StreamFrame, StreamFramePayload
+from ._handles import ASSISTANT_STREAM
 
 if TYPE_CHECKING:
     from ..session._session import Session
@@ -70,11 +71,11 @@ class LiveFrames:
         self.revisions = agent.services.revisions
         self.ids = agent.services.ids
         self.attempt_id = self.ids("att")
-        self.on = self.hooks.has("agent/assistant-stream")
+        self.on = self.hooks.has(ASSISTANT_STREAM)
         self.index = 0
 
     def _emit(self, frame: StreamFrame) -> None:
-        self.hooks.emit("agent/assistant-stream", StreamFramePayload(self.agent, frame))
+        self.hooks.emit(ASSISTANT_STREAM, StreamFramePayload(self.agent, frame))
 
     def start(self, turn: int, step: int) -> None:
         if self.on:

@@ -8,16 +8,25 @@ estimate both use: the last reported input tokens plus a calibrated character co
 what was written since.
 """
 
-from ..session._events import COMPACTION_PLUGIN, ContextCompacted
-from ._compaction import CompactionFailed, CompactionStrategy, install_compaction
+from ..session import COMPACTION_PLUGIN
+from ..session.events import ContextCompacted
+from ._compaction import (
+    COMPACTION_FAILED,
+    CompactionFailed,
+    CompactionStrategy,
+    current_config,
+    install_compaction,
+)
 from ._estimate import estimate_message_tokens, estimate_tokens
 from ._limits import install_limits, session_usage
 
 __all__ = [
+    "COMPACTION_FAILED",
     "COMPACTION_PLUGIN",
     "CompactionFailed",
     "CompactionStrategy",
     "ContextCompacted",
+    "current_config",
     "estimate_message_tokens",
     "estimate_tokens",
     "install_compaction",

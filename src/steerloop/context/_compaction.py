@@ -21,26 +21,29 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, get_args
 
+from .. import AbortController, AbortSignal
 from .. import hooks as h
-from .._hooks import Disposer
-from .._signal import AbortController, AbortSignal
-from ..agent._agent import Agent, live_agent
-from ..agent._decisions import CompactPayload, OfAgent, PreStepDecision, PreStepPayload
+from ..agent import Agent, live_agent
 from ..errors import CompactionError, LlmError
-from ..llm._types import CallConfig, GenerateRequest, LlmFailure, TokenUsage
+from ..hooks import CompactPayload, Disposer, OfAgent, PreStepDecision, PreStepPayload
+from ..llm import CallConfig, GenerateRequest, LlmFailure, TokenUsage
 from ..messages import SystemMessage, TextBlock, UserMessage
-from ..session._events import ContextCompacted, Replace, SessionEvent
+from ..session.events import ContextCompacted, Replace, SessionEvent
 from ._estimate import estimate_message_tokens, estimate_tokens, tokens_per_char
 from ._plan import Plan, bounded, plan_cut, transcript, window_note
 
 if TYPE_CHECKING:
-    from .._runtime import Runtime
-    from ..tools._agent_ref import AgentRef
+    from .. import Runtime
+    from ..hooks import AgentRef
 
-__all__ = ["CompactionFailed", "CompactionStrategy", "install_compaction"]
+__all__ = [
+    "COMPACTION_FAILED",
+    "CompactionFailed",
+    "CompactionStrategy",
+    "install_compaction",
+]
 
 CompactionStrategy = Literal["drop-tool-results", "window", "summarize"]
-FAILED_HOOK = "context/compaction-failed"
 
 #: The most a summary request may produce, whatever the budget: a recap, not a rewrite.
 _SUMMARY_MAX_TOKENS = 4_096
@@ -61,6 +64,10 @@ class CompactionFailed(OfAgent):
     agent: Agent
     strategy: str
     error: BaseException
+
+
+COMPACTION_FAILED: h.EmitHook[CompactionFailed] = h.EmitHook("context/compaction-failed")
+"""A summary failed and the history is unchanged: the turn goes on."""
 
 
 def _positive(name: str, value: int | None) -> None:
@@ -109,7 +116,7 @@ def install_compaction(
         raise ValueError(
             f"strategy must be one of {get_args(CompactionStrategy)}, not {strategy!r}"
         )
-    rt.hooks.define(FAILED_HOOK, "emit")
+    rt.hooks.define(COMPACTION_FAILED)
     policy = _Policy(rt, max_context_tokens, keep_recent_tokens, strategy)
     dispose_step = rt.hooks.on(h.PRE_STEP, policy.pre_step)
     dispose_compact = rt.hooks.on(h.AGENT_COMPACT, policy.on_compact)
@@ -216,7 +223,7 @@ class _Policy:
                 )
         except Exception as exc:
             signal.throw_if_aborted()  # a cancel is the turn's outcome, not a failure
-            self.rt.hooks.emit(FAILED_HOOK, CompactionFailed(agent, self.strategy, exc))
+            self.rt.hooks.emit(COMPACTION_FAILED, CompactionFailed(agent, self.strategy, exc))
             if raise_failure:
                 raise
             self.failed_turn[agent.id] = session.last_turn

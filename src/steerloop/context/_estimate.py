@@ -21,8 +21,8 @@ import weakref
 from collections.abc import Iterable, Sequence
 
 from ..messages import FileBlock, ImageBlock, Message, ToolCallBlock
-from ..session._events import AssistantMessageEvent, Replace, surface_message
-from ..session._session import Session
+from ..session import Session, surface_message
+from ..session.events import AssistantMessageEvent, Replace
 from ._media_tokens import binary_chars, binary_tokens
 
 __all__ = [

@@ -20,19 +20,16 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from .. import hooks as h
-from .._hooks import Disposer
-from ..agent._decisions import AgentPayload, PreStepDecision, PreStepPayload
-from ..llm._types import TokenUsage
-from ..session._events import AssistantMessageEvent, ContextCompacted, TurnStart
-from ..session._input_events import MCPSampled
-from ..session._session import Session
-from ..tools._define import ToolDecision
-from ..tools._runtime import ToolHookPayload
+from ..hooks import AgentPayload, Disposer, PreStepDecision, PreStepPayload, ToolHookPayload
+from ..llm import TokenUsage
+from ..session import Session
+from ..session.events import AssistantMessageEvent, ContextCompacted, MCPSampled, TurnStart
+from ..tools import ToolDecision
 from ._compaction import _positive
 from ._estimate import estimate_tokens
 
 if TYPE_CHECKING:
-    from .._runtime import Runtime
+    from .. import Runtime
 
 __all__ = ["install_limits", "session_usage"]
 

@@ -26,8 +26,7 @@ from collections import OrderedDict
 
 import imagesize
 
-from .._media import is_text_media_type
-from ..messages import FileBlock, ImageBlock
+from ..messages import FileBlock, ImageBlock, is_text_media_type
 
 __all__ = ["IMAGE_CEILING", "PDF_PAGE_TOKENS", "binary_chars", "binary_tokens"]
 

@@ -13,8 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..messages import FileBlock, ImageBlock, Message, TextBlock, ToolCallBlock
-from ..session._events import SURFACE_TYPES, surface_message
-from ..session._session import Session
+from ..session import SURFACE_TYPES, Session, surface_message
 from ._estimate import node_tokens, tokens_per_char
 
 __all__ = ["Plan", "plan_cut", "transcript", "window_note"]

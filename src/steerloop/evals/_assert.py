@@ -6,7 +6,7 @@ import secrets
 from pathlib import Path
 from typing import Literal
 
-from .._runtime import Runtime
+from .. import Runtime
 from ..agent import AgentOptions
 from ._bundle import import_bundle, read_bundle
 from ._records import Divergence

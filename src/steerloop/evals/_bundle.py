@@ -26,11 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Final
 
-from .._runtime import Runtime
+from .. import Runtime
 from ..errors import SessionCorruptError
-from ..session import SessionEvent, SessionStore
-from ..session._blobs import event_blobs
-from ..session._codec import decode_log
+from ..session import SessionEvent, SessionStore, event_blobs
+from ..session.store import decode_log
 
 __all__ = [
     "BUNDLE_FORMAT",

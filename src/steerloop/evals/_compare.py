@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
-from ..agent._run import sum_usage
+from ..agent import sum_usage
 from ._recording import Call, Matcher, Turn
 from ._records import (
     Answer,

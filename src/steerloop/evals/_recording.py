@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ..agent._run import sum_usage
+from ..agent import sum_usage
 from ..llm import TokenUsage
 from ..messages import TextBlock, UserMessage
 from ..session import SessionEvent

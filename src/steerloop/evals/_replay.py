@@ -23,17 +23,15 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
+from .. import CancelCause, Runtime
 from .. import hooks as h
-from .._cancel import CancelCause
-from .._runtime import Runtime
 from ..agent import Agent, AgentHandle, AgentOptions, AgentScope, PreStepDecision
-from ..agent._decisions import PreStepPayload, TurnStoppingPayload
 from ..errors import SessionPersistenceNotFoundError
+from ..hooks import ApprovalHookPayload, PreStepPayload, ToolHookPayload, TurnStoppingPayload
 from ..prompt import RUNTIME_CONTEXT_PLUGIN
 from ..session import SessionEvent
 from ..session.events import InboxSpliced
 from ..tools import ToolDecision
-from ..tools._runtime import ApprovalHookPayload, ToolHookPayload
 from ._compare import compare_turn, totals_of
 from ._recording import Input, Log, Turn, read_log
 from ._records import CancelReplay, TurnRun

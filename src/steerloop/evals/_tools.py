@@ -22,8 +22,8 @@ from typing import Any, Literal
 
 from ..agent import Agent, AgentScope
 from ..errors import ToolDefinitionError
+from ..hooks import ApprovalHookPayload
 from ..tools import Tool, ToolDecision, ToolError, ToolExec, ToolResult, define_tool
-from ..tools._runtime import ApprovalHookPayload
 from ._recording import Call, CallKey, Matcher, Turn, call_key
 from ._records import Answer
 

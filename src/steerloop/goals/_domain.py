@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from .._hooks import Disposer
+from ..hooks import Disposer
 from ._model import (
     GOAL_CHANGE,
     PAYLOAD_VERSION,
@@ -28,7 +28,7 @@ from ._model import (
 )
 
 if TYPE_CHECKING:
-    from ..session._session import Session
+    from ..session import Session
 
 __all__ = ["DEFAULT_ROUND_CAP", "SessionGoal"]
 

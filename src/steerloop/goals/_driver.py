@@ -40,28 +40,28 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from .. import CancelCause
 from .. import hooks as h
-from .._cancel import CancelCause
-from .._hooks import Disposer
-from ..agent._agent import live_agent
-from ..agent._decisions import (
+from ..agent import live_agent
+from ..hooks import (
     AgentPayload,
     ClaimedPayload,
+    Disposer,
     InboxMessagePayload,
     PreStepDecision,
     PreStepPayload,
+    SessionEventPayload,
     SessionStartPayload,
     StatusPayload,
 )
 from ..messages import MessageSource, TextBlock, UserMessage, user_message
-from ..session._session import SessionEventPayload
 from ._domain import SessionGoal
 from ._model import Goal
 from ._tools import goal_tools
 
 if TYPE_CHECKING:
-    from .._runtime import Runtime
-    from ..agent._agent import Agent
+    from .. import Runtime
+    from ..agent import Agent
 
 __all__ = [
     "GOAL_PLUGIN",

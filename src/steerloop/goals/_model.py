@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias
 
 from ..errors import SessionCorruptError, SteerloopError
-from ..session._events import SessionEvent
+from ..session.events import SessionEvent
 
 __all__ = [
     "GOAL_CHANGE",

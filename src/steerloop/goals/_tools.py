@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
 
-from ..agent._agent import Agent
-from ..tools._define import Tool, ToolError, ToolExec, ToolResult, define_tool
+from ..agent import Agent
+from ..tools import Tool, ToolError, ToolExec, ToolResult, define_tool
 from ._model import GoalRevisionError, GoalStateError, goal_to_json
 
 if TYPE_CHECKING:

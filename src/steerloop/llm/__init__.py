@@ -1,9 +1,11 @@
 """The LLM seam: adapters, requests, stream chunks and failures."""
 
 from ..errors import LlmError
+from ._http import redact
 from ._runtime import LlmService, PreparedCall
 from ._types import (
     CallConfig,
+    ClosableAdapter,
     GenerateRequest,
     LlmAdapter,
     LlmFailure,
@@ -15,6 +17,7 @@ from ._types import (
 
 __all__ = [
     "CallConfig",
+    "ClosableAdapter",
     "GenerateRequest",
     "LlmAdapter",
     "LlmError",
@@ -25,4 +28,5 @@ __all__ = [
     "RetryPolicy",
     "TokenUsage",
     "ToolSchema",
+    "redact",
 ]

@@ -51,13 +51,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .._hooks import Disposer
 from ..errors import LlmError
-from ._types import ClosableAdapter, GenerateRequest, LlmAdapter, LlmFailure, ModelInfo
+from ..hooks import Disposer
+from ..llm import ClosableAdapter, GenerateRequest, LlmAdapter, LlmFailure, ModelInfo
 from .chunks import StreamChunk
 
 if TYPE_CHECKING:
-    from .._runtime import Runtime
+    from .. import Runtime
 
 __all__ = [
     "ProviderConfig",
@@ -161,7 +161,7 @@ def _positive(where: str, value: Any) -> int:
 
 def request_table(where: str, raw: Any) -> dict[str, Any]:
     """A ``request`` table of request options, checked like ``AgentOptions.call``."""
-    from ..agent._options import validate_call
+    from ..agent import validate_call
 
     if not isinstance(raw, Mapping):
         raise ProviderConfigError(f"{where} must be a table")

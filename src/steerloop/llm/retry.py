@@ -17,18 +17,21 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .. import hooks as h
-from .._hooks import Disposer
-from ..agent._decisions import AgentPayload, OfAgent, RequestErrorAction, RequestErrorPayload
 from ..errors import AbortedError
-from ._types import LlmFailure, RetryPolicy
+from ..hooks import AgentPayload, Disposer, OfAgent, RequestErrorAction, RequestErrorPayload
+from ..llm import LlmFailure, RetryPolicy
 
 if TYPE_CHECKING:
-    from .._runtime import Runtime
-    from ..tools._agent_ref import AgentRef
+    from .. import Runtime
+    from ..hooks import AgentRef
 
-__all__ = ["NON_RETRYABLE_CODES", "RetryNotice", "install_retry"]
+__all__ = [
+    "LLM_RETRY",
+    "NON_RETRYABLE_CODES",
+    "RetryNotice",
+    "install_retry",
+]
 
-RETRY_HOOK = "llm/retry"
 NON_RETRYABLE_CODES = frozenset(
     {"AUTH", "INVALID_REQUEST", "CONTEXT_OVERFLOW", "QUOTA", "NOT_FOUND", "CONTENT_FILTER"}
 )
@@ -45,6 +48,10 @@ class RetryNotice(OfAgent):
     attempt: int
     delay_ms: int
     failure: LlmFailure
+
+
+LLM_RETRY: h.EmitHook[RetryNotice] = h.EmitHook("llm/retry")
+"""The retry announcement: emitted before each backoff wait."""
 
 
 def _retryable(failure: LlmFailure) -> bool:
@@ -74,7 +81,7 @@ def install_retry(
     Returns:
         A ``Disposer`` that removes the listener.
     """
-    rt.hooks.define(RETRY_HOOK, "emit")
+    rt.hooks.define(LLM_RETRY)
     do_sleep = sleep or _timer
     jitter = rng or random.Random()
     # Failures so far of each agent's current step: agent id -> (turn, step, failures).
@@ -109,7 +116,7 @@ def install_retry(
         if signal.aborted:
             return None
         rt.hooks.emit(
-            RETRY_HOOK,
+            LLM_RETRY,
             RetryNotice(
                 agent=payload.agent,
                 turn=payload.turn,

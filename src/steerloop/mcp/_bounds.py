@@ -16,7 +16,7 @@ import anyio.to_thread
 import mcp_types as types
 from mcp.shared.message import SessionMessage
 
-from ..session._codec import bulk_decoding
+from ..session.store import bulk_decoding
 from ._limits import MCPLimits, bound_error, bound_listing, bound_result, bound_tools
 from ._slices import decode_sliced
 

@@ -18,7 +18,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._signal import AbortController, AbortSignal
+from .. import AbortController, AbortSignal
 from ..tools import ToolExec
 
 __all__ = ["RELATED_TASK", "CallContext", "Deadline", "InFlight"]

@@ -23,7 +23,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import CONNECTION_CLOSED
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from .._signal import AbortSignal
+from .. import AbortSignal
 from ..errors import AbortedError
 from ._bounds import Bounder
 from ._calls import InFlight

@@ -15,8 +15,15 @@ from urllib.parse import unquote, urlsplit
 
 import mcp_types as types
 
-from .._media import IMAGE_MEDIA_TYPES, check_file_media_type, human_size
-from ..messages import Block, FileBlock, ImageBlock, TextBlock
+from ..messages import (
+    IMAGE_MEDIA_TYPES,
+    Block,
+    FileBlock,
+    ImageBlock,
+    TextBlock,
+    check_file_media_type,
+    human_size,
+)
 
 __all__ = ["block_from_mcp"]
 

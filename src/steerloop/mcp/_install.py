@@ -20,11 +20,10 @@ from typing import TYPE_CHECKING, TextIO
 import mcp_types as types
 
 from .. import hooks as h
-from .._hooks import Disposer
-from ..agent._agent import Agent
-from ..agent._decisions import RequestPayload
+from ..agent import Agent
 from ..errors import ToolDefinitionError
-from ..llm._types import CallConfig
+from ..hooks import Disposer, RequestPayload
+from ..llm import CallConfig
 from ..messages import Block, UserMessage
 from ..tools import Tool
 from ._config import MCPServer
@@ -34,7 +33,7 @@ from ._results import result_from_mcp
 from ._server import InstalledServer
 
 if TYPE_CHECKING:
-    from .._runtime import Runtime
+    from .. import Runtime
 
 __all__ = ["MCPTools", "install_mcp", "result_from_mcp"]
 

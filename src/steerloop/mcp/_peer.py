@@ -27,10 +27,10 @@ from typing import Any
 import mcp_types as types
 from mcp.client.session import ClientRequestContext
 
-from .._ids import new_id
-from ..agent._agent import Agent
+from ..agent import Agent
 from ..errors import AbortedError
-from ..session._input_events import InputRequest
+from ..ids import new_id
+from ..session.events import InputRequest
 from ._calls import CallContext, InFlight
 from ._config import MCPServer
 from ._limits import json_size

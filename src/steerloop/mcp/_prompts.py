@@ -15,7 +15,7 @@ from functools import partial
 import mcp_types as types
 from mcp.client import Client
 
-from .._ids import new_id
+from ..ids import new_id
 from ..messages import Block, MessageSource, TextBlock, UserMessage
 from ._connection import Connection
 from ._limits import CUT_KEY

@@ -20,9 +20,9 @@ import mcp_types as types
 from mcp.client import Client
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..agent._agent import Agent
+from ..agent import Agent
 from ..messages import Block, TextBlock
-from ..session._input_events import MCPResourceUpdated
+from ..session.events import MCPResourceUpdated
 from ..tools import Tool, ToolError, ToolExec, ToolResult, define_tool
 from ._connection import Connection
 from ._limits import CUT_KEY

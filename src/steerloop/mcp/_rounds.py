@@ -30,9 +30,9 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import TypeAdapter, ValidationError
 
-from .._signal import AbortSignal
+from .. import AbortSignal
 from ..errors import AbortedError
-from ..session._input_events import InputAnswered, InputRequest
+from ..session.events import InputAnswered, InputRequest
 from ._calls import CallContext
 from ._limits import json_size
 

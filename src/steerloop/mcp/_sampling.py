@@ -17,14 +17,14 @@ from collections.abc import Awaitable, Callable
 
 import mcp_types as types
 
-from .._ids import new_id
-from .._signal import AbortSignal
-from ..agent._agent import Agent
-from ..context._compaction import current_config
+from .. import AbortSignal
+from ..agent import Agent
+from ..context import current_config
 from ..errors import AbortedError, LlmError
-from ..llm._types import CallConfig, GenerateRequest, TokenUsage
+from ..ids import new_id
+from ..llm import CallConfig, GenerateRequest, TokenUsage
 from ..messages import AssistantMessage, Message, SystemMessage, TextBlock, UserMessage
-from ..session._input_events import InputRequest, MCPSampled
+from ..session.events import InputRequest, MCPSampled
 from ._calls import CallContext
 from ._config import MCPServer
 from ._limits import json_size

@@ -22,11 +22,11 @@ import mcp_types as types
 from mcp.client import Client
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
-from .._hooks import Disposer
-from .._signal import AbortController
+from .. import AbortController
 from ..errors import AbortedError, ToolDefinitionError
+from ..hooks import Disposer
 from ..messages import ToolCallBlock
-from ..session._input_events import InputAnswered, InputRequest
+from ..session.events import InputAnswered, InputRequest
 from ..tools import Tool, ToolExec, ToolResult, define_tool
 from ._calls import CallContext, Deadline
 from ._config import MCPServer
@@ -38,7 +38,7 @@ from ._rounds import Rounds
 from ._tasks import call_as_task, find_task, recover_task, uses_tasks
 
 if TYPE_CHECKING:
-    from .._runtime import Runtime
+    from .. import Runtime
 
 __all__ = ["InstalledServer"]
 

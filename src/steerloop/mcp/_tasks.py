@@ -25,16 +25,15 @@ import mcp_types as types
 from mcp.client import Client
 from mcp.shared.exceptions import MCPError
 
-from .._signal import AbortSignal
+from .. import AbortSignal
 from ..errors import AbortedError
-from ..session._events import SessionEvent
-from ..session._input_events import MCPTaskCreated
+from ..session.events import MCPTaskCreated, SessionEvent
 from ._bounds import TASK_KEY
 from ._connection import Connection
 from ._errors import MCPConnectionError
 
 if TYPE_CHECKING:
-    from ..session._session import Session
+    from ..session import Session
     from ._calls import CallContext
 
 __all__ = ["call_as_task", "find_task", "recover_task", "uses_tasks"]

@@ -24,7 +24,7 @@ import signal
 import time
 from pathlib import Path
 
-from .._procs import marked_processes
+from ..procs import marked_processes
 
 __all__ = ["MARKER", "ProcessTree"]
 

@@ -9,10 +9,10 @@ from typing import TYPE_CHECKING, Any
 
 import jsonpatch
 
-from ..agent._client_calls import ClientTool
+from ..agent import ClientTool
 
 if TYPE_CHECKING:
-    from ..agent._agent import Agent
+    from ..agent import Agent
 
 __all__ = ["AGUI_COMMANDS", "apply_command"]
 

@@ -22,11 +22,10 @@ from typing import Any, Literal
 from ag_ui.core import RunAgentInput
 from pydantic import ConfigDict, ValidationError
 
-from .._media import DEFAULT_LIMITS, AttachmentLimits
-from ..agent._client_calls import CLIENT_ERROR, ClientCallError
+from ..agent import CLIENT_ERROR, ClientCallError
 from ..errors import ToolDefinitionError
-from ..messages import Block
-from ..tools._define import define_tool
+from ..messages import DEFAULT_LIMITS, AttachmentLimits, Block
+from ..tools import define_tool
 from ._agui_media import agui_content
 from ._host import ApiError
 

@@ -18,8 +18,7 @@ from typing import Any
 
 from ag_ui.core import DocumentPart, ImagePart, InputContentUrlSource, TextPart
 
-from .._media import AttachmentLimits
-from ..messages import Block
+from ..messages import AttachmentLimits, Block
 from ._content import FilePart, to_blocks
 from ._content import ImagePart as HttpImagePart
 from ._content import TextPart as HttpTextPart

@@ -23,10 +23,9 @@ from typing import Any, Literal, Protocol
 
 from ag_ui.core import BaseEvent, Interrupt, Message, UserMessage
 
-from .._media import DEFAULT_LIMITS, AttachmentLimits
-from ..messages import Block, block_to_json
-from ..session._events import SessionEvent
-from ..session._state import fold_state
+from ..messages import DEFAULT_LIMITS, AttachmentLimits, Block, block_to_json
+from ..session import fold_state
+from ..session.events import SessionEvent
 from ._agui import AguiRun, approval_interrupt, client_interrupt, encode, messages_snapshot
 from ._agui_input import Plan, parse_request, plan_input, view_of
 from ._agui_media import snapshot_content, upgrade_binary_parts

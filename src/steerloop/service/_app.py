@@ -28,10 +28,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from .._media import DEFAULT_LIMITS, AttachmentLimits
-from .._runtime import Runtime
+from .. import Runtime
 from ..errors import SessionStorageError
 from ..llm.retry import install_retry
+from ..messages import DEFAULT_LIMITS, AttachmentLimits
 from ..session._json import dumps, loads
 from ._blobs import get_blob
 from ._bodies import CancelBody, CreateBody, DecisionBody, MessageBody
@@ -464,7 +464,7 @@ async def _feed(
 def _server_store(url: str) -> Any:
     """The PostgreSQL store of a served process: lease TTL 15 s unless the URL sets one
     (design/SERVICE.md §3.3: a paused owner is caught within TTL + one sweep)."""
-    from ..session.store.postgres._store import PostgresStore
+    from ..session.store.postgres import PostgresStore
 
     store = PostgresStore(url, notify=True)  # its commits wake the SSE readers of any node
     if "lease_ttl=" not in url.partition("?")[2]:
@@ -589,6 +589,6 @@ def trace_context(headers: Mapping[str, str]) -> dict[str, str] | None:
 
 
 def _new_session_id() -> str:
-    from .._ids import new_id
+    from ..ids import new_id
 
     return new_id("s")

@@ -15,9 +15,9 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from .._media import check_blob_hash
 from ..errors import SessionPersistenceNotFoundError
-from ..session._blobs import StoredBlob, event_blobs
+from ..messages import check_blob_hash
+from ..session import StoredBlob, event_blobs
 from ._errors import ApiError
 
 __all__ = ["get_blob"]

@@ -21,12 +21,12 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from .._cancel import CancelCause
-from .._ids import new_id
-from ..agent._agent import Agent
+from .. import CancelCause
+from ..agent import Agent
 from ..errors import ApprovalError
+from ..ids import new_id
 from ..messages import Block, MessageSource, user_message
-from ..session._approvals import approval_state
+from ..session import approval_state
 from ._agui_commands import apply_command
 from ._errors import ApiError, to_api_error
 from ._ledger import HTTP_SOURCE, Ledger, request_fingerprint

@@ -27,10 +27,9 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from .._binary import FileBlock, ImageBlock
-from .._media import AttachmentLimits, human_size, media_type_of
-from ..agent._attachments import check_limits
-from ..messages import Block, TextBlock, user_message
+from .. import FileBlock, ImageBlock
+from ..agent import check_limits
+from ..messages import AttachmentLimits, Block, TextBlock, human_size, media_type_of, user_message
 from ._errors import ApiError
 from ._text import check_texts
 

@@ -19,19 +19,20 @@ from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
-from .._runtime import Runtime
-from ..agent._agent import Agent
-from ..agent._decisions import StreamFrame, StreamFramePayload
-from ..agent._factory import AgentHandle
-from ..agent._handles import ASSISTANT_STREAM, SESSION_EVENT
+from .. import Runtime
+from ..agent import Agent, AgentHandle
 from ..errors import SessionPersistenceNotFoundError
+from ..hooks import (
+    ASSISTANT_STREAM,
+    SESSION_EVENT,
+    SessionEventPayload,
+    StreamFrame,
+    StreamFramePayload,
+)
 from ..llm.chunks import chunk_to_json
 from ..messages import Block
-from ..session._approvals import approval_state, pending_approvals
-from ..session._deferred import pending_deferred
-from ..session._events import ApprovalRequested, SessionEvent
-from ..session._session import Session, SessionEventPayload
-from ..session._state import fold_state
+from ..session import Session, approval_state, fold_state, pending_approvals, pending_deferred
+from ..session.events import ApprovalRequested, SessionEvent
 from ._commands import APPROVAL_BY, Command, CommandKind, LocalCommands, not_waiting
 from ._errors import ApiError
 from ._profile import ORIGIN_KIND, Profile, origin_setup

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..messages import Block, block_to_json
-from ..session._events import InboxSpliced, SessionEvent
 from ..session._json import dumps
+from ..session.events import InboxSpliced, SessionEvent
 
 __all__ = ["HTTP_SOURCE", "Ledger", "Recorded", "request_fingerprint"]
 

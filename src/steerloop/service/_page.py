@@ -16,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from .._media import DEFAULT_LIMITS
+from ..messages import DEFAULT_LIMITS
 
 __all__ = ["page_routes"]
 

@@ -8,10 +8,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
-from ..agent._options import AgentOptions, validate_call
+from ..agent import AgentOptions, validate_call
 
 if TYPE_CHECKING:
-    from .._runtime import Runtime
+    from .. import Runtime
 
 __all__ = ["ORIGIN_KIND", "Profile", "load_profiles", "origin_setup"]
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..messages import MessageSource, UserMessage, user_message
-from ..session._events import AssistantMessageEvent, SessionEvent, ToolResultEvent, TurnEnd
+from ..session.events import AssistantMessageEvent, SessionEvent, ToolResultEvent, TurnEnd
 
 __all__ = ["TAKEOVER_PLUGIN", "takeover_message"]
 

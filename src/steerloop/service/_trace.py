@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..tools._agent_ref import AgentRef
+from ..hooks import AgentRef
 
 __all__ = ["TRACE_HEADERS", "continue_caller_trace", "trace_headers"]
 

@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar, overload
 
-from .._hooks import HookBus
+from .._hooks import EmitHook, HookBus
 from .._ids import Clock, default_clock
 from .._owned import RuntimeOwned
 from ..errors import SessionCorruptError, SessionPersistenceNotFoundError, SessionStorageError
@@ -28,7 +28,12 @@ from ._events import (
 )
 from ._repair import RepairEvent, plan_repair
 
-__all__ = ["EventSink", "Session", "SessionEventPayload"]
+__all__ = [
+    "SESSION_EVENT",
+    "EventSink",
+    "Session",
+    "SessionEventPayload",
+]
 
 R = TypeVar("R", bound=EventRecord)
 JsonPayload = dict[str, Any] | list[Any] | str | int | float | bool | None
@@ -47,6 +52,9 @@ class SessionEventPayload:
     def owner(self) -> str:
         """The session's id, which is its agent's (``HookPayload``)."""
         return self.session.id
+
+
+SESSION_EVENT: EmitHook[SessionEventPayload] = EmitHook("session/event")
 
 
 class EventSink:
@@ -147,7 +155,7 @@ class Session(metaclass=RuntimeOwned):
             raise ValueError("session id must be a non-empty string")
         self.id = id
         self.header: dict[str, Any] = dict(header or {})
-        self._hooks = hooks or HookBus()
+        self._hooks = hooks or HookBus((SESSION_EVENT,))
         self._clock = clock
         self._sink = sink or EventSink()
         self._events: list[SessionEvent] = []
@@ -294,8 +302,8 @@ class Session(metaclass=RuntimeOwned):
         if self._observers:
             for observer in tuple(self._observers):
                 observer(event)
-        if self._hooks.has("session/event"):
-            self._hooks.emit("session/event", SessionEventPayload(self, event))
+        if self._hooks.has(SESSION_EVENT):
+            self._hooks.emit(SESSION_EVENT, SessionEventPayload(self, event))
         return event
 
     def close_seed(self, fixes: Sequence[RepairEvent], *, inherited: bool = False) -> None:

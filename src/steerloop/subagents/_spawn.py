@@ -19,20 +19,17 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
 
-from .._cancel import CancelCause
-from .._hooks import Disposer
-from .._ids import new_id
-from .._runtime import Runtime
-from .._signal import AbortSignal
-from ..agent._agent import Agent
-from ..agent._options import AgentOptions
+from .. import AbortSignal, CancelCause, Runtime
+from ..agent import Agent, AgentOptions
 from ..errors import AbortedError, SteerloopError
+from ..hooks import Disposer
+from ..ids import new_id
 from ..messages import TextBlock, user_message
-from ..session._events import AssistantMessageEvent, TurnEnd, TurnEndReason
-from ..tools._define import Tool, ToolError, ToolExec, ToolResult, define_tool
+from ..session.events import AssistantMessageEvent, TurnEnd, TurnEndReason
+from ..tools import Tool, ToolError, ToolExec, ToolResult, define_tool
 
 if TYPE_CHECKING:
-    from ..agent._factory import AgentScope
+    from ..agent import AgentScope
 
 __all__ = [
     "DEFAULT_MAX_DEPTH",

@@ -6,7 +6,7 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ..llm._http import redact
+from ..llm import redact
 from ..messages import ReasoningBlock, TextBlock, ToolCallBlock
 
 __all__ = ["input_messages", "output_messages", "redacted", "text_of"]

@@ -40,14 +40,20 @@ from opentelemetry.trace import (
     StatusCode,
 )
 
+from .. import Runtime
 from .. import hooks as h
-from .._hooks import Disposer
-from .._runtime import Runtime
-from ..agent._decisions import AgentPayload, ClaimedPayload, StatusPayload, StreamFramePayload
-from ..agent._handles import INBOX_CLAIMED
-from ..session._events import SessionEvent
-from ..session._session import Session, SessionEventPayload
-from ..tools._agent_ref import AgentRef
+from ..hooks import (
+    INBOX_CLAIMED,
+    AgentPayload,
+    AgentRef,
+    ClaimedPayload,
+    Disposer,
+    SessionEventPayload,
+    StatusPayload,
+    StreamFramePayload,
+)
+from ..session import Session
+from ..session.events import SessionEvent
 from ._content import input_messages, output_messages, redacted, text_of
 from ._metrics import ClientMetrics, Tokens
 from ._trace import span_context_of, step_trace, turn_trace

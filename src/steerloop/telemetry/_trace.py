@@ -27,8 +27,8 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanContext
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from ..session._session import Session
-from ..tools._agent_ref import AgentRef
+from ..hooks import AgentRef
+from ..session import Session
 
 __all__ = ["continue_trace", "span_context_of", "step_trace", "turn_trace"]
 

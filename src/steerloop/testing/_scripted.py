@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..llm._types import GenerateRequest, LlmFailure, ModelInfo, TokenUsage
+from ..llm import GenerateRequest, LlmFailure, ModelInfo, TokenUsage
 from ..llm.chunks import (
     BlockEnd,
     BlockStart,

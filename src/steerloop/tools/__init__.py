@@ -2,7 +2,8 @@
 
 from ._define import PostExecute, Tool, ToolDecision, ToolError, ToolExec, ToolResult, define_tool
 from ._function import tool
-from ._runtime import ApprovalHookPayload, ToolHookPayload, ToolPipeline, ToolRegistry
+from ._hooks import ApprovalHookPayload, ToolHookPayload
+from ._runtime import ToolPipeline, ToolRegistry, error_result
 
 __all__ = [
     "ApprovalHookPayload",
@@ -16,5 +17,6 @@ __all__ = [
     "ToolRegistry",
     "ToolResult",
     "define_tool",
+    "error_result",
     "tool",
 ]

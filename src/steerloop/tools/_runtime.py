@@ -6,7 +6,6 @@ import asyncio
 import inspect
 import json
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import jsonschema
@@ -15,20 +14,23 @@ import pydantic
 from .._cancel import escapes
 from .._hooks import Disposer, HookBus
 from .._media import DEFAULT_LIMITS
-from .._records import fast_init
 from .._signal import AbortController
 from ..errors import AbortedError, SessionPersistenceError
 from ..llm._types import ToolSchema
 from ..messages import Block, TextBlock, ToolResultMessage, UserMessage, check_json
-from ..session._events import ApprovalRequested, ToolErrorInfo, ToolResultEvent
+from ..session._events import ToolErrorInfo, ToolResultEvent
 from ._attachments import fit_result
 from ._define import PostExecute, Tool, ToolDecision, ToolError, ToolExec, ToolResult
+from ._hooks import (
+    TOOLS_POST_EXECUTE,
+    TOOLS_PRE_EXECUTE,
+    TOOLS_RESULT,
+    ToolHookPayload,
+)
 
 __all__ = [
     "MAX_ARGUMENT_DEPTH",
     "UNVALIDATED",
-    "ApprovalHookPayload",
-    "ToolHookPayload",
     "ToolPipeline",
     "ToolRegistry",
     "denied",
@@ -79,36 +81,6 @@ def _depth_exceeds(value: Any, bound: int) -> bool:
             return True
         stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
     return False
-
-
-@fast_init
-@dataclass(frozen=True, slots=True)
-class ToolHookPayload:
-    """Payload of ``tools/pre-execute`` (``result`` is ``None``), ``post-execute``, ``result``."""
-
-    exec: ToolExec
-    result: ToolResult | None = None
-
-    @property
-    def owner(self) -> str:
-        """The id of the agent whose tool call this is (``HookPayload``)."""
-        return self.exec.agent.id
-
-
-@fast_init
-@dataclass(frozen=True, slots=True)
-class ApprovalHookPayload:
-    """Payload of ``tools/approval-requested``: the held call, its request record and the
-    request's seq. An answerer calls ``agent.decide_approval(exec.call_id, ...)``."""
-
-    exec: ToolExec
-    request: ApprovalRequested
-    seq: int
-
-    @property
-    def owner(self) -> str:
-        """The id of the agent whose call waits (``HookPayload``)."""
-        return self.exec.agent.id
 
 
 class _Entry:
@@ -265,10 +237,10 @@ class ToolPipeline:
             return error_result("INVALID_ARGS", f"invalid arguments: {_describe(exc)}")
         if exec.signal.aborted:
             return aborted_before_dispatch()
-        if not self._hooks.has("tools/pre-execute"):
+        if not self._hooks.has(TOOLS_PRE_EXECUTE):
             return None  # no policy: nothing to ask, no payload to build
         try:
-            decision = await self._hooks.serial("tools/pre-execute", ToolHookPayload(exec))
+            decision = await self._hooks.serial(TOOLS_PRE_EXECUTE, ToolHookPayload(exec))
         except BaseException as exc:
             if escapes(exc):
                 raise
@@ -341,10 +313,10 @@ class ToolPipeline:
     ) -> tuple[ToolResult, tuple[UserMessage, ...]]:
         """Apply ``tools/post-execute`` and announce ``tools/result``."""
         hooks = self._hooks
-        if not hooks.has("tools/post-execute"):
+        if not hooks.has(TOOLS_POST_EXECUTE):
             # The chain is its default (accept, unchanged): skip the payloads and awaits.
-            if hooks.has("tools/result"):
-                hooks.emit("tools/result", ToolHookPayload(exec, result))
+            if hooks.has(TOOLS_RESULT):
+                hooks.emit(TOOLS_RESULT, ToolHookPayload(exec, result))
             return result, ()
         contexts: tuple[UserMessage, ...] = ()
 
@@ -353,7 +325,7 @@ class ToolPipeline:
 
         try:
             verdict = await self._hooks.waterfall(
-                "tools/post-execute", ToolHookPayload(exec, result), default
+                TOOLS_POST_EXECUTE, ToolHookPayload(exec, result), default
             )
         except BaseException as exc:
             if escapes(exc):
@@ -380,7 +352,7 @@ class ToolPipeline:
                         concludes_turn=result.concludes_turn,
                         meta=result.meta,
                     )
-        self._hooks.emit("tools/result", ToolHookPayload(exec, result))
+        self._hooks.emit(TOOLS_RESULT, ToolHookPayload(exec, result))
         return result, contexts
 
 

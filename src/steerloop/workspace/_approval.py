@@ -7,14 +7,13 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Literal, get_args
 
-from .._hooks import Disposer
-from ..agent._agent import Agent
-from ..agent._handles import TOOLS_APPROVAL_REQUESTED, TOOLS_PRE_EXECUTE
+from ..agent import Agent
 from ..errors import AbortedError, ApprovalError
+from ..hooks import TOOLS_APPROVAL_REQUESTED, TOOLS_PRE_EXECUTE, Disposer
 from ..tools import ApprovalHookPayload, ToolDecision, ToolExec, ToolHookPayload
 
 if TYPE_CHECKING:
-    from .._runtime import Runtime
+    from .. import Runtime
 
 __all__ = ["WRITER_TOOLS", "ApprovalMode", "install_approval"]
 

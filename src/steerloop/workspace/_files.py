@@ -18,11 +18,9 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .._media import sniff_image
-from .._signal import AbortSignal
-from ..messages import ImageBlock, TextBlock, ToolCallBlock
-from ..tools import Tool, ToolExec, ToolResult, define_tool
-from ..tools._runtime import error_result
+from .. import AbortSignal
+from ..messages import ImageBlock, TextBlock, ToolCallBlock, sniff_image
+from ..tools import Tool, ToolExec, ToolResult, define_tool, error_result
 from ._paths import (
     AMBIGUOUS_MATCH,
     BINARY_FILE,

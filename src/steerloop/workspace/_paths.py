@@ -15,7 +15,7 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
-from .._signal import AbortSignal
+from .. import AbortSignal
 
 __all__ = [
     "AMBIGUOUS_MATCH",

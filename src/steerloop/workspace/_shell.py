@@ -38,8 +38,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .._procs import marked_processes
-from .._signal import AbortSignal
+from .. import AbortSignal
+from ..procs import marked_processes
 from ..tools import Tool, ToolError, ToolExec, ToolResult, define_tool
 from ._paths import Workspace
 

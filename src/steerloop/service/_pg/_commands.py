@@ -15,7 +15,7 @@ import json
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from ..._ids import new_id
+from ...ids import new_id
 from ...session.store.postgres._schema import Tables
 from .._host import ApiError
 from ._control import namespace

@@ -30,18 +30,16 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from ..._runtime import Runtime
-from ...agent._decisions import StreamFramePayload
-from ...agent._handles import ASSISTANT_STREAM, SESSION_EVENT
+from ... import Runtime
 from ...errors import SessionStorageError
+from ...hooks import ASSISTANT_STREAM, SESSION_EVENT, SessionEventPayload, StreamFramePayload
 from ...session._json import dumps, loads
-from ...session._session import SessionEventPayload
-from ...session.store._interface import page_rows
+from ...session.store import page_rows
+from ...session.store.postgres import PostgresStore
 from ...session.store.postgres._schema import Tables, asyncpg_module
 from ...session.store.postgres._store import (
     FEED_CHANNEL,
     PAYLOAD_BYTES,
-    PostgresStore,
     escape_id,
     parse_feed_payload,
 )

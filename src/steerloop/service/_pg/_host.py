@@ -10,12 +10,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from ..._runtime import Runtime
+from ... import Runtime
 from ...messages import Block, FileBlock, ImageBlock, block_to_json
-from ...session._approvals import approval_state, pending_approvals
-from ...session._events import SessionEvent
+from ...session import approval_state, pending_approvals
 from ...session._json import loads
-from ...session.store.postgres._store import PostgresStore
+from ...session.events import SessionEvent
+from ...session.store.postgres import PostgresStore
 from .._commands import not_waiting
 from .._host import ApiError, check_session_id, choose_profile, require_found, shared_fields
 from .._ledger import request_fingerprint

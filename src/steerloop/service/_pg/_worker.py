@@ -34,16 +34,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from ... import hooks
-from ..._cancel import CancelCause
-from ..._runtime import Runtime
-from ...agent._agent import Agent
-from ...agent._decisions import StatusPayload
-from ...agent._factory import AgentHandle
+from ... import CancelCause, Runtime, hooks
+from ...agent import Agent, AgentHandle
 from ...errors import SessionConflictError, SessionPersistenceError
+from ...hooks import SessionEventPayload, StatusPayload
 from ...messages import Block, block_from_json, user_message
-from ...session._session import SessionEventPayload
-from ...session.store.postgres._store import PostgresStore
+from ...session.store.postgres import PostgresStore
 from ...session.store.postgres._writer import PostgresWriter
 from .._agui_commands import AGUI_COMMANDS, apply_command
 from .._profile import Profile, origin_setup

@@ -6,12 +6,14 @@
 backend only when its URL is opened).
 """
 
+from .._codec import bulk_decoding, decode_log
 from ._interface import (
     LOG_VERSION,
     BufferedWriter,
     SessionInfo,
     SessionStore,
     decode_rows,
+    page_rows,
     stored_header,
 )
 from ._memory import MemoryStore
@@ -23,7 +25,10 @@ __all__ = [
     "MemoryStore",
     "SessionInfo",
     "SessionStore",
+    "bulk_decoding",
+    "decode_log",
     "decode_rows",
     "open_store",
+    "page_rows",
     "stored_header",
 ]
