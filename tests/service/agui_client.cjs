@@ -108,6 +108,8 @@ async function main() {
         resume.push({ interruptId: i.id, status: "resolved" });
       } else if (i.reason === "tool_approval" && run.decide) {
         resume.push({ interruptId: i.id, status: "resolved", payload: { decision: run.decide } });
+      } else if (i.reason === "input_request" && run.answerInput) {
+        resume.push({ interruptId: i.id, status: "resolved", payload: run.answerInput });
       }
     }
     const params = { runId: `run-${n}`, tools: run.tools || [] };

@@ -99,6 +99,7 @@ async def test_an_unserved_profile_queues_and_the_101st_command_is_429(pg: Pg) -
             "last_seq": 0,
             "owner": None,
             "pending_approvals": [],
+            "pending_inputs": [],
             "state": {},
             "pending_client_calls": [],
         }

@@ -35,9 +35,13 @@ def test_the_assets_are_the_pages_files() -> None:
         "feed.js",
         "icon.svg",
         "index.html",
+        "inputs.js",
         "markdown.js",
         "marked.js",
+        "panels.css",
+        "prompts.js",
         "purify.js",
+        "replay.js",
         "style.css",
         "transcript.js",
     ]

@@ -6,6 +6,7 @@ from ._client_calls import CLIENT_ERROR, ClientCallError, ClientTool
 from ._decisions import PreStepDecision, RequestErrorAction
 from ._factory import AgentHandle, AgentRegistry, AgentScope
 from ._inbox import Inbox
+from ._inputs import check_input_answer
 from ._options import AgentOptions, validate_call
 from ._run import TurnResult, TurnStream, sum_usage
 
@@ -23,6 +24,7 @@ __all__ = [
     "RequestErrorAction",
     "TurnResult",
     "TurnStream",
+    "check_input_answer",
     "check_limits",
     "live_agent",
     "sum_usage",

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from .._signal import AbortSignal
     from ..session._session import Session
 
-__all__ = ["InputResumer", "InputResumers", "Inputs", "check_input_schema"]
+__all__ = ["InputResumer", "InputResumers", "Inputs", "check_input_answer", "check_input_schema"]
 
 InputResumer = Callable[[InputRequest, InputAnswered, ToolExec], Awaitable[ToolResult]]
 """Finishes a call after a restart: given the request (its ``resume`` state), the person's
@@ -59,6 +59,45 @@ def check_input_schema(schema: Mapping[str, Any]) -> Draft202012Validator:
     except SchemaError as exc:
         raise ValueError(f"invalid input schema: {exc.message}") from None
     return Draft202012Validator(schema, format_checker=FormatChecker())
+
+
+def check_input_answer(
+    request: InputRequest,
+    action: InputAction,
+    content: Mapping[str, Any] | None,
+    validator: Draft202012Validator | None = None,
+) -> dict[str, Any] | None:
+    """The content an answer to ``request`` records: ``None`` for ``decline`` and ``cancel``,
+    else ``content`` (``{}`` when absent and a schema is asked) valid against the requested
+    schema. A service checks an answer with it before queueing it (``validator``: one made
+    already for ``request.schema``).
+
+    Raises:
+        ValueError: content with a ``decline``/``cancel``, content that is not a JSON object,
+            or content the requested schema refuses (the message names where).
+    """
+    if action not in _ACTIONS:
+        raise ValueError(f"action must be 'accept', 'decline' or 'cancel', not {action!r}")
+    if action != "accept":
+        if content is not None:
+            raise ValueError(f"a {action!r} answer carries no content")
+        return None
+    if content is None and request.schema is not None:
+        content = {}
+    if content is None:
+        return None
+    if not isinstance(content, Mapping) or not all(isinstance(k, str) for k in content):
+        raise ValueError("content must be a JSON object")
+    if validator is None and request.schema is not None:
+        validator = check_input_schema(request.schema)
+    if validator is not None:
+        errors = sorted(validator.iter_errors(dict(content)), key=lambda e: e.path)
+        if errors:
+            where = "/".join(str(p) for p in errors[0].absolute_path) or "content"
+            raise ValueError(
+                f"the answer does not match the requested schema: {where}: {errors[0].message}"
+            )
+    return dict(content)
 
 
 class _Waiting:
@@ -226,33 +265,14 @@ class Inputs:
         if waiting is None or waiting.answered.done() or (waiting.signal.aborted and not closing):
             raise self._refusal(input_id, waiting)
         record = InputAnswered(
-            id=input_id, action=action, content=self._content(waiting, action, content), by=by
+            id=input_id,
+            action=action,
+            content=check_input_answer(waiting.request, action, content, waiting.validator),
+            by=by,
         )
         seq = self._session.append(record).seq
         waiting.answered.set_result(record)
         return seq
-
-    def _content(
-        self, waiting: _Waiting, action: InputAction, content: Mapping[str, Any] | None
-    ) -> dict[str, Any] | None:
-        if action != "accept":
-            if content is not None:
-                raise ValueError(f"a {action!r} answer carries no content")
-            return None
-        if content is None and waiting.request.schema is not None:
-            content = {}
-        if content is None:
-            return None
-        if not isinstance(content, Mapping) or not all(isinstance(k, str) for k in content):
-            raise ValueError("content must be a JSON object")
-        if waiting.validator is not None:
-            errors = sorted(waiting.validator.iter_errors(dict(content)), key=lambda e: e.path)
-            if errors:
-                where = "/".join(str(p) for p in errors[0].absolute_path) or "content"
-                raise ValueError(
-                    f"the answer does not match the requested schema: {where}: {errors[0].message}"
-                )
-        return dict(content)
 
     def _refusal(self, input_id: str, waiting: _Waiting | None) -> InputError:
         if waiting is not None and not waiting.answered.done():

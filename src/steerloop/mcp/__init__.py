@@ -2,7 +2,7 @@
 
 from ._config import ENV_ALLOW_LIST, MCPServer
 from ._errors import MCPConnectionError, MCPLimitError
-from ._install import MCPTools, install_mcp, result_from_mcp
+from ._install import MCPTools, install_mcp, installed_mcp, result_from_mcp
 from ._limits import MCPLimits
 from ._oauth import MCPOAuth
 
@@ -15,5 +15,6 @@ __all__ = [
     "MCPServer",
     "MCPTools",
     "install_mcp",
+    "installed_mcp",
     "result_from_mcp",
 ]

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
@@ -35,7 +36,7 @@ from ._server import InstalledServer
 if TYPE_CHECKING:
     from .. import Runtime
 
-__all__ = ["MCPTools", "install_mcp", "result_from_mcp"]
+__all__ = ["MCPTools", "install_mcp", "installed_mcp", "result_from_mcp"]
 
 _log = logging.getLogger("steerloop.mcp")
 
@@ -151,6 +152,9 @@ class MCPTools:
         await asyncio.shield(self._closing)
 
     async def _close(self) -> None:
+        held = _INSTALLED.get(self.rt)
+        if held is not None and self in held:
+            held.remove(self)
         for dispose in self._hooks:
             dispose()
         self._hooks = []
@@ -159,6 +163,16 @@ class MCPTools:
         await asyncio.gather(
             *(s.connection.close() for s in self._servers.values()), return_exceptions=True
         )
+
+
+_INSTALLED: weakref.WeakKeyDictionary[Runtime, list[MCPTools]] = weakref.WeakKeyDictionary()
+"""The open ``install_mcp`` results of each runtime (``installed_mcp``)."""
+
+
+def installed_mcp(rt: Runtime) -> tuple[MCPTools, ...]:
+    """The open ``install_mcp`` results of ``rt``, in install order: what a service lists
+    and expands as a session's MCP prompts."""
+    return tuple(_INSTALLED.get(rt, ()))
 
 
 async def install_mcp(
@@ -203,4 +217,5 @@ async def install_mcp(
         rt.hooks.on(h.REQUEST, installed._before_request),
         rt.hooks.on(h.RUNTIME_CLOSING, lambda _closing: installed.close()),
     ]
+    _INSTALLED.setdefault(rt, []).append(installed)
     return installed

@@ -3,10 +3,10 @@
 The client sends its whole thread every run. ``plan_input`` compares it with the stored log
 and keeps only what is new: user messages whose id the log does not have (they become
 follow-ups, or steers while a turn runs), tool messages and ``resume`` entries that answer
-the session's open interrupts (a client tool's call, an approval), the client tools offered
-for this run, and the state document when the client's differs. Messages the log already
-has are never applied again, so an input whose newest message is a tool result or an
-assistant message re-sends nothing.
+the session's open interrupts (a client tool's call, an approval, an input request), the
+client tools offered for this run, and the state document when the client's differs.
+Messages the log already has are never applied again, so an input whose newest message is a
+tool result or an assistant message re-sends nothing.
 
 The plan becomes commands the session's owner applies in order (``_agui_commands``): the
 same queue as every other command, so an API node and a worker host it alike.
@@ -25,7 +25,9 @@ from pydantic import ConfigDict, ValidationError
 from ..agent import CLIENT_ERROR, ClientCallError
 from ..errors import ToolDefinitionError
 from ..messages import DEFAULT_LIMITS, AttachmentLimits, Block
+from ..session import InputAction
 from ..tools import define_tool
+from ._agui_inputs import input_resume
 from ._agui_media import agui_content
 from ._host import ApiError
 
@@ -74,6 +76,7 @@ class Plan:
     state: dict[str, Any] | None = None
     decisions: list[tuple[str, Literal["allow", "deny"], str | None]] = field(default_factory=list)
     results: list[dict[str, Any]] = field(default_factory=list)
+    inputs: list[tuple[str, InputAction, dict[str, Any] | None]] = field(default_factory=list)
     messages: list[tuple[str, str | tuple[Block, ...]]] = field(default_factory=list)
     """(id, text or blocks) to send."""
     answered: set[str] = field(default_factory=set)
@@ -88,6 +91,8 @@ class LogView:
     deferred: dict[str, dict[str, Any]] = field(default_factory=dict)  # pending, by call
     closed: dict[str, str] = field(default_factory=dict)  # call id -> tool name, answered
     decided: set[str] = field(default_factory=set)  # calls whose approval was decided
+    inputs: dict[str, str] = field(default_factory=dict)  # pending input id -> its call id
+    answered: set[str] = field(default_factory=set)  # input ids answered or closed
 
 
 def view_of(events: Sequence[Mapping[str, Any]]) -> LogView:
@@ -112,6 +117,7 @@ def view_of(events: Sequence[Mapping[str, Any]]) -> LogView:
                 view.closed[call_id] = names.get(call_id, "")
                 view.approvals.pop(call_id, None)
                 view.deferred.pop(call_id, None)
+                _close_inputs(view, call_id)
         elif kind == "tool/call":
             names[str(data.get("call_id"))] = str(data.get("name"))
         elif kind == "tool/approval-requested":
@@ -121,7 +127,22 @@ def view_of(events: Sequence[Mapping[str, Any]]) -> LogView:
             view.decided.add(str(data.get("call_id")))
         elif kind == "tool/deferred":
             view.deferred[str(data.get("call_id"))] = data
+        elif kind == "input/requested":
+            view.inputs[str(data.get("id"))] = str(data.get("call_id"))
+        elif kind == "input/answered":
+            view.inputs.pop(str(data.get("id")), None)
+            view.answered.add(str(data.get("id")))
+        elif kind == "turn/end":
+            _close_inputs(view, None)  # a turn's end closes its waits
     return view
+
+
+def _close_inputs(view: LogView, call_id: str | None) -> None:
+    """The pending inputs of call ``call_id`` (``None``: all) are closed."""
+    for input_id, waiting in list(view.inputs.items()):
+        if call_id is None or waiting == call_id:
+            del view.inputs[input_id]
+            view.answered.add(input_id)
 
 
 def _content_text(content: Any) -> str:
@@ -224,7 +245,9 @@ def plan_input(
                 )
             else:
                 continue  # the result comes as a tool message
-        elif call_id in view.closed or call_id in view.decided:
+        elif call_id in view.inputs:
+            plan.inputs.append((call_id, *input_resume(entry)))
+        elif call_id in view.closed or call_id in view.decided or call_id in view.answered:
             continue  # answered already (a retried request, another client): nothing to do
         else:
             raise ApiError(

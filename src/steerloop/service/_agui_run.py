@@ -5,7 +5,7 @@ is new as the session's commands, and returns the run's SSE items: ``RUN_STARTED
 ``MESSAGES_SNAPSHOT`` when the thread existed, ``STATE_SNAPSHOT``, then the projection
 (``_agui``) of the turn the run follows until that turn ends (``RUN_FINISHED`` with outcome
 success or cancelled, or ``RUN_ERROR``) or waits for the client (``RUN_FINISHED`` with
-outcome interrupt, naming each waiting approval and client tool call).
+outcome interrupt, naming each waiting approval, client tool call and input request).
 
 Which turn a run follows: the turn running when the request came (a second run on a
 running thread attaches to it, opening its current step first), else the turn that takes
@@ -24,10 +24,11 @@ from typing import Any, Literal, Protocol
 from ag_ui.core import BaseEvent, Interrupt, Message, UserMessage
 
 from ..messages import DEFAULT_LIMITS, AttachmentLimits, Block, block_to_json
-from ..session import fold_state
+from ..session import InputAction, fold_state
 from ..session.events import SessionEvent
 from ._agui import AguiRun, approval_interrupt, client_interrupt, encode, messages_snapshot
 from ._agui_input import Plan, parse_request, plan_input, view_of
+from ._agui_inputs import input_interrupt
 from ._agui_media import snapshot_content, upgrade_binary_parts
 from ._content import with_blob_urls
 from ._host import ApiError, check_session_id
@@ -59,6 +60,13 @@ class RunHost(Protocol):
     async def command(self, session_id: str, kind: Any, body: Mapping[str, Any]) -> Any: ...
     async def submit_approval(
         self, session_id: str, call_id: str, decision: Literal["allow", "deny"], reason: str | None
+    ) -> dict[str, Any]: ...
+    async def submit_input(
+        self,
+        session_id: str,
+        input_id: str,
+        action: InputAction,
+        content: Mapping[str, Any] | None,
     ) -> dict[str, Any]: ...
     async def send(
         self,
@@ -125,6 +133,12 @@ async def _submit(host: RunHost, session_id: str, plan: Plan, status: str) -> No
         except ApiError as exc:
             if exc.status not in (404, 409):  # decided meanwhile: the first one stands
                 raise
+    for input_id, action, content in plan.inputs:
+        try:  # the one answer path: as POST /v1/sessions/{id}/inputs/{input_id}
+            await host.submit_input(session_id, input_id, action, content)
+        except ApiError as exc:
+            if exc.status not in (404, 409):  # answered or closed meanwhile: nothing to do
+                raise
     for result in plan.results:
         await host.command(session_id, "client_result", result)
     running = status == "running" or bool(plan.answered)
@@ -154,6 +168,7 @@ class _Follow:
         self.started: set[str] = set()  # calls with a tool/call
         self.closed: set[str] = set()  # calls with a tool/result
         self.waiting: dict[str, Interrupt] = {}
+        self.input_calls: dict[str, str] = {}  # a waiting input's id -> the call it holds
         for event in stored:
             self.see(event)
             kind, data = event.get("type"), event.get("data") or {}
@@ -174,12 +189,19 @@ class _Follow:
             call_id = str((data.get("message") or {}).get("call_id"))
             self.closed.add(call_id)
             self.waiting.pop(call_id, None)
+            for input_id in [i for i, c in self.input_calls.items() if c == call_id]:
+                self.waiting.pop(input_id, None)
         elif kind == "tool/approval-requested":
             self.waiting[str(data.get("call_id"))] = approval_interrupt(data)
         elif kind == "tool/approval-decided":
             self.waiting.pop(str(data.get("call_id")), None)
         elif kind == "tool/deferred":
             self.waiting[str(data.get("call_id"))] = client_interrupt(data)
+        elif kind == "input/requested":
+            self.waiting[str(data.get("id"))] = input_interrupt(data)
+            self.input_calls[str(data.get("id"))] = str(data.get("call_id"))
+        elif kind == "input/answered":
+            self.waiting.pop(str(data.get("id")), None)
         elif kind == "user/message":
             self.want.discard(str(data.get("id")))
 
@@ -188,7 +210,9 @@ class _Follow:
         (nothing runs that could still change what the run should report)."""
         blocking = {c: i for c, i in self.waiting.items() if c not in self.answered}
         running = self.started - self.closed
-        if blocking and running <= set(blocking):
+        # A call waiting for an input is held by it: the interrupt names the input.
+        held = set(blocking) | {self.input_calls[i] for i in blocking if i in self.input_calls}
+        if blocking and running <= held:
             return list(blocking.values())
         return []
 

@@ -32,7 +32,7 @@ from .. import Runtime
 from ..errors import SessionStorageError
 from ..llm.retry import install_retry
 from ..messages import DEFAULT_LIMITS, AttachmentLimits
-from ..session._json import dumps, loads
+from ..session._json import dumps
 from ._blobs import get_blob
 from ._bodies import CancelBody, CreateBody, DecisionBody, MessageBody
 from ._content import attachment_chars, body_limit_for, to_blocks, with_blob_urls
@@ -40,11 +40,17 @@ from ._errors import ApiError, error_response, to_api_error
 from ._fanout import SharedFeeds, event_json, event_sse
 from ._host import ServiceHost
 from ._hostcheck import HostCheckMiddleware, allowed_names
+from ._inputs_api import input_route
 from ._limits import Limits
 from ._no_model import require_model, require_session_model
 from ._origin import OriginCheckMiddleware, cors_middleware
 from ._page import page_routes
 from ._profile import Profile, check_profiles
+from ._prompts_api import prompt_routes
+from ._read_body import ascii_int as _ascii_int
+from ._read_body import read_json as _json_body
+from ._read_body import read_json_sized as _read_json
+from ._replay_api import replay_routes
 from ._source import FeedReader, FeedSource
 from ._streams import StreamLimitMiddleware
 from ._text import check_text
@@ -52,7 +58,11 @@ from ._text import check_text
 __all__ = ["create_app"]
 
 Role = Literal["all", "api", "worker"]
-ProfilesArg = Sequence[Profile] | Callable[[Runtime], Sequence[Profile]]
+ProfilesArg = (
+    Sequence[Profile]
+    | Callable[[Runtime], Sequence[Profile]]
+    | Callable[[Runtime], Awaitable[Sequence[Profile]]]
+)
 Handler = Callable[[Request], Awaitable[Response]]
 if TYPE_CHECKING:
     from ._pg._host import PgHost
@@ -352,6 +362,9 @@ def create_app(
             endpoint(decide),
             methods=["POST"],
         ),
+        input_route(endpoint, body_limit),  # POST /v1/sessions/{id}/inputs/{input_id}
+        *prompt_routes(endpoint, body_limit),  # GET, POST /v1/sessions/{id}/prompts
+        *replay_routes(endpoint, body_limit),  # GET /v1/profiles, POST .../{id}/replays
         Route("/v1/sessions/{session_id:str}/log", endpoint(get_log), methods=["GET"]),
         Route("/v1/sessions/{session_id:str}/events", endpoint(events), methods=["GET"]),
         Route("/v1/sessions/{session_id:str}/blobs/{hash}", endpoint(get_blob), methods=["GET"]),
@@ -500,33 +513,6 @@ async def _message_body(request: Request, limit: int, outer: int) -> dict[str, A
     return body
 
 
-async def _json_body(request: Request, limit: int, allow_empty: bool = False) -> dict[str, Any]:
-    return (await _read_json(request, limit, allow_empty))[0]
-
-
-async def _read_json(
-    request: Request, limit: int, allow_empty: bool = False
-) -> tuple[dict[str, Any], int]:
-    """The JSON object of the body and the body's size in bytes."""
-    declared = _ascii_int(request.headers.get("content-length"))
-    if declared is not None and declared > limit:
-        raise ApiError(413, "body_too_large", f"the body is over {limit} bytes")
-    data = bytearray()
-    async for chunk in request.stream():
-        data += chunk
-        if len(data) > limit:
-            raise ApiError(413, "body_too_large", f"the body is over {limit} bytes")
-    if not data and allow_empty:
-        return {}, 0
-    try:
-        body = loads(bytes(data))
-    except (ValueError, TypeError) as exc:
-        raise ApiError(400, "invalid_json", f"the body is not JSON: {exc}") from None
-    if not isinstance(body, dict):
-        raise ApiError(422, "invalid_body", "the body must be a JSON object")
-    return body, len(data)
-
-
 def _opt_str(body: dict[str, Any], key: str) -> str | None:
     value = body.get(key)
     if value is None:
@@ -534,14 +520,6 @@ def _opt_str(body: dict[str, Any], key: str) -> str | None:
     if not isinstance(value, str) or not value or len(value) > 512:
         raise ApiError(422, "invalid_body", f"{key} must be a string of 1 to 512 characters")
     return value
-
-
-def _ascii_int(text: str | None) -> int | None:
-    """``text`` as a non-negative integer of at most 18 ASCII digits, else ``None``
-    (``str.isdigit`` alone takes ``²`` and other digits ``int`` refuses)."""
-    if text is None or not (text.isascii() and text.isdigit()) or len(text) > 18:
-        return None
-    return int(text)
 
 
 def _int_param(request: Request, name: str, default: int) -> int:

@@ -23,12 +23,13 @@ from typing import Any, Literal
 
 from .. import CancelCause
 from ..agent import Agent
-from ..errors import ApprovalError
+from ..errors import ApprovalError, InputError
 from ..ids import new_id
 from ..messages import Block, MessageSource, user_message
 from ..session import approval_state
 from ._agui_commands import apply_command
 from ._errors import ApiError, to_api_error
+from ._inputs_api import INPUT_BY, input_not_waiting
 from ._ledger import HTTP_SOURCE, Ledger, request_fingerprint
 from ._trace import continue_caller_trace
 
@@ -37,7 +38,15 @@ __all__ = ["APPROVAL_BY", "CommandKind", "LocalCommands"]
 log = logging.getLogger("steerloop.service")
 
 CommandKind = Literal[
-    "followup", "steer", "inject", "cancel", "approval", "client_tools", "client_result", "state"
+    "followup",
+    "steer",
+    "inject",
+    "cancel",
+    "approval",
+    "client_tools",
+    "client_result",
+    "state",
+    "input",
 ]
 """The HTTP commands, and the AG-UI ones (``_agui_commands.AGUI_COMMANDS``: a body each)."""
 APPROVAL_BY = "http"
@@ -58,6 +67,8 @@ class Command:
     call_id: str | None = None  # kind "approval": the call decided, the decision, the reason
     decision: Literal["allow", "deny"] | None = None
     body: Mapping[str, Any] | None = None  # the AG-UI kinds' (``_agui_input``)
+    answer: Mapping[str, Any] | None = None  # kind "input": {"id", "action", "content"}
+    source: Mapping[str, Any] | None = None  # a message's source extras (an MCP prompt's)
     done: asyncio.Future[Applied] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
@@ -202,6 +213,8 @@ class LocalCommands:
             return {"cmd_seq": _next(queue, ledger)}, agent.session.next_seq - 1
         if command.kind == "approval":
             return self._decide(agent, queue, command)
+        if command.kind == "input":
+            return self._answer(agent, queue, command)
         if command.kind == "cancel":
             agent.cancel(CancelCause.user(), keep_inbox=command.keep_inbox)
             return {"cmd_seq": _next(queue, ledger)}, agent.session.next_seq - 1
@@ -228,7 +241,7 @@ class LocalCommands:
         message = user_message(
             command.content,
             id=command.message_id or new_id("msg"),
-            source=MessageSource(extra={HTTP_SOURCE: record}),
+            source=MessageSource(extra={HTTP_SOURCE: record, **(command.source or {})}),
         )
         continue_caller_trace(agent, command.trace, message.id)
         if command.kind == "followup":
@@ -250,6 +263,19 @@ class LocalCommands:
         except ApprovalError:
             state = approval_state(agent.session.events, call_id)
             raise not_waiting(agent.id, call_id, state) from None
+        return {"cmd_seq": _next(queue, self.ledger(agent.id, agent))}, seq
+
+    def _answer(self, agent: Agent, queue: _Queue, command: Command) -> Applied:
+        assert command.answer is not None
+        input_id = command.answer["id"]
+        try:
+            seq = agent.answer_input(
+                input_id, command.answer["action"], command.answer["content"], by=INPUT_BY
+            )
+        except InputError as exc:  # answered or closed since it was checked
+            raise input_not_waiting(agent.id, input_id, exc.state) from None
+        except ValueError as exc:
+            raise ApiError(422, "invalid_answer", str(exc)) from None
         return {"cmd_seq": _next(queue, self.ledger(agent.id, agent))}, seq
 
 

@@ -31,10 +31,20 @@ from ..hooks import (
 )
 from ..llm.chunks import chunk_to_json
 from ..messages import Block
-from ..session import Session, approval_state, fold_state, pending_approvals, pending_deferred
+from ..session import (
+    InputAction,
+    InputRequest,
+    Session,
+    approval_state,
+    fold_state,
+    pending_approvals,
+    pending_deferred,
+    pending_inputs,
+)
 from ..session.events import ApprovalRequested, SessionEvent
 from ._commands import APPROVAL_BY, Command, CommandKind, LocalCommands, not_waiting
 from ._errors import ApiError
+from ._inputs_api import checked_answer, input_json
 from ._profile import ORIGIN_KIND, Profile, origin_setup
 from ._source import Wakeup
 from ._text import check_text, check_texts
@@ -387,6 +397,7 @@ class ServiceHost:
                 {"call_id": r.call_id, "name": r.name, "arguments": r.arguments, "reason": r.reason}
                 for r in await self.pending_approvals(session_id)
             ],
+            "pending_inputs": [input_json(r) for r in await self.pending_inputs(session_id)],
         } | shared_fields(await self.log_events(session_id))
 
     async def listing(self) -> list[dict[str, Any]]:
@@ -421,10 +432,12 @@ class ServiceHost:
         *,
         keep_inbox: bool = False,
         trace: Mapping[str, str] | None = None,
+        source: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Apply one command in the session's order; its answer once it is durable.
         ``content`` is text, or blocks (images and files with their bytes: the session's
-        writer stores them with the message).
+        writer stores them with the message). ``source``: extras of the message's source
+        (an expanded MCP prompt's).
 
         Raises:
             ApiError: 422 for text that is not text, 429 past ``max_unconsumed``, 409 for a
@@ -441,6 +454,7 @@ class ServiceHost:
             key=key,
             keep_inbox=keep_inbox,
             trace=trace,
+            source=source,
         )
         return await self.commands.submit(session_id, command)
 
@@ -500,6 +514,40 @@ class ServiceHost:
             raise not_waiting(session_id, call_id, approval_state(agent.session.events, call_id))
         command = Command(kind="approval", content=reason or "", call_id=call_id, decision=decision)
         return await self.commands.submit(session_id, command)
+
+    # --- input requests -------------------------------------------------------------------
+
+    async def pending_inputs(self, session_id: str) -> tuple[InputRequest, ...]:
+        """The session's input requests waiting for an answer: the live agent's, or the
+        stored log's fold when it is not loaded here."""
+        handle = self._handles.get(session_id)
+        if handle is not None:
+            return handle.agent.pending_inputs
+        return pending_inputs(await self.log_events(session_id))
+
+    async def submit_input(
+        self,
+        session_id: str,
+        input_id: str,
+        action: InputAction,
+        content: Mapping[str, Any] | None,
+    ) -> dict[str, Any]:
+        """Accept an answer to a pending input request as the session's next command.
+
+        The session is loaded first (a crashed one is repaired), so what is accepted is
+        pending in the live agent; the content is checked against the requested schema
+        before it is queued.
+
+        Raises:
+            ApiError: 404 when the input is not pending, 409 ``ALREADY_DECIDED`` when it
+                was answered (by this or a concurrent request), 422 ``invalid_answer``.
+        """
+        agent = await self.load(session_id)
+        checked = checked_answer(
+            session_id, agent.session.events, agent.pending_inputs, input_id, action, content
+        )
+        answer = {"id": input_id, "action": action, "content": checked}
+        return await self.commands.submit(session_id, Command(kind="input", answer=answer))
 
     def unconsumed(self, session_id: str) -> int:
         return self.commands.unconsumed(session_id)

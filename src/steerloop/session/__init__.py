@@ -12,8 +12,8 @@ from ._events import (
     TurnEndReason,
     surface_message,
 )
-from ._input_events import InputRequest
-from ._inputs import pending_inputs
+from ._input_events import InputAction, InputRequest
+from ._inputs import input_state, pending_inputs
 from ._session import EventSink, Session, SessionEventPayload
 from ._state import fold_state
 from .store import MemoryStore, SessionInfo, SessionStore
@@ -22,6 +22,7 @@ __all__ = [
     "COMPACTION_PLUGIN",
     "SURFACE_TYPES",
     "EventSink",
+    "InputAction",
     "InputRequest",
     "MemoryStore",
     "Replace",
@@ -36,6 +37,7 @@ __all__ = [
     "event_blobs",
     "events",
     "fold_state",
+    "input_state",
     "pending_approvals",
     "pending_deferred",
     "pending_inputs",

@@ -23,7 +23,15 @@ from ._control import namespace
 __all__ = ["CommandKind", "Commands", "unserved_note"]
 
 CommandKind = Literal[
-    "followup", "steer", "inject", "cancel", "approval", "client_tools", "client_result", "state"
+    "followup",
+    "steer",
+    "inject",
+    "cancel",
+    "approval",
+    "client_tools",
+    "client_result",
+    "state",
+    "input",
 ]
 
 
@@ -151,9 +159,9 @@ class Commands:
             ApiError: 404 for a session with no spec, 429 (``Retry-After``) past the limit,
                 409 ``IDEMPOTENCY_KEY_REUSED`` for a key stored with another request (its
                 ``body["request"]``), ``MESSAGE_ID_REUSED`` for a message id a command of
-                the session has, ``ALREADY_DECIDED`` for a second decision on one call.
-                Each is checked under the session's row lock: concurrent requests meet in
-                turn.
+                the session has, ``ALREADY_DECIDED`` for a second decision on one call (or
+                a second answer to one input). Each is checked under the session's row
+                lock: concurrent requests meet in turn.
         """
         t = self.t
         # Three statements: the lock, then (with a snapshot taken after it, so a command
@@ -176,6 +184,7 @@ class Commands:
                 self.ns,
                 message_id,
                 body.get("call_id") if kind == "approval" else None,
+                body.get("id") if kind == "input" else None,
             )
             if seen["stored"] is not None:
                 if seen["request"] != body.get("request"):
@@ -193,11 +202,10 @@ class Commands:
                     f"session {session_id!r} already holds message {message_id!r}",
                 )
             if seen["decided"]:
-                raise ApiError(
-                    409,
-                    "ALREADY_DECIDED",
-                    f"call {body.get('call_id')!r} was already decided",
-                )
+                what = f"input {body.get('id')!r} was already answered"
+                if kind == "approval":
+                    what = f"call {body.get('call_id')!r} was already decided"
+                raise ApiError(409, "ALREADY_DECIDED", what)
             waiting = seen["waiting"]
             if waiting >= self.max_unconsumed:
                 raise ApiError(
@@ -252,7 +260,8 @@ class Commands:
             "(SELECT body->>'request' FROM k) AS request, "
             f"EXISTS (SELECT 1 FROM {t.commands} WHERE session_id = $1 AND message_id = $6) "
             f"AS id_taken, EXISTS (SELECT 1 FROM {t.commands} WHERE session_id = $1 "
-            "AND kind = 'approval' AND body->>'call_id' = $7) AS decided, "
+            "AND ((kind = 'approval' AND body->>'call_id' = $7) "
+            "OR (kind = 'input' AND body->>'id' = $8))) AS decided, "
             f"(SELECT count(*) FROM {t.commands} WHERE session_id = $1 "
             "AND consumed_at IS NULL) AS waiting, (SELECT owner_key FROM o) AS owner_key, "
             "CASE WHEN NOT EXISTS (SELECT 1 FROM o) THEN EXISTS ("

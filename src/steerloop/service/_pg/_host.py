@@ -12,12 +12,19 @@ from typing import Any, Literal
 
 from ... import Runtime
 from ...messages import Block, FileBlock, ImageBlock, block_to_json
-from ...session import approval_state, pending_approvals
+from ...session import (
+    InputAction,
+    InputRequest,
+    approval_state,
+    pending_approvals,
+    pending_inputs,
+)
 from ...session._json import loads
 from ...session.events import SessionEvent
 from ...session.store.postgres import PostgresStore
 from .._commands import not_waiting
 from .._host import ApiError, check_session_id, choose_profile, require_found, shared_fields
+from .._inputs_api import checked_answer, input_json
 from .._ledger import request_fingerprint
 from .._profile import Profile
 from .._text import check_text, check_texts
@@ -135,6 +142,7 @@ class PgHost:
         keep_inbox: bool = False,
         trace: Mapping[str, str] | None = None,
         extra: Mapping[str, Any] | None = None,
+        source: Mapping[str, Any] | None = None,
     ) -> dict[str, Any]:
         if isinstance(content, str):
             check_text(content, "content")
@@ -149,6 +157,8 @@ class PgHost:
             body["keep_inbox"] = keep_inbox
         if trace:
             body["trace"] = dict(trace)
+        if source:
+            body["source"] = dict(source)  # the message's source extras (an MCP prompt's)
         if extra:
             body.update(extra)
         return await self._sql().submit(session_id, kind, body, message_id, key)
@@ -177,6 +187,7 @@ class PgHost:
             "pending_approvals": [
                 approval_json(r) for r in await self.pending_approvals(session_id)
             ],
+            "pending_inputs": [input_json(r) for r in await self.pending_inputs(session_id)],
         } | shared_fields(await self._stored_events(session_id))
 
     async def _status_fields(self, spec: Any, owner: Any) -> dict[str, Any]:
@@ -229,6 +240,32 @@ class PgHost:
         # The check that decides: under the session's row lock, with the decision's insert.
         body = {"call_id": call_id, "decision": decision, "reason": reason}
         return await sql.submit(session_id, "approval", body, None, None)
+
+    async def pending_inputs(self, session_id: str) -> tuple[InputRequest, ...]:
+        """The input requests still waiting for an answer, folded from the stored log."""
+        return pending_inputs(await self._stored_events(session_id))
+
+    async def submit_input(
+        self,
+        session_id: str,
+        input_id: str,
+        action: InputAction,
+        content: Mapping[str, Any] | None,
+    ) -> dict[str, Any]:
+        """An answer to a pending input request, checked against the requested schema, as
+        the session's next command (``input``).
+
+        Raises:
+            ApiError: 404 when the input is not pending, 409 ``ALREADY_DECIDED`` when it
+                was answered or another answer to it was accepted, 422 ``invalid_answer``.
+        """
+        events = await self._stored_events(session_id)
+        checked = checked_answer(
+            session_id, events, pending_inputs(events), input_id, action, content
+        )
+        # The check that decides: under the session's row lock, with the answer's insert.
+        body = {"id": input_id, "action": action, "content": checked}
+        return await self._sql().submit(session_id, "input", body, None, None)
 
     async def listing(self) -> list[dict[str, Any]]:
         return await self._sql().listing()

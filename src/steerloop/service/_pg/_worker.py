@@ -38,10 +38,11 @@ from ... import CancelCause, Runtime, hooks
 from ...agent import Agent, AgentHandle
 from ...errors import SessionConflictError, SessionPersistenceError
 from ...hooks import SessionEventPayload, StatusPayload
-from ...messages import Block, block_from_json, user_message
+from ...messages import Block, MessageSource, block_from_json, user_message
 from ...session.store.postgres import PostgresStore
 from ...session.store.postgres._writer import PostgresWriter
 from .._agui_commands import AGUI_COMMANDS, apply_command
+from .._inputs_api import INPUT_BY
 from .._profile import Profile, origin_setup
 from .._takeover import takeover_message
 from .._trace import continue_caller_trace
@@ -600,7 +601,9 @@ class Worker:
                 await self._consume_fenced(session_id, cmd_seq, writer)
                 return
             try:
-                message = user_message(_content_of(content), id=message_id)
+                extra = body.get("source")
+                source = MessageSource(extra=extra) if isinstance(extra, dict) else None
+                message = user_message(_content_of(content), id=message_id, source=source)
                 continue_caller_trace(agent, body.get("trace"), message.id)
                 if kind == "followup":
                     seq = agent.followup(message)
@@ -622,6 +625,8 @@ class Worker:
                 agent.cancel(CancelCause.user(), keep_inbox=bool(body.get("keep_inbox")))
         elif kind == "approval":
             await self._apply_approval(session_id, agent, writer, cmd_seq, body)
+        elif kind == "input":
+            await self._apply_input(session_id, agent, writer, cmd_seq, body)
         elif kind in AGUI_COMMANDS:
             # At most once, like a cancel: consumed (fenced) before it is applied.
             if await self._consume_fenced(session_id, cmd_seq, writer):
@@ -657,6 +662,37 @@ class Worker:
             raise
         except Exception:  # ApprovalError: not pending any more
             log.info("session %s: approval %d not applicable", session_id, cmd_seq, exc_info=True)
+            await self._consume_fenced(session_id, cmd_seq, writer)
+            return
+        try:
+            writer.attach(seq, self._consume_sql, session_id, cmd_seq, seq)
+        except ValueError:  # its batch already took the event: consume on its own
+            await self._consume_fenced(session_id, cmd_seq, writer)
+
+    async def _apply_input(
+        self,
+        session_id: str,
+        agent: Agent,
+        writer: PostgresWriter,
+        cmd_seq: int,
+        body: dict[str, Any],
+    ) -> None:
+        """An answer to an input request: ``input/answered``, consumed in its batch."""
+        input_id, action, content = body.get("id"), body.get("action"), body.get("content")
+        if (
+            not isinstance(input_id, str)
+            or action not in ("accept", "decline", "cancel")
+            or not isinstance(content, dict | None)
+        ):  # a stored row the API never writes
+            log.warning("session %s: input %d has a bad body; skipped", session_id, cmd_seq)
+            await self._consume_fenced(session_id, cmd_seq, writer)
+            return
+        try:
+            seq = agent.answer_input(input_id, action, content, by=INPUT_BY)
+        except SessionPersistenceError:
+            raise
+        except Exception:  # InputError (not pending any more), ValueError (a bad row)
+            log.info("session %s: input %d not applicable", session_id, cmd_seq, exc_info=True)
             await self._consume_fenced(session_id, cmd_seq, writer)
             return
         try:

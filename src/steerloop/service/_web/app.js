@@ -5,6 +5,9 @@
 import { ApiError, call, sessionPath, setToken } from "./api.js";
 import { Attachments, wireAttachments } from "./attach.js";
 import { Feed } from "./feed.js";
+import { InputRequests } from "./inputs.js";
+import { PromptMenu, isPromptCommand, sendPrompt } from "./prompts.js";
+import { ReplayDialog } from "./replay.js";
 import { Transcript, el, textOf } from "./transcript.js";
 
 const $ = (id) => document.querySelector(`[data-testid="${id}"]`);
@@ -59,10 +62,12 @@ wireAttachments(attachments, {
 
 const transcriptList = $("transcript");
 const queueList = $("queue");
+const replayDialog = new ReplayDialog(() => current);
 const transcript = new Transcript({
   list: transcriptList,
   queue: queueList,
   changed: render,
+  decorate: (entry, data) => replayDialog.decorate(entry, data),
   decide: (callId, decision) =>
     guarded(
       () =>
@@ -70,6 +75,15 @@ const transcript = new Transcript({
       "Decision not sent",
     ),
 });
+
+const inputs = new InputRequests(transcriptList, (inputId, body) =>
+  guarded(
+    () => call("POST", sessionPath(current, `/inputs/${encodeURIComponent(inputId)}`), body),
+    "Answer not sent",
+  ),
+);
+
+const promptMenu = new PromptMenu(ui.composer, ui.form, () => current);
 
 // --- errors and the token ---------------------------------------------------------------
 
@@ -274,6 +288,7 @@ function select(sessionId, push) {
   missing = false;
   offline = false;
   transcript.reset();
+  inputs.reset();
   stickToBottom = true;
   clearError();
   for (const item of ui.sessions.children) {
@@ -297,6 +312,7 @@ function onEvent(type, id, data) {
   }
   if (type === "stream") transcript.frame(data);
   else transcript.event(type, data);
+  if (type !== "stream" && inputs.event(type, data)) render();
   if (type === "turn/start" || type === "turn/end") refreshSoon();
 }
 
@@ -377,21 +393,25 @@ async function submit() {
   ui.send.disabled = true;
   const mode = transcript.running ? "steer" : "followup";
   try {
-    const content = await attachments.content(text); // the text alone, or parts (attach.js)
+    const prompt = isPromptCommand(text); // expanded by the server (prompts.js)
+    const content = prompt ? text : await attachments.content(text); // text, or parts (attach.js)
     if (current === null) {
-      const created = await createHere(content, "Not sent");
+      const created = await createHere(prompt ? undefined : content, "Not sent");
+      if (prompt) await guarded(() => sendPrompt(created, text, mode, newMessageId()), "Not sent");
       consumed(text);
-      attachments.clear();
+      if (!prompt) attachments.clear();
       await refreshSessions().catch(() => {});
       select(created, true);
     } else {
       const id = newMessageId();
       const body = { mode, content, message_id: id, idempotency_key: id };
-      await guarded(() => call("POST", sessionPath(current, "/messages"), body), "Not sent");
+      if (prompt) await guarded(() => sendPrompt(current, text, mode, id), "Not sent");
+      else await guarded(() => call("POST", sessionPath(current, "/messages"), body), "Not sent");
       consumed(text);
-      attachments.clear();
+      if (!prompt) attachments.clear();
       transcript.posted(id, text, mode);
     }
+    promptMenu.hide();
   } catch {
     // shown by guarded(); the typed text stays in the box
   } finally {
@@ -476,6 +496,7 @@ function render() {
   ui.stop.disabled = !running || current === null || missing || offline;
   ui.stop.title = offline ? STOP_PAUSED : "";
   transcript.setOffline(offline); // Allow / Deny: no decision is sent while offline
+  inputs.setOffline(offline); // nor an answer to a server's question
   ui.send.disabled = sending || offline || missing;
   ui.send.title = offline ? PAUSED : missing ? "This session does not exist" : "";
   ui.send.textContent = running ? "Steer" : "Send";

@@ -69,6 +69,7 @@ export class Transcript {
     this.queueList = parts.queue;
     this.changed = parts.changed;
     this.decide = parts.decide;
+    this.decorate = parts.decorate || null; // (entry, assistant/message data): replay.js
     this.offline = false;
     this.reset();
   }
@@ -153,8 +154,10 @@ export class Transcript {
     const text = el("div", { class: "text" }, textOnly(message.content));
     const media = mediaOf(message.content); // thumbnails and file chips (attach.js)
     const attrs = { "data-role": "user", "data-message-id": id, "data-source": source };
+    const prompt = (message.source || {}).mcp_prompt; // an expanded MCP prompt (prompts.js)
+    const via = prompt ? el("div", { class: "flag", "data-testid": "prompt-source" }, `/${prompt.server}:${prompt.name}`) : null;
     if (source === "user") {
-      this.list.append(el("li", { class: "entry user", ...attrs }, el("div", { class: "who" }, "you"), text, media));
+      this.list.append(el("li", { class: "entry user", ...attrs }, el("div", { class: "who" }, "you"), via, text, media));
       return;
     }
     // Context a plugin, a tool or a goal added for the model: folded away, one click to read.
@@ -191,6 +194,7 @@ export class Transcript {
       else entry.append(el("div", { class: "text other" }, `[${block.type}]`));
     }
     if (data.interrupted) entry.append(el("div", { class: "flag" }, "interrupted"));
+    if (said && this.decorate) this.decorate(entry, data);
     const placed = [];
     if (said) placed.push(entry);
     for (const call of calls) {

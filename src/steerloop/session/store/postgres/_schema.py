@@ -23,7 +23,7 @@ __all__ = [
     "migrate",
 ]
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """Version of the table layout (``steerloop_schema_version``)."""
 
 
@@ -163,6 +163,16 @@ _MIGRATIONS: dict[int, str] = {
     ALTER TABLE {commands} ADD CONSTRAINT steerloop_commands_kind_check CHECK (kind IN (
         'followup', 'steer', 'inject', 'cancel', 'approval', 'dispose',
         'client_tools', 'client_result', 'state'
+    ));
+    """,
+    # v5: the answer to an input request (``POST /v1/sessions/{id}/inputs/{input_id}``, an
+    # AG-UI resume), which v4's check refused: a server's question could not be answered
+    # through a worker.
+    5: """
+    ALTER TABLE {commands} DROP CONSTRAINT steerloop_commands_kind_check;
+    ALTER TABLE {commands} ADD CONSTRAINT steerloop_commands_kind_check CHECK (kind IN (
+        'followup', 'steer', 'inject', 'cancel', 'approval', 'dispose',
+        'client_tools', 'client_result', 'state', 'input'
     ));
     """,
 }
