@@ -5,8 +5,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import signal
+import socket
+import subprocess
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -140,3 +143,39 @@ def alive(pid: int) -> bool:
             return f.read().split(") ", 1)[1][0] != "Z"
     except OSError:
         return False
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextlib.asynccontextmanager
+async def python_server(script: Path, state: Path) -> AsyncIterator[str]:
+    """``python SCRIPT STATE PORT`` (a server of these tests over HTTP) until it accepts
+    connections; its ``/mcp`` URL. It is killed afterwards (its process group)."""
+    port = free_port()
+    with (state / f"{script.stem}.log").open("w") as log:
+        process = subprocess.Popen(
+            [sys.executable, str(script), str(state), str(port)],
+            stdout=log,
+            stderr=log,
+            start_new_session=True,
+        )
+    try:
+
+        def accepting() -> bool:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            except OSError:
+                return process.poll() is not None  # exited: fails below
+            return True
+
+        await eventually(accepting)
+        assert process.poll() is None, (state / f"{script.stem}.log").read_text()
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        await asyncio.to_thread(process.wait, 10)

@@ -28,6 +28,19 @@ _mode = {"flooded": False}
 
 TEXT = {"type": "object", "properties": {"text": {"type": "string"}}}
 EMPTY: dict[str, Any] = {"type": "object", "properties": {}}
+# Draft 7's tuple form of ``items``, which 2020-12 spells ``prefixItems``.
+PAIR = {
+    "$schema": "http://json-schema.org/draft-07/schema#",
+    "type": "object",
+    "properties": {
+        "pair": {
+            "type": "array",
+            "items": [{"type": "integer"}, {"type": "string"}],
+            "additionalItems": False,
+        }
+    },
+    "required": ["pair"],
+}
 TOOLS: list[dict[str, Any]] = [
     {"name": "blocks", "inputSchema": {"type": "object", "properties": {"n": {"type": "integer"}}}},
     {"name": "big", "inputSchema": {"type": "object", "properties": {"mib": {"type": "integer"}}}},
@@ -42,6 +55,7 @@ TOOLS: list[dict[str, Any]] = [
     {"name": "roots", "inputSchema": EMPTY},
     {"name": "touch", "inputSchema": {"type": "object", "properties": {"uri": {"type": "string"}}}},
     {"name": "echo", "inputSchema": TEXT, "annotations": {"readOnlyHint": True}},
+    {"name": "pair", "inputSchema": PAIR},
     {
         "name": "job",
         "description": "A long job, run as a task.",
@@ -203,6 +217,8 @@ def call_tool(params: dict[str, Any]) -> Any:
         return text("touched")
     if name == "echo":
         return text(args["text"])
+    if name == "pair":
+        return text(json.dumps(args["pair"]))
     return None
 
 

@@ -169,7 +169,7 @@ async def test_a_list_over_max_tools_is_refused_at_install(
 ) -> None:
     """Over max_tools at install: MCPLimitError naming the limit; nothing registered."""
     with pytest.raises(
-        MCPLimitError, match=r"tools refused: the server lists 14 tools, over max_tools=5"
+        MCPLimitError, match=r"tools refused: the server lists 15 tools, over max_tools=5"
     ):
         await install_mcp(h.rt, [hostile(state, limits=MCPLimits(max_tools=5))], errlog=errlog)
     assert h.rt.tools.get("x__echo") is None

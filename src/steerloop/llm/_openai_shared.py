@@ -22,6 +22,7 @@ __all__ = [
     "open_client",
     "resolve_known",
     "responses_first",
+    "wire_parameters",
 ]
 
 # Context window, output ceiling, whether the model is Responses-first and whether it takes
@@ -69,6 +70,14 @@ KNOWN_MODELS: Mapping[str, ModelInfo] = {
 }
 RESPONSES_FIRST: frozenset[str] = frozenset(name for name, row in _TABLE.items() if row[2])
 """Known models ``steerloop chat -m openai/...`` sends through ``OpenAIResponsesAdapter``."""
+
+
+def wire_parameters(parameters: Mapping[str, Any]) -> dict[str, Any]:
+    """A tool's parameter schema as OpenAI-compatible endpoints take it: without the
+    ``$schema`` dialect keyword, which some of them refuse. The tool keeps its dialect (it is
+    validated, logged and offered elsewhere as defined); only the request leaves it out."""
+    return {k: v for k, v in parameters.items() if k != "$schema"}
+
 
 # Reasoning models of OpenAI take ``max_completion_tokens`` and refuse ``max_tokens``.
 REASONING_MODELS = re.compile(r"^(o\d|gpt-5)")

@@ -31,7 +31,13 @@ from ..messages import (
 )
 from ._failures import classify
 from ._http import redact
-from ._openai_shared import REASONING_MODELS, failure_from_exception, open_client, resolve_known
+from ._openai_shared import (
+    REASONING_MODELS,
+    failure_from_exception,
+    open_client,
+    resolve_known,
+    wire_parameters,
+)
 from ._parts import content_parts, has_binary, responses_part
 from ._provider_stream import error_finish, provider_stream
 from ._tool_choice import openai_tool_fields
@@ -126,7 +132,7 @@ class OpenAIResponsesAdapter:
                     "type": "function",
                     "name": tool.name,
                     "description": tool.description,
-                    "parameters": dict(tool.parameters),
+                    "parameters": wire_parameters(tool.parameters),
                     "strict": False,
                 }
                 for tool in request.tools

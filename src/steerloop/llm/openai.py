@@ -39,6 +39,7 @@ from ._openai_shared import (
     open_client,
     resolve_known,
     responses_first,
+    wire_parameters,
 )
 from ._parts import chat_part, content_parts, has_binary
 from ._provider_stream import provider_stream
@@ -140,7 +141,7 @@ class OpenAIChatAdapter:
                     "function": {
                         "name": tool.name,
                         "description": tool.description,
-                        "parameters": dict(tool.parameters),
+                        "parameters": wire_parameters(tool.parameters),
                     },
                 }
                 for tool in request.tools

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import AsyncExitStack, asynccontextmanager
+from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
 from functools import partial
 from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 
@@ -19,19 +19,23 @@ import httpx2
 import mcp_types as types
 from mcp.client import Client, IncomingMessage
 from mcp.client.streamable_http import streamable_http_client
-from mcp.client.subscriptions import ToolsListChanged
 from mcp.shared.exceptions import MCPError
 from mcp_types import CONNECTION_CLOSED
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from .. import AbortSignal
-from ..errors import AbortedError, ToolDefinitionError
+from ..errors import AbortedError
 from ._bounds import Bounder
 from ._calls import InFlight
 from ._config import MCPServer
+from ._errors import TRANSPORT_ERRORS, MCPConnectionError, MCPLimitError, describe
+from ._http import BoundedHTTP
 from ._limits import DROPPED_KEY, REFUSED_KEY
+from ._listen import SUBSCRIPTION_ID, Listener
 from ._oauth_flow import oauth_provider
+from ._person import PersonTime, ready_within
 from ._stdio import contained_stdio
+from ._streams import checkpoint, watched
 
 if TYPE_CHECKING:
     from ._peer import Peer
@@ -55,85 +59,8 @@ _CALL_READ_TIMEOUT = 7 * 24 * 3600.0
 CONNECT_TIMEOUT = 30.0
 
 
-class MCPConnectionError(ConnectionError):
-    """An MCP server could not be reached, or its connection ended during a request."""
-
-
-class MCPLimitError(ToolDefinitionError):
-    """An MCP server's tool list is over its ``MCPLimits`` and was refused."""
-
-
 def _list_page(client: Client, cursor: str | None) -> Awaitable[types.ListToolsResult]:
     return client.list_tools(cursor=cursor)
-
-
-class _WatchedReader:
-    """A transport's read stream that reports its end-of-stream (the server went away) and,
-    given a ``Bounder``, bounds each message it hands on."""
-
-    def __init__(self, inner: Any, on_end: Callable[[], None], bounder: Bounder | None) -> None:
-        self._inner = inner
-        self._on_end = on_end
-        self._bounder = bounder
-
-    async def receive(self) -> Any:
-        try:
-            message = await self._inner.receive()
-        except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
-            self._on_end()
-            raise
-        message = _complete_by_default(message)
-        if self._bounder is not None:
-            return await self._bounder.bound_message(message)
-        return message
-
-    def __aiter__(self) -> _WatchedReader:
-        return self
-
-    async def __anext__(self) -> Any:
-        try:
-            return await self.receive()
-        except anyio.EndOfStream:
-            raise StopAsyncIteration from None
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
-    async def __aenter__(self) -> _WatchedReader:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
-
-
-class _NotingWriter:
-    """A transport's write stream that tells the ``Bounder`` the method of each request."""
-
-    def __init__(self, inner: Any, bounder: Bounder) -> None:
-        self._inner = inner
-        self._bounder = bounder
-
-    async def send(self, item: Any) -> None:
-        self._bounder.sent(item)
-        await self._inner.send(item)
-
-    async def aclose(self) -> None:
-        await self._inner.aclose()
-
-    async def __aenter__(self) -> _NotingWriter:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
-
-
-def _complete_by_default(message: Any) -> Any:
-    """A result without ``resultType`` is ``complete``: what 2026-07-28 asks a client to
-    assume (SEP-2322), where the SDK's result models would refuse the result instead."""
-    inner = getattr(message, "message", None)
-    if isinstance(inner, types.JSONRPCResponse) and isinstance(inner.result, dict):
-        inner.result.setdefault("resultType", "complete")
-    return message
 
 
 class Connection:
@@ -161,7 +88,7 @@ class Connection:
         self._closed = False
         self._lock = asyncio.Lock()
         self._connections = 0
-        self._person = _PersonTime()
+        self._person = PersonTime()
         # One OAuth provider per connection (its tokens are kept in the configuration's storage).
         self._auth = (
             None
@@ -173,6 +100,7 @@ class Connection:
         self.bounder = Bounder(server.limits)
         self.in_flight = InFlight()
         self.peer: Peer | None = None  # the server's requests (set by the installer)
+        self.listener = Listener(server.name, on_tools_changed, self._resource_updated)
 
     @property
     def alive(self) -> bool:
@@ -193,7 +121,7 @@ class Connection:
             self._scope = None
             self._task = asyncio.ensure_future(self._run(ready, self._stop))
             bound = max(self.server.timeout, CONNECT_TIMEOUT)
-            waiter = self._ready_within(ready, bound)
+            waiter = ready_within(ready, bound, self._person)
             try:
                 client = await (waiter if signal is None else signal.race(waiter))
             except BaseException as exc:
@@ -205,7 +133,7 @@ class Connection:
                     ) from None
                 if isinstance(exc, AbortedError | asyncio.CancelledError):
                     raise
-                self.last_error = _describe(exc)
+                self.last_error = describe(exc)
                 raise MCPConnectionError(
                     f"MCP server {self.server.name!r} could not connect: {self.last_error}"
                 ) from exc
@@ -217,32 +145,6 @@ class Connection:
             self._dead = False
             self.last_error = None
             return client
-
-    async def _ready_within(self, ready: asyncio.Future[Client], bound: float) -> Client:
-        """The client once ``ready``, within ``bound`` seconds of connecting; time spent on a
-        person at an authorization URL is not counted (``MCPOAuth.authorize`` bounds it).
-
-        Raises:
-            TimeoutError: the bound ran out (``ready`` is left as it is).
-        """
-        loop = asyncio.get_running_loop()
-        left = bound
-        while not ready.done():
-            person = self._person
-            change: asyncio.Future[Any] = asyncio.ensure_future(person.changed())
-            busy, started = person.busy, loop.time()
-            try:
-                waited: set[asyncio.Future[Any]] = {ready, change}
-                await asyncio.wait(
-                    waited, timeout=None if busy else left, return_when=asyncio.FIRST_COMPLETED
-                )
-            finally:
-                change.cancel()
-            if not busy:
-                left -= loop.time() - started
-            if left <= 0 and not ready.done() and not person.busy:
-                raise TimeoutError
-        return ready.result()
 
     async def _run(self, ready: asyncio.Future[Client], stop: asyncio.Event) -> None:
         """Hold one client open until ``stop`` is set (by close, or end-of-stream)."""
@@ -277,8 +179,9 @@ class Connection:
                 if not ready.done():
                     ready.set_result(client)
                 async with anyio.create_task_group() as group:
-                    if _announces_tool_changes(client):
-                        group.start_soon(self._listen, client)
+                    if client.protocol_version in MODERN_PROTOCOL_VERSIONS:
+                        tools = _announces_tool_changes(client)
+                        group.start_soon(self.listener.run, client, tools)
                     await stop.wait()
                     group.cancel_scope.cancel()
         except BaseException as exc:  # handed to the waiter, or logged
@@ -300,18 +203,22 @@ class Connection:
         if server.transport == "stdio":
             # Our own transport: it bounds messages as it decodes them, off the loop.
             inner = contained_stdio(server, self.bounder, self._errlog, self._transport_fault)
-            return _watched(inner, ended, None)
-        else:
-            assert server.url is not None
-            http = await stack.enter_async_context(
-                httpx2.AsyncClient(
-                    headers=dict(server.headers),
-                    auth=self._auth,
-                    timeout=httpx2.Timeout(30.0, read=server.timeout + 5.0),
-                )
+            return watched(inner, ended, None)
+        assert server.url is not None
+        http = await stack.enter_async_context(
+            httpx2.AsyncClient(
+                headers=dict(server.headers),
+                auth=self._auth,
+                timeout=httpx2.Timeout(30.0, read=server.timeout + 5.0),
+                # Every response within max_message_bytes, a large one decoded off the loop.
+                transport=BoundedHTTP(
+                    self.bounder, self._transport_fault, httpx2.AsyncHTTPTransport()
+                ),
             )
-            inner = streamable_http_client(server.url, http_client=http)
-        return _watched(inner, ended, self.bounder)
+        )
+        cap = server.limits.max_message_bytes
+        inner = streamable_http_client(server.url, http_client=http, max_sse_event_size=cap)
+        return watched(inner, ended, self.bounder)
 
     def _transport_fault(self, cause: str) -> None:
         self._fault = cause
@@ -345,27 +252,29 @@ class Connection:
 
     # --- requests --------------------------------------------------------------------
 
+    async def client(self, signal: AbortSignal | None = None) -> Client:
+        """The live SDK client (connecting first)."""
+        return await self._connected(signal)
+
     async def capabilities(self, signal: AbortSignal | None = None) -> types.ServerCapabilities:
         """What the server declared (connecting first)."""
         return (await self._connected(signal)).server_capabilities
 
-    async def _listen(self, client: Client) -> None:
-        """Follow tool-list changes on a 2026-07-28 connection (``subscriptions/listen``)."""
-        try:
-            async with client.listen(tools_list_changed=True) as subscription:
-                async for event in subscription:
-                    if isinstance(event, ToolsListChanged):
-                        self._on_tools_changed()
-        except Exception as exc:  # a lost subscription: the next connection listens again
-            _log.debug("MCP server %r: tool-change subscription ended: %s", self.server.name, exc)
+    def _resource_updated(self, uri: str) -> None:
+        if self.peer is not None:
+            self.peer.resource_updated(uri)
 
     def _on_message(self, message: IncomingMessage) -> Any:
-        # Connections older than 2026-07-28 announce changes as plain notifications.
-        if isinstance(message, types.ToolListChangedNotification):
+        # Connections older than 2026-07-28 announce changes as plain notifications. A
+        # notification of a subscriptions/listen stream reaches this handler too: the
+        # listener reports it (once).
+        if _of_subscription(message):
+            pass
+        elif isinstance(message, types.ToolListChangedNotification):
             self._on_tools_changed()
         elif self.peer is not None:
             self.peer.notified(message)
-        return _checkpoint()
+        return checkpoint()
 
     async def list_tools(self, signal: AbortSignal | None = None) -> list[types.Tool]:
         """Every tool of the server, all pages, in the server's order; a tool over
@@ -450,11 +359,11 @@ class Connection:
         if isinstance(exc, MCPError):
             lost = exc.error.code == CONNECTION_CLOSED
         else:
-            lost = self._dead or isinstance(exc, _TRANSPORT_ERRORS)
+            lost = self._dead or isinstance(exc, TRANSPORT_ERRORS)
         if not lost:
             return
         self._dead = True
-        cause = exc.error.message if isinstance(exc, MCPError) else _describe(exc)
+        cause = exc.error.message if isinstance(exc, MCPError) else describe(exc)
         if self._fault is not None:
             cause = self._fault
         self.last_error = cause
@@ -464,35 +373,10 @@ class Connection:
         ) from exc
 
 
-class _PersonTime:
-    """Whether a connection waits on a person (at an authorization URL), with a wake-up for
-    each change."""
-
-    def __init__(self) -> None:
-        self._waits = 0
-        self._changed = asyncio.Event()
-
-    @property
-    def busy(self) -> bool:
-        return self._waits > 0
-
-    def waiting(self, started: bool) -> None:
-        self._waits += 1 if started else -1
-        self._changed.set()
-
-    async def changed(self) -> None:
-        await self._changed.wait()
-        self._changed.clear()
-
-
-#: Failures of the transport itself (the connection, not the server's answer).
-_TRANSPORT_ERRORS = (
-    OSError,
-    anyio.BrokenResourceError,
-    anyio.ClosedResourceError,
-    anyio.EndOfStream,
-    httpx2.TransportError,
-)
+def _of_subscription(message: IncomingMessage) -> bool:
+    params = getattr(message, "params", None)
+    meta = getattr(params, "meta", None)
+    return isinstance(meta, dict) and SUBSCRIPTION_ID in meta
 
 
 def _announces_tool_changes(client: Client) -> bool:
@@ -502,25 +386,3 @@ def _announces_tool_changes(client: Client) -> bool:
         and tools is not None
         and bool(tools.list_changed)
     )
-
-
-@asynccontextmanager
-async def _watched(
-    inner: Any, ended: Callable[[], None], bounder: Bounder | None
-) -> AsyncIterator[tuple[Any, Any]]:
-    async with inner as (read, write):
-        if bounder is not None:
-            write = _NotingWriter(write, bounder)
-        yield _WatchedReader(read, ended, bounder), write
-
-
-async def _checkpoint() -> None:
-    await anyio.lowlevel.checkpoint()
-
-
-def _describe(exc: BaseException) -> str:
-    """The message of ``exc``, or of the failures an exception group wraps."""
-    if isinstance(exc, BaseExceptionGroup):
-        return "; ".join(_describe(e) for e in exc.exceptions)
-    text = str(exc)
-    return f"{text} ({type(exc).__name__})" if text else type(exc).__name__

@@ -4,47 +4,34 @@ Besides its tools, an installed server offers its resources (``resources``,
 ``read_resource``, and a ``<server>__read_resource`` tool), its prompts (``prompts``,
 ``prompt_message``), and it may ask things of the agent during a call: input from a person
 (``_peer.py``), a sample of the model (``_sampling.py``), the roots (``install_mcp(roots=)``).
-A tool the server runs as a task is called as one (``_tasks.py``).
+A tool the server runs as a task is called as one (``_tasks.py``); input rounds are
+driven durably (``_rounds.py``). One server's tools: ``_server.py``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import os
-import re
 import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, TextIO
 
 import mcp_types as types
-from mcp.client import Client
 
-from .. import AbortController
 from .. import hooks as h
 from ..agent import Agent
-from ..errors import AbortedError, ToolDefinitionError
+from ..errors import ToolDefinitionError
 from ..hooks import Disposer, RequestPayload
 from ..llm import CallConfig
-from ..messages import Block, TextBlock, ToolCallBlock, UserMessage
-from ..tools import Tool, ToolError, ToolExec, ToolResult, define_tool
-from ._calls import CallContext, Deadline
+from ..messages import Block, UserMessage
+from ..tools import Tool
 from ._config import MCPServer
-from ._connection import Connection
-from ._content import block_from_mcp
-from ._limits import CUT_KEY
-from ._peer import Peer
 from ._prompts import expand_prompt, list_prompts, parse_prompt_arguments
-from ._resources import (
-    ResourceWatch,
-    list_resources,
-    offers_resources,
-    read_resource,
-    read_resource_tool,
-)
-from ._tasks import call_as_task, find_task, recover_task, uses_tasks
+from ._resources import list_resources, read_resource
+from ._results import result_from_mcp
+from ._server import InstalledServer
 
 if TYPE_CHECKING:
     from .. import Runtime
@@ -52,188 +39,6 @@ if TYPE_CHECKING:
 __all__ = ["MCPTools", "install_mcp", "installed_mcp", "result_from_mcp"]
 
 _log = logging.getLogger("steerloop.mcp")
-_TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
-
-
-#: The tool name (after the server's prefix) of the resource reader a server gets.
-READ_RESOURCE = "read_resource"
-
-
-def tool_name(server: str, tool: str) -> str:
-    return f"{server}__{tool}"
-
-
-def with_cut_note(result: ToolResult, mcp_result: types.CallToolResult) -> ToolResult:
-    """``result`` with the one-line note of what the bounds cut of ``mcp_result``, if any."""
-    note = (mcp_result.meta or {}).get(CUT_KEY)
-    if not isinstance(note, str):
-        return result
-    content = result.content
-    blocks = [TextBlock(content)] if isinstance(content, str) else list(content)
-    return dataclasses.replace(result, content=[*blocks, TextBlock(note)])
-
-
-def result_from_mcp(result: types.CallToolResult) -> ToolResult:
-    """An MCP tool result as a steerloop one (``block_from_mcp`` for each item)."""
-    blocks: list[Block] = [block_from_mcp(item) for item in result.content]
-    meta = None
-    if result.structured_content is not None:
-        meta = {"structured_content": result.structured_content}
-    if result.is_error:
-        return ToolResult(
-            content=blocks or "the tool reported an error",
-            is_error=True,
-            error=ToolError("TOOL_FAILED"),
-            meta=meta,
-        )
-    return ToolResult(content=blocks, meta=meta)
-
-
-def _may_run_as_task(spec: types.Tool) -> bool:
-    execution = spec.execution
-    return execution is not None and execution.task_support in ("optional", "required")
-
-
-class _Server:
-    """One installed server: its connection and the registrations of its tools."""
-
-    def __init__(
-        self, owner: MCPTools, server: MCPServer, errlog: TextIO | None, roots: Sequence[Path]
-    ) -> None:
-        self.owner = owner
-        self.config = server
-        self.stale = False
-        self.connection = Connection(server, self._changed, errlog)
-        self.watch = ResourceWatch(self.connection, self._subscribe)
-        self.connection.peer = Peer(server, self.connection.in_flight, roots, self.watch.updated)
-        self.names: tuple[str, ...] = ()
-        self.registrations: list[Disposer] = []
-
-    def _changed(self) -> None:
-        self.stale = True
-
-    async def listing(self) -> list[Tool]:
-        """The server's tools as steerloop tools (see ``build``), listed now."""
-        listed = await self.connection.list_tools()
-        return self.build(listed, reader=await offers_resources(self.connection))
-
-    def build(self, listed: Sequence[types.Tool], *, reader: bool = False) -> list[Tool]:
-        """steerloop tools for ``listed``.
-
-        Raises:
-            ToolDefinitionError: an invalid or repeated name, or an invalid input schema.
-        """
-        server = self.config.name
-        tools: list[Tool] = []
-        seen: set[str] = set()
-        for spec in listed:
-            name = tool_name(server, spec.name)
-            if not _TOOL_NAME.match(name):
-                raise ToolDefinitionError(
-                    f"MCP server {server!r}: tool {spec.name!r} gives the name {name!r}, "
-                    f"which does not match {_TOOL_NAME.pattern}"
-                )
-            if name in seen:
-                raise ToolDefinitionError(f"MCP server {server!r} lists tool {spec.name!r} twice")
-            seen.add(name)
-            schema = {k: v for k, v in dict(spec.input_schema).items() if k != "$schema"}
-            read_only = spec.annotations is not None and spec.annotations.read_only_hint is True
-            try:
-                tool = define_tool(
-                    name=name,
-                    description=spec.description or "",
-                    parameters=schema,
-                    execute=self._body(spec),
-                    concurrency_safe=read_only,
-                    # A call the server may run as a task can learn its outcome at recovery.
-                    reconcile=self.reconcile if _may_run_as_task(spec) else None,
-                )
-            except ToolDefinitionError as exc:
-                raise ToolDefinitionError(
-                    f"MCP server {server!r}, tool {spec.name!r}: {exc}"
-                ) from None
-            tools.append(tool)
-        name = tool_name(server, READ_RESOURCE)
-        if reader and name not in seen:  # a server tool of that name takes precedence
-            tools.append(read_resource_tool(name, self.connection, self.watch))
-        return tools
-
-    def _body(self, spec: types.Tool) -> Any:
-        connection = self.connection
-        remote = spec.name
-        seconds = self.config.timeout
-
-        async def execute(args: Any, exec: ToolExec) -> ToolResult:
-            # Arguments were validated against the server's schema before this body runs.
-            # The call's own signal: the turn's, and the tool timeout, which stands still
-            # while the server waits for a person's answer.
-            controller = AbortController()
-            unlink = exec.signal.add_listener(controller.abort)
-            deadline = Deadline(seconds, controller, f"tool {exec.name!r}")
-            call = CallContext(exec=exec, signal=controller.signal, deadline=deadline)
-            try:
-                with connection.in_flight.running(call):
-                    capabilities = await connection.capabilities(call.signal)
-                    if uses_tasks(capabilities, spec):
-                        session = exec.agent.session
-                        result = await call_as_task(connection, call, session, remote, args)
-                    else:
-                        result = await connection.call(remote, args, call.signal)
-            except AbortedError:
-                if deadline.expired and not exec.signal.aborted:
-                    raise TimeoutError(f"tool {exec.name!r} timed out after {seconds}s") from None
-                raise
-            finally:
-                deadline.cancel()
-                unlink()
-            return with_cut_note(result_from_mcp(result), result)
-
-        return execute
-
-    async def reconcile(self, call: ToolCallBlock, exec: ToolExec) -> ToolResult | None:
-        """At recovery, the result of a call the server ran as a task (``None`` otherwise)."""
-        handle = find_task(exec.agent.session.events, call.id)
-        if handle is None:
-            return None
-        result = await recover_task(self.connection, handle, exec.signal)
-        return None if result is None else with_cut_note(result_from_mcp(result), result)
-
-    async def _subscribe(self, uri: str) -> None:
-        capabilities = await self.connection.capabilities()
-        resources = capabilities.resources if capabilities is not None else None
-        if resources is None or not resources.subscribe:
-            raise ValueError("the server does not offer subscriptions")
-        request = types.SubscribeRequest(params=types.SubscribeRequestParams(uri=uri))
-
-        def send(client: Client) -> Any:
-            return client.session.send_request(request, types.EmptyResult)
-
-        await self.connection.run(None, send)
-
-    def register(self, tools: Sequence[Tool]) -> None:
-        for dispose in self.registrations:
-            dispose()
-        self.registrations = [self.owner.rt.tools.register(t) for t in tools]
-        self.names = tuple(t.name for t in tools)
-
-    def unregister(self) -> None:
-        for dispose in self.registrations:
-            dispose()
-        self.registrations = []
-        self.names = ()
-
-    async def refresh(self) -> None:
-        """Re-list after ``tools/list_changed``; a failure keeps the tools as they were."""
-        self.stale = False
-        try:
-            tools = await self.listing()
-            clash = self.owner.clash(tools, self)
-            if clash is not None:
-                raise ToolDefinitionError(clash)
-        except Exception as exc:
-            _log.warning("MCP server %r: tools not re-listed: %s", self.config.name, exc)
-            return
-        self.register(tools)
 
 
 class MCPTools:
@@ -241,7 +46,7 @@ class MCPTools:
 
     def __init__(self, rt: Runtime) -> None:
         self.rt = rt
-        self._servers: dict[str, _Server] = {}
+        self._servers: dict[str, InstalledServer] = {}
         self._hooks: list[Disposer] = []
         self._closing: asyncio.Future[None] | None = None
 
@@ -316,7 +121,7 @@ class MCPTools:
             return f"failed: {connection.last_error}"
         return "disconnected"
 
-    def clash(self, tools: Sequence[Tool], of: _Server) -> str | None:
+    def clash(self, tools: Sequence[Tool], of: InstalledServer) -> str | None:
         """Why ``tools`` cannot be registered for ``of``, or ``None``."""
         mine = set(of.names)
         for tool in tools:
@@ -397,7 +202,7 @@ async def install_mcp(
     installed = MCPTools(rt)
     try:
         for config in servers:
-            server = _Server(installed, config, errlog, root_paths)
+            server = InstalledServer(rt, installed.clash, config, errlog, root_paths)
             installed._servers[config.name] = server
             tools = await server.listing()
             server.stale = False  # the listing just made is the current one

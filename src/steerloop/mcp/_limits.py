@@ -43,7 +43,13 @@ ERROR_CHARS = 4_096
 #: Bytes of JSON an error answer's ``data`` may have to be kept (larger data is dropped).
 ERROR_DATA_BYTES = 4_096
 
-_LIMIT_NAMES = ("max_result_bytes", "max_blocks", "max_tools", "max_schema_bytes")
+_LIMIT_NAMES = (
+    "max_result_bytes",
+    "max_blocks",
+    "max_tools",
+    "max_schema_bytes",
+    "max_message_bytes",
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -54,13 +60,16 @@ class MCPLimits:
     read or prompt: its text, binary data and structured content together. ``max_blocks``
     (256) bounds its content items. ``max_tools`` (256) bounds the server's tool list (a
     longer list is refused). ``max_schema_bytes`` (64 KiB) bounds one tool's input schema and
-    description (a larger tool is left out).
+    description (a larger tool is left out). ``max_message_bytes`` (32 MiB) bounds one message
+    read from the server at all, before it is decoded: a longer stdio line ends the
+    connection, a longer HTTP body or SSE event fails its request (``ResponseTooLarge``).
     """
 
     max_result_bytes: int = 262_144
     max_blocks: int = 256
     max_tools: int = 256
     max_schema_bytes: int = 65_536
+    max_message_bytes: int = 33_554_432
 
     def __post_init__(self) -> None:
         for name in _LIMIT_NAMES:
@@ -70,8 +79,8 @@ class MCPLimits:
 
     @property
     def message_bytes(self) -> int:
-        """The longest message read at all: past it the connection ends (32 MiB at least)."""
-        return max(32 << 20, 4 * max(self.max_result_bytes, self.max_schema_bytes))
+        """The longest message read at all (``max_message_bytes``)."""
+        return self.max_message_bytes
 
     @property
     def decoder_items(self) -> int:

@@ -72,7 +72,11 @@ class Peer:
     def notified(self, message: Any) -> None:
         """A server notification: a resource update is reported, nothing is re-read."""
         if isinstance(message, types.ResourceUpdatedNotification):
-            self._on_resource_updated(str(message.params.uri))
+            self.resource_updated(str(message.params.uri))
+
+    def resource_updated(self, uri: str) -> None:
+        """The server said ``uri`` changed (a notification, or a 2026-07-28 listen event)."""
+        self._on_resource_updated(uri)
 
     def attribute(self, meta: Any, what: str) -> tuple[CallContext, Agent] | str:
         """The call (and its agent) a server's request (its ``_meta``) belongs to, or why it

@@ -24,6 +24,7 @@ from typing import Any, TextIO
 import anyio
 import anyio.abc
 import anyio.to_thread
+from anyio.streams.memory import MemoryObjectSendStream
 from mcp.shared.message import SessionMessage
 
 from ._bounds import Bounder, MessageTooLarge
@@ -51,9 +52,8 @@ async def contained_stdio(
     *,
     cgroup: bool = True,
 ) -> AsyncIterator[tuple[Any, Any]]:
-    """Start ``server`` in a tree of its own; yield its ``(read, write)`` message streams.
-
-    ``on_fault`` hears why the connection ended when the server broke a limit.
+    """Start ``server`` in a tree of its own; yield its ``(read, write)`` message streams
+    (``on_fault`` hears why the connection ended when the server broke a limit).
 
     Raises:
         OSError: the server could not be started.
@@ -77,34 +77,6 @@ async def contained_stdio(
     read_in, read_out = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     write_in, write_out = anyio.create_memory_object_stream[SessionMessage](0)
     writer_done = anyio.Event()
-    cap = bounder.limits.message_bytes
-
-    async def reader() -> None:
-        assert process.stdout is not None
-        pieces: list[bytes] = []
-        size = 0
-        async with read_in:
-            try:
-                async for chunk in process.stdout:
-                    start = 0
-                    while (end := chunk.find(b"\n", start)) >= 0:
-                        size += end - start
-                        if size > cap:
-                            raise MessageTooLarge(f"a message longer than {cap:,} bytes")
-                        pieces.append(chunk[start:end])
-                        line = b"".join(pieces)
-                        pieces, size, start = [], 0, end + 1
-                        if line.strip():
-                            await read_in.send(await bounder.decode(line))
-                    size += len(chunk) - start
-                    if size > cap:
-                        raise MessageTooLarge(f"a message longer than {cap:,} bytes")
-                    pieces.append(chunk[start:])
-            except MessageTooLarge as exc:
-                on_fault(f"the server sent {exc}")
-                _log.warning("MCP server %r sent %s: connection closed", server.name, exc)
-            except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream):
-                pass
 
     async def writer() -> None:
         assert process.stdin is not None
@@ -120,7 +92,7 @@ async def contained_stdio(
             writer_done.set()
 
     async with anyio.create_task_group() as group:
-        group.start_soon(reader)
+        group.start_soon(_read_lines, process, bounder, read_in, server.name, on_fault)
         group.start_soon(writer)
         try:
             yield read_out, write_in
@@ -132,6 +104,43 @@ async def contained_stdio(
                     await writer_done.wait()
                 await _stop(process, tree)
             group.cancel_scope.cancel()
+
+
+async def _read_lines(
+    process: anyio.abc.Process,
+    bounder: Bounder,
+    read_in: MemoryObjectSendStream[SessionMessage | Exception],
+    name: str,
+    on_fault: Callable[[str], None],
+) -> None:
+    """Hand on each line of the server's stdout as a bounded message; a line over
+    ``message_bytes`` ends the connection (``on_fault`` hears why)."""
+    assert process.stdout is not None
+    cap = bounder.limits.message_bytes
+    pieces: list[bytes] = []
+    size = 0
+    async with read_in:
+        try:
+            async for chunk in process.stdout:
+                start = 0
+                while (end := chunk.find(b"\n", start)) >= 0:
+                    size += end - start
+                    if size > cap:
+                        raise MessageTooLarge(f"a message longer than {cap:,} bytes")
+                    pieces.append(chunk[start:end])
+                    line = b"".join(pieces)
+                    pieces, size, start = [], 0, end + 1
+                    if line.strip():
+                        await read_in.send(await bounder.decode(line))
+                size += len(chunk) - start
+                if size > cap:
+                    raise MessageTooLarge(f"a message longer than {cap:,} bytes")
+                pieces.append(chunk[start:])
+        except MessageTooLarge as exc:
+            on_fault(f"the server sent {exc}")
+            _log.warning("MCP server %r sent %s: connection closed", name, exc)
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream):
+            pass
 
 
 def _executable(server: MCPServer, env: dict[str, str]) -> str:

@@ -29,7 +29,8 @@ from .. import AbortSignal
 from ..errors import AbortedError
 from ..session.events import MCPTaskCreated, SessionEvent
 from ._bounds import TASK_KEY
-from ._connection import Connection, MCPConnectionError
+from ._connection import Connection
+from ._errors import MCPConnectionError
 
 if TYPE_CHECKING:
     from ..session import Session
