@@ -22,6 +22,7 @@ STARTUP_MODULES = [
     "steerloop.cli._app",
     "steerloop.cli._mcp",
     "steerloop.cli._mcp_table",
+    "steerloop.cli._version",
 ]
 #: Packages whose import would make the start slow (each costs tens to hundreds of ms).
 NEVER = [
@@ -64,11 +65,39 @@ def loaded(*args: str) -> list[str]:
     return list(json.loads(out.splitlines()[-1]))
 
 
-@pytest.mark.parametrize("args", [("--version",), ("--help",)])
-def test_the_start_imports_only_the_command_lines_own_modules(args: tuple[str, ...]) -> None:
+#: What ``steerloop --version`` loads: it is answered before typer is imported.
+VERSION_MODULES = ["steerloop", "steerloop.cli", "steerloop.cli._version"]
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [(("--version",), VERSION_MODULES), (("--help",), STARTUP_MODULES)],
+)
+def test_the_start_imports_only_the_command_lines_own_modules(
+    args: tuple[str, ...], expected: list[str]
+) -> None:
     modules = loaded(*args)
-    assert [m for m in modules if m.split(".")[0] == "steerloop"] == STARTUP_MODULES
+    assert [m for m in modules if m.split(".")[0] == "steerloop"] == expected
     assert not [m for m in modules if m.split(".")[0] in NEVER]
+
+
+def test_version_loads_no_typer_and_prints_what_the_option_prints() -> None:
+    """The fast answer is the one ``--version`` among other options gives (typer's eager
+    option), exit status 0 both ways."""
+    fast = loaded("--version")
+    assert not [m for m in fast if m.split(".")[0] in ("typer", "click")]
+    run = [sys.executable, "-c", "from steerloop.cli import main; main()"]
+    alone = subprocess.run([*run, "--version"], capture_output=True, text=True, timeout=60)
+    probe = "import sys; sys.argv[0] = 'steerloop'; from steerloop.cli import app; app()"
+    through_typer = subprocess.run(
+        [sys.executable, "-c", probe, "--version", "--version"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert alone.returncode == through_typer.returncode == 0
+    assert alone.stdout == through_typer.stdout
+    assert alone.stdout.startswith("steerloop ")
 
 
 def test_a_commands_help_loads_none_of_its_implementation() -> None:

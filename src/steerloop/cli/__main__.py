@@ -1,5 +1,5 @@
 """``python -m steerloop.cli``."""
 
-from ._app import main
+from . import main
 
 main()

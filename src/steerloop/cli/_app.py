@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from ._mcp import mcp_app
+from ._version import package_version
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -56,17 +57,8 @@ StoreOption = Annotated[
 
 def _version(value: bool) -> None:
     if value:
-        typer.echo(f"steerloop {_package_version()}")
+        typer.echo(f"steerloop {package_version()}")
         raise typer.Exit()
-
-
-def _package_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("steerloop")
-    except PackageNotFoundError:  # a source tree on PYTHONPATH, not installed
-        return "(not installed)"
 
 
 @app.callback()
