@@ -1,4 +1,4 @@
-"""The MCP server of bench/mcp.py: one ``echo`` tool, written with the SDK's server API."""
+"""The MCP server of bench/mcp_calls.py: one ``echo`` tool, written with the SDK's server API."""
 
 from mcp.server.mcpserver import MCPServer
 from mcp_types import ToolAnnotations

@@ -1,6 +1,6 @@
 """Added latency of one MCP tool call over stdio against calling the same function in-process.
 
-Run: ``python bench/mcp.py [--calls 300] [--repeats 5]``. Both sides go through steerloop's
+Run: ``python bench/mcp_calls.py [--calls 300] [--repeats 5]``. Both sides go through steerloop's
 tool pipeline (validation, dispatch with a timeout, result normalisation) with the same
 input schema; the in-process tool runs ``echo_text`` directly, the MCP tool
 ``bench__echo`` sends ``tools/call`` to bench/_mcp_echo_server.py (the SDK's own server,
@@ -22,10 +22,7 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
-# This file is called mcp.py: with its folder first on sys.path, ``import mcp`` (the SDK)
-# would import it. The folder is taken off before anything imports the SDK.
 HERE = Path(__file__).resolve().parent
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
 
 from steerloop import Runtime, define_tool  # noqa: E402
 from steerloop._signal import AbortController  # noqa: E402
@@ -62,7 +59,7 @@ async def per_call(rt: Runtime, tool: Tool, calls: int) -> float:
 async def main(calls: int, repeats: int) -> None:
     rt = await Runtime.open()
     with open(os.devnull, "w") as devnull:
-        # -P: the server's folder must not come first on its sys.path either (see above).
+        # -P: the server's folder (bench/) is not put first on its sys.path.
         server = MCPServer.stdio("bench", command=sys.executable, args=["-P", str(SERVER)])
         installed = await install_mcp(rt, [server], errlog=devnull)
     remote = rt.tools.get("bench__echo")
