@@ -23,11 +23,11 @@ from httpx_sse import aconnect_sse
 from sse_starlette.event import ServerSentEvent
 
 from steerloop.service import create_app
-from steerloop.service._app import _feed
 from steerloop.service._fanout import SharedFeeds, event_json, event_sse
 from steerloop.service._limits import Limits
 from steerloop.service._pg._feed import open_pg_feed
 from steerloop.service._source import Wakeup
+from steerloop.service._sse import feed as _feed
 from steerloop.session.store.postgres import PostgresStore
 
 from .profiles import profiles

@@ -107,9 +107,6 @@ def test_sql_lives_only_in_the_sql_and_schema_modules() -> None:
 
 
 MAX_FUNCTION_LINES = 60
-AWAITING = {"_app.py"}
-"""Modules whose long functions another change of issue 25 splits (the HTTP side: endpoints
-at module level, the lifespan module); each must still need the exemption."""
 
 
 def long_functions(path: Path) -> list[str]:
@@ -129,5 +126,4 @@ def test_no_function_of_the_service_is_over_60_lines() -> None:
         for path in sorted(SERVICE.rglob("*.py"))
         if (long := long_functions(path))
     }
-    assert {name: long for name, long in found.items() if name not in AWAITING} == {}
-    assert set(found) >= AWAITING, "an exemption is no longer needed: remove it"
+    assert found == {}

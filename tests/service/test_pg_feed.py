@@ -24,8 +24,9 @@ import pytest
 from httpx_sse import aconnect_sse
 
 from steerloop.service import create_app
-from steerloop.service._app import _PAGE, _feed
 from steerloop.service._pg._feed import open_pg_feed
+from steerloop.service._sse import PAGE as _PAGE
+from steerloop.service._sse import feed as _feed
 from steerloop.session.store.postgres import PostgresStore
 from tests.session.backends import POSTGRES_URL, require_postgres
 

@@ -1,6 +1,6 @@
 """An SSE reader that goes away mid-stream (API.md "Service: HTTP + SSE"): the server ends
 that response promptly and writes nothing to the dead connection. uvicorn on 127.0.0.1:0 in
-this process, ``--role all`` on SQLite and on PostgreSQL (both feeds share ``_app._feed``)."""
+this process, ``--role all`` on SQLite and on PostgreSQL (both feeds share ``_sse.feed``)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from steerloop.service import create_app
-from steerloop.service._app import _PAGE
+from steerloop.service._sse import PAGE as _PAGE
 from tests.session.backends import POSTGRES_URL, drop_schema, require_postgres
 
 from .profiles import profiles

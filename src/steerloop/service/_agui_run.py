@@ -38,7 +38,7 @@ __all__ = ["Pages", "start_run"]
 Pages = Callable[
     [FeedSource, FeedReader, int, int], AsyncIterator[tuple[str, int, int, dict[str, Any]]]
 ]
-"""The service's feed loop (``_app._pages``): events, frames, ``caught-up`` marks."""
+"""The service's feed loop (``_sse.pages``): events, frames, ``caught-up`` marks."""
 
 
 async def start_run(

@@ -2,7 +2,8 @@
 error answer), the ``Host`` protocol the in-process host (``_local.LocalHost``) and the
 PostgreSQL host (``_pg._host.PgHost``) implement, and the checks and bodies they share.
 
-Nothing here holds state: the hosts own their sessions, ``_app`` owns the routes.
+Nothing here holds state: the hosts own their sessions, ``_endpoints`` and the other
+endpoint modules answer the routes.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from ..session import InputAction, fold_state, pending_deferred
 from ..session.events import ApprovalRequested, SessionEvent
 
 if TYPE_CHECKING:
+    from .. import Runtime
     from ..hooks import StreamFrame
     from ._profile import Profile
 
@@ -64,6 +66,8 @@ class Host(Protocol):
     ``PgHost``: as a command row); both raise ``ApiError`` for every refusal.
     """
 
+    @property
+    def rt(self) -> Runtime: ...
     @property
     def profiles(self) -> Mapping[str, Profile]: ...
     @property

@@ -18,9 +18,11 @@ from starlette.responses import Response
 from ..errors import SessionPersistenceNotFoundError
 from ..messages import check_blob_hash
 from ..session import StoredBlob, event_blobs
+from ._api import Host
 from ._errors import ApiError
+from ._operation import Operation
 
-__all__ = ["get_blob"]
+__all__ = ["BLOB_OPERATION", "get_blob"]
 
 _HEADERS = {
     "Cache-Control": "private, max-age=31536000, immutable",
@@ -30,7 +32,7 @@ _HEADERS = {
 }
 
 
-async def get_blob(request: Request, host: Any) -> Response:
+async def get_blob(request: Request, host: Host) -> Response:
     """The blob ``hash`` of session ``session_id``.
 
     Raises:
@@ -71,3 +73,12 @@ async def _read(host: Any, session_id: str, hash: str) -> StoredBlob:
             if put.hash == hash and put.data is not None:
                 return StoredBlob(hash, put.media_type, put.data)
     raise SessionPersistenceNotFoundError(f"no blob {hash}")
+
+
+BLOB_OPERATION = Operation(
+    method="GET",
+    path="/v1/sessions/{session_id:str}/blobs/{hash:str}",
+    summary="The bytes of an image or file the session's log references",
+    handler=get_blob,
+    errors=frozenset({404, 422}),
+)

@@ -11,49 +11,36 @@ answering an input interrupt takes this same path (``_agui_run``).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from functools import partial
-from typing import Annotated, Any, Literal, Protocol
+from collections.abc import Mapping, Sequence
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, ValidationInfo
 from pydantic_core import PydanticCustomError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
 
 from ..agent import check_input_answer
 from ..session import InputAction, InputRequest, input_state
 from ..session.events import SessionEvent
+from ._api import Host
 from ._errors import ApiError
+from ._operation import Operation
 from ._read_body import read_json
+from ._state import state_of
 from ._text import check_texts
 
 __all__ = [
     "INPUT_BY",
+    "INPUT_OPERATION",
     "InputAnswerBody",
-    "InputHost",
     "answer_input",
     "checked_answer",
     "input_json",
     "input_not_waiting",
-    "input_route",
 ]
 
 INPUT_BY = "http"
 """``input/answered.by`` of an answer that came over HTTP (or an AG-UI resume)."""
-
-
-class InputHost(Protocol):
-    """What the endpoint needs of the host (``ServiceHost`` or ``PgHost``)."""
-
-    async def require(self, session_id: str) -> None: ...
-    async def submit_input(
-        self,
-        session_id: str,
-        input_id: str,
-        action: InputAction,
-        content: Mapping[str, Any] | None,
-    ) -> dict[str, Any]: ...
 
 
 def _text(value: Any, info: ValidationInfo) -> Any:
@@ -121,22 +108,23 @@ def checked_answer(
         raise ApiError(422, "invalid_answer", str(exc)) from None
 
 
-async def answer_input(request: Request, host: InputHost, *, limit: int) -> Response:
+async def answer_input(request: Request, host: Host) -> Response:
     """``POST /v1/sessions/{id}/inputs/{input_id}`` → 202 ``{"cmd_seq"}`` once the answer is
     accepted as the session's next command (durable)."""
     session_id = request.path_params["session_id"]
     input_id = request.path_params["input_id"]
+    limit = state_of(request).settings.body_limit
     body = InputAnswerBody.model_validate(await read_json(request, limit))
     await host.require(session_id)
     answer = await host.submit_input(session_id, input_id, body.action, body.content)
     return JSONResponse(answer, status_code=202)
 
 
-def input_route(endpoint: Callable[[Callable[..., Awaitable[Response]]], Any], limit: int) -> Route:
-    """The route of ``answer_input`` behind the app's ``endpoint`` wrapper (auth, errors);
-    ``limit``: the app's body limit."""
-    return Route(
-        "/v1/sessions/{session_id:str}/inputs/{input_id:str}",
-        endpoint(partial(answer_input, limit=limit)),
-        methods=["POST"],
-    )
+INPUT_OPERATION = Operation(
+    method="POST",
+    path="/v1/sessions/{session_id:str}/inputs/{input_id:str}",
+    summary="Answer a pending input request (an MCP elicitation)",
+    handler=answer_input,
+    body=InputAnswerBody,
+    errors=frozenset({404, 409, 422, 429}),
+)

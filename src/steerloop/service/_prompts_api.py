@@ -10,47 +10,27 @@ next message, whose source records the server, the prompt and its arguments
 from __future__ import annotations
 
 import re
-from collections.abc import Awaitable, Callable, Mapping
-from functools import partial
-from typing import Annotated, Any, Literal, Protocol
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
 
 from .. import Runtime
 from ..mcp import MCPTools, installed_mcp
 from ..messages import TextBlock
+from ._api import Host
 from ._errors import ApiError
 from ._no_model import require_session_model
+from ._operation import Operation
 from ._read_body import read_json
+from ._state import state_of
 from ._text import check_text
 
-__all__ = ["PromptBody", "list_prompts", "prompt_routes", "send_prompt"]
+__all__ = ["PROMPT_OPERATIONS", "PromptBody", "list_prompts", "send_prompt"]
 
 _COMMAND = re.compile(r"/([A-Za-z0-9_-]{1,64}):(\S{1,200})(?:\s+(.*))?", re.DOTALL)
 _MAX_PROMPTS = 1000
-
-
-class PromptHost(Protocol):
-    """What the endpoints need of the host (``ServiceHost`` or ``PgHost``)."""
-
-    rt: Runtime
-    profiles: Any
-
-    async def require(self, session_id: str) -> None: ...
-    async def describe(self, session_id: str) -> dict[str, Any]: ...
-    async def send(
-        self,
-        session_id: str,
-        kind: Literal["followup", "steer", "inject"],
-        content: str,
-        message_id: str | None,
-        key: str | None,
-        *,
-        source: Mapping[str, Any] | None = None,
-    ) -> dict[str, Any]: ...
 
 
 class PromptBody(BaseModel):
@@ -69,7 +49,7 @@ def _servers(rt: Runtime) -> dict[str, MCPTools]:
     return {s.name: tools for tools in installed_mcp(rt) for s in tools.servers()}
 
 
-async def list_prompts(request: Request, host: PromptHost) -> Response:
+async def list_prompts(request: Request, host: Host) -> Response:
     """``{"prompts": [{"server", "name", "command", "description", "arguments": [{"name",
     "description", "required"}]}], "unavailable": [server, …]}`` (a server that failed to
     list is named, not fatal)."""
@@ -103,12 +83,13 @@ async def list_prompts(request: Request, host: PromptHost) -> Response:
     return JSONResponse({"prompts": rows, "unavailable": unavailable})
 
 
-async def send_prompt(request: Request, host: PromptHost, *, limit: int) -> Response:
+async def send_prompt(request: Request, host: Host) -> Response:
     """Expand ``command`` and send it → 202 ``{"cmd_seq", "message_id"}``; 404
     ``prompt_not_found`` for a server not open here, 422 ``invalid_prompt`` for a command
     the server's prompt refuses (unknown prompt, missing arguments), 502 ``prompt_failed``
     when the server fails."""
     session_id = request.path_params["session_id"]
+    limit = state_of(request).settings.body_limit
     body = PromptBody.model_validate(await read_json(request, limit))
     check_text(body.command, "command")
     match = _COMMAND.fullmatch(body.command.strip())
@@ -139,12 +120,21 @@ async def send_prompt(request: Request, host: PromptHost, *, limit: int) -> Resp
     return JSONResponse(answer, status_code=202)
 
 
-def prompt_routes(
-    endpoint: Callable[[Callable[..., Awaitable[Response]]], Any], limit: int
-) -> list[Route]:
-    """``GET`` and ``POST /v1/sessions/{id}/prompts`` behind the app's ``endpoint`` wrapper."""
-    path = "/v1/sessions/{session_id:str}/prompts"
-    return [
-        Route(path, endpoint(list_prompts), methods=["GET"]),
-        Route(path, endpoint(partial(send_prompt, limit=limit)), methods=["POST"]),
-    ]
+_PATH = "/v1/sessions/{session_id:str}/prompts"
+PROMPT_OPERATIONS = (
+    Operation(
+        method="GET",
+        path=_PATH,
+        summary="List the MCP prompts a session can send",
+        handler=list_prompts,
+        errors=frozenset({404}),
+    ),
+    Operation(
+        method="POST",
+        path=_PATH,
+        summary="Expand an MCP prompt and send it as the session's next message",
+        handler=send_prompt,
+        body=PromptBody,
+        errors=frozenset({404, 409, 422, 429, 502}),
+    ),
+)

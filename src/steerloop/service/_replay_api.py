@@ -11,40 +11,29 @@ report (JSON and Markdown) once the replay is done.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Awaitable, Callable
-from functools import partial
-from typing import Annotated, Any, Literal, Protocol
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
 
 from .. import Runtime
 from ..errors import SessionPersistenceNotFoundError
 from ..evals import replay
+from ._api import Host
 from ._errors import ApiError
 from ._no_model import has_model
-from ._profile import Profile
+from ._operation import Operation
 from ._read_body import read_json
+from ._state import state_of
 from ._text import check_text
 
-__all__ = ["ReplayBody", "list_profiles", "replay_routes", "run_replay"]
+__all__ = ["REPLAY_OPERATIONS", "ReplayBody", "list_profiles", "run_replay"]
 
 MAX_REPLAYS = 2
 """Replays one process runs at once (each drives a model through whole turns); more → 429."""
 _running: weakref.WeakKeyDictionary[Runtime, int] = weakref.WeakKeyDictionary()
 """Replays running, per runtime (one per served app)."""
-
-
-class ReplayHost(Protocol):
-    """What the endpoints need of the host (``ServiceHost`` or ``PgHost``)."""
-
-    rt: Runtime
-    profiles: dict[str, Profile]
-
-    async def require(self, session_id: str) -> None: ...
-    def profile(self, name: str | None) -> Profile: ...
 
 
 class ReplayBody(BaseModel):
@@ -60,7 +49,7 @@ class ReplayBody(BaseModel):
     tools: Literal["recorded", "live"] = "recorded"
 
 
-async def list_profiles(request: Request, host: ReplayHost) -> Response:
+async def list_profiles(request: Request, host: Host) -> Response:
     """``{"profiles": [{"name", "provider", "model"}]}``: the served profiles with a model."""
     rows = [
         {"name": p.name, "provider": p.options.provider, "model": p.options.model}
@@ -70,11 +59,12 @@ async def list_profiles(request: Request, host: ReplayHost) -> Response:
     return JSONResponse({"profiles": rows})
 
 
-async def run_replay(request: Request, host: ReplayHost, *, limit: int) -> Response:
+async def run_replay(request: Request, host: Host) -> Response:
     """Run the replay → 201 ``{"session_id" (the new session), "report" (its JSON form),
     "markdown"}``; 422 ``invalid_replay`` for a turn the session has not closed, 429 while
     ``MAX_REPLAYS`` run."""
     session_id = request.path_params["session_id"]
+    limit = state_of(request).settings.body_limit
     body = ReplayBody.model_validate(await read_json(request, limit))
     check_text(body.system_prompt, "system_prompt")
     await host.require(session_id)
@@ -112,15 +102,19 @@ async def run_replay(request: Request, host: ReplayHost, *, limit: int) -> Respo
     )
 
 
-def replay_routes(
-    endpoint: Callable[[Callable[..., Awaitable[Response]]], Any], limit: int
-) -> list[Route]:
-    """``GET /v1/profiles`` and ``POST /v1/sessions/{id}/replays`` behind ``endpoint``."""
-    return [
-        Route("/v1/profiles", endpoint(list_profiles), methods=["GET"]),
-        Route(
-            "/v1/sessions/{session_id:str}/replays",
-            endpoint(partial(run_replay, limit=limit)),
-            methods=["POST"],
-        ),
-    ]
+REPLAY_OPERATIONS = (
+    Operation(
+        method="GET",
+        path="/v1/profiles",
+        summary="List the served profiles a replay can run with",
+        handler=list_profiles,
+    ),
+    Operation(
+        method="POST",
+        path="/v1/sessions/{session_id:str}/replays",
+        summary="Replay a session from one of its turns into a new session",
+        handler=run_replay,
+        body=ReplayBody,
+        errors=frozenset({404, 422, 429}),
+    ),
+)

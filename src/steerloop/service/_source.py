@@ -1,6 +1,6 @@
 """Where an SSE reader's events come from: one protocol for the in-process feed of a
 ``--role all`` host (``LocalHost``) and the PostgreSQL feed of an API node
-(``_pg._feed.PgFeedSource``), so one generator serves both (``_app``).
+(``_pg._feed.PgFeedSource``), so one generator serves both (``_sse``).
 
 A reader registers *first* (``subscribe``), then pulls by its own cursor: durable events
 after ``seq`` (``events_after``), then live frames of the open step after ``seq:n``
