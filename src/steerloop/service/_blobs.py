@@ -20,7 +20,7 @@ from ..messages import check_blob_hash
 from ..session import StoredBlob, event_blobs
 from ._api import Host
 from ._errors import ApiError
-from ._operation import Operation
+from ._operation import Answer, Operation, Param
 
 __all__ = ["BLOB_OPERATION", "get_blob"]
 
@@ -80,5 +80,22 @@ BLOB_OPERATION = Operation(
     path="/v1/sessions/{session_id:str}/blobs/{hash:str}",
     summary="The bytes of an image or file the session's log references",
     handler=get_blob,
+    answers=(
+        Answer(
+            status=200,
+            description="The blob's bytes, as its own media type.",
+            media="*/*",
+            headers=(("ETag", "The blob's hash, quoted."), ("Cache-Control", "Immutable.")),
+        ),
+        Answer(status=304, description="`If-None-Match` named this blob.", media=""),
+    ),
+    params=(
+        Param(
+            name="If-None-Match",
+            where="header",
+            description="The ETag of a copy the client has.",
+            pattern=r'^"[^"]*"$',
+        ),
+    ),
     errors=frozenset({404, 422}),
 )

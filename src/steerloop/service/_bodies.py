@@ -55,6 +55,12 @@ def _one_of(code: str, name: str, allowed: tuple[str, ...]) -> Any:
     return BeforeValidator(check)
 
 
+def _no_default(schema: dict[str, Any]) -> None:
+    """The schema of a field that is required: its ``None`` default exists only so that a
+    missing value is refused by the field's validator, with the field's own code."""
+    schema.pop("default", None)
+
+
 Text = Annotated[str, AfterValidator(_text)]
 Id = Annotated[str, Field(min_length=1, max_length=512), AfterValidator(_text)]
 """An id or key a client chooses: 1 to 512 characters of text."""
@@ -79,10 +85,12 @@ class CreateBody(_Body):
 class MessageBody(_Body):
     """``POST /v1/sessions/{id}/messages``."""
 
+    model_config = ConfigDict(json_schema_extra={"required": ["mode", "content"]})
+
     mode: Annotated[
         Literal["followup", "steer", "inject"],
         _one_of("invalid_mode", "mode", ("followup", "steer", "inject")),
-    ] = Field(default=None, validate_default=True)
+    ] = Field(default=None, validate_default=True, json_schema_extra=_no_default)
     content: Content
     """Text, or a list of text, image and file parts (``_content``)."""
     message_id: Id | None = None
@@ -98,7 +106,9 @@ class CancelBody(_Body):
 class DecisionBody(_Body):
     """``POST /v1/sessions/{id}/approvals/{call_id}``."""
 
+    model_config = ConfigDict(json_schema_extra={"required": ["decision"]})
+
     decision: Annotated[
         Literal["allow", "deny"], _one_of("invalid_decision", "decision", ("allow", "deny"))
-    ] = Field(default=None, validate_default=True)
+    ] = Field(default=None, validate_default=True, json_schema_extra=_no_default)
     reason: Annotated[str, Field(max_length=4096), AfterValidator(_text)] | None = None

@@ -22,9 +22,10 @@ from starlette.responses import JSONResponse, Response
 from ..agent import check_input_answer
 from ..session import InputAction, InputRequest, input_state
 from ..session.events import SessionEvent
+from ._answers import Accepted
 from ._api import Host
 from ._errors import ApiError
-from ._operation import Operation
+from ._operation import Answer, Operation
 from ._read_body import read_json
 from ._state import state_of
 from ._text import check_texts
@@ -125,6 +126,7 @@ INPUT_OPERATION = Operation(
     path="/v1/sessions/{session_id:str}/inputs/{input_id:str}",
     summary="Answer a pending input request (an MCP elicitation)",
     handler=answer_input,
+    answers=(Answer(status=202, description="Accepted as durable.", model=Accepted),),
     body=InputAnswerBody,
     errors=frozenset({404, 409, 422, 429}),
 )

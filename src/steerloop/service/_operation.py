@@ -20,12 +20,14 @@ __all__ = [
     "OpenHandler",
     "Operation",
     "Param",
+    "body_model",
 ]
 
 Handler = Callable[[Request, Host], Awaitable[Response]]
 """An API endpoint: the request and the running host → the answer; refusals raise."""
 OpenHandler = Callable[[Request], Awaitable[Response]]
 """An endpoint that needs neither the token nor the host (``/healthz``, ``/openapi.json``)."""
+BodyModel = type[BaseModel] | Callable[[], type[BaseModel]]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -36,7 +38,8 @@ class Param:
     where: Literal["query", "header"]
     description: str
     pattern: str | None = None
-    """A string parameter's pattern; ``None``: a non-negative integer."""
+    """A string parameter's pattern; ``None``: an integer of at least ``minimum``."""
+    minimum: int = 0
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -48,7 +51,8 @@ class Answer:
     description: str
     model: type[BaseModel] | None = None
     media: str = "application/json"
-    headers: tuple[str, ...] = ()
+    headers: tuple[tuple[str, str], ...] = ()
+    """``(name, description)`` of each header it carries."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -66,7 +70,8 @@ class Operation:
     summary: str
     handler: Handler | None = None
     public: OpenHandler | None = None
-    body: type[BaseModel] | None = None
+    body: BodyModel | None = None
+    """The body's model, or a function that imports it (a model of a module loaded late)."""
     body_optional: bool = False
     answers: tuple[Answer, ...] = ()
     errors: frozenset[int] = frozenset()
@@ -77,3 +82,10 @@ class Operation:
     def __post_init__(self) -> None:
         if (self.handler is None) == (self.public is None):
             raise ValueError(f"{self.method} {self.path}: one of handler and public")
+
+
+def body_model(op: Operation) -> type[BaseModel] | None:
+    """The model of ``op``'s request body (imported now if ``op`` names it by a function)."""
+    if op.body is None or isinstance(op.body, type):
+        return op.body
+    return op.body()

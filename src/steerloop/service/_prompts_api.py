@@ -19,10 +19,11 @@ from starlette.responses import JSONResponse, Response
 from .. import Runtime
 from ..mcp import MCPTools, installed_mcp
 from ..messages import TextBlock
+from ._answers import Accepted, PromptList
 from ._api import Host
 from ._errors import ApiError
 from ._no_model import require_session_model
-from ._operation import Operation
+from ._operation import Answer, Operation
 from ._read_body import read_json
 from ._state import state_of
 from ._text import check_text
@@ -127,6 +128,7 @@ PROMPT_OPERATIONS = (
         path=_PATH,
         summary="List the MCP prompts a session can send",
         handler=list_prompts,
+        answers=(Answer(status=200, description="The prompts.", model=PromptList),),
         errors=frozenset({404}),
     ),
     Operation(
@@ -134,6 +136,7 @@ PROMPT_OPERATIONS = (
         path=_PATH,
         summary="Expand an MCP prompt and send it as the session's next message",
         handler=send_prompt,
+        answers=(Answer(status=202, description="Sent as a message.", model=Accepted),),
         body=PromptBody,
         errors=frozenset({404, 409, 422, 429, 502}),
     ),

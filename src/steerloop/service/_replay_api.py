@@ -20,10 +20,11 @@ from starlette.responses import JSONResponse, Response
 from .. import Runtime
 from ..errors import SessionPersistenceNotFoundError
 from ..evals import replay
+from ._answers import ProfileList, ReplayDone
 from ._api import Host
 from ._errors import ApiError
 from ._no_model import has_model
-from ._operation import Operation
+from ._operation import Answer, Operation
 from ._read_body import read_json
 from ._state import state_of
 from ._text import check_text
@@ -108,12 +109,14 @@ REPLAY_OPERATIONS = (
         path="/v1/profiles",
         summary="List the served profiles a replay can run with",
         handler=list_profiles,
+        answers=(Answer(status=200, description="The profiles.", model=ProfileList),),
     ),
     Operation(
         method="POST",
         path="/v1/sessions/{session_id:str}/replays",
         summary="Replay a session from one of its turns into a new session",
         handler=run_replay,
+        answers=(Answer(status=201, description="The replay's report.", model=ReplayDone),),
         body=ReplayBody,
         errors=frozenset({404, 422, 429}),
     ),

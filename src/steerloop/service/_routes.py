@@ -4,6 +4,9 @@ chat's static assets (``_page``), from which ``create_app`` builds its Starlette
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from ._answers import Accepted, Created, Health, LogPage, SessionInfo, SessionList
 from ._blobs import BLOB_OPERATION
 from ._bodies import CancelBody, CreateBody, DecisionBody, MessageBody
 from ._endpoints import (
@@ -19,20 +22,34 @@ from ._endpoints import (
     post_message,
 )
 from ._inputs_api import INPUT_OPERATION
-from ._operation import Operation, Param
+from ._openapi import OPENAPI
+from ._operation import Answer, Operation, Param
 from ._prompts_api import PROMPT_OPERATIONS
 from ._replay_api import REPLAY_OPERATIONS
 from ._state import Role
 
+if TYPE_CHECKING:
+    from ._agui_input import AguiRequest
+
 __all__ = ["HEALTH", "operations"]
 
 _SESSION = "/v1/sessions/{session_id:str}"
+_ACCEPTED = (Answer(status=202, description="Accepted as durable.", model=Accepted),)
+_STREAM = (
+    Answer(
+        status=200,
+        description="Server-sent events (`event`, `id`, `data`: one JSON document each), "
+        "with a comment ping every 15 s; ends when the server closes.",
+        media="text/event-stream",
+    ),
+)
 
 HEALTH = Operation(
     method="GET",
     path="/healthz",
     summary="Whether the service runs, its role and worker id (open: no token)",
     public=healthz,
+    answers=(Answer(status=200, description="The process's health.", model=Health),),
 )
 
 _SESSIONS = (
@@ -42,16 +59,22 @@ _SESSIONS = (
         summary="Create a session (optionally with its first message)",
         handler=create_session,
         body=CreateBody,
+        answers=(Answer(status=201, description="Created.", model=Created),),
         errors=frozenset({409, 422, 429}),
     ),
     Operation(
-        method="GET", path="/v1/sessions", summary="List the sessions", handler=list_sessions
+        method="GET",
+        path="/v1/sessions",
+        summary="List the sessions",
+        handler=list_sessions,
+        answers=(Answer(status=200, description="The sessions.", model=SessionList),),
     ),
     Operation(
         method="GET",
         path=_SESSION,
         summary="A session: its status, owner and what waits for an answer",
         handler=get_session,
+        answers=(Answer(status=200, description="The session.", model=SessionInfo),),
         errors=frozenset({404}),
     ),
 )
@@ -62,6 +85,7 @@ _CONTROL = (
         path=_SESSION + "/messages",
         summary="Send a message (followup, steer or inject)",
         handler=post_message,
+        answers=_ACCEPTED,
         body=MessageBody,
         errors=frozenset({404, 409, 422, 429}),
     ),
@@ -70,6 +94,7 @@ _CONTROL = (
         path=_SESSION + "/cancel",
         summary="Cancel the running turn",
         handler=cancel,
+        answers=_ACCEPTED,
         body=CancelBody,
         body_optional=True,
         errors=frozenset({404, 429}),
@@ -79,10 +104,19 @@ _CONTROL = (
         path=_SESSION + "/approvals/{call_id:str}",
         summary="Decide a pending tool approval",
         handler=decide,
+        answers=_ACCEPTED,
         body=DecisionBody,
         errors=frozenset({404, 409, 429}),
     ),
 )
+
+
+def _agui_body() -> type[AguiRequest]:
+    """``POST /v1/agui``'s body model (AG-UI is imported with the first run)."""
+    from ._agui_input import AguiRequest
+
+    return AguiRequest
+
 
 _AFTER = Param(name="after", where="query", description="Events after this seq (default 0).")
 _FEEDS = (
@@ -91,10 +125,16 @@ _FEEDS = (
         path=_SESSION + "/log",
         summary="A page of the session's durable events",
         handler=get_log,
+        answers=(Answer(status=200, description="A page of events.", model=LogPage),),
         errors=frozenset({404}),
         params=(
             _AFTER,
-            Param(name="limit", where="query", description="At most this many (1 to 5000)."),
+            Param(
+                name="limit",
+                where="query",
+                description="At most this many (default 500; more than 5000 is 5000).",
+                minimum=1,
+            ),
         ),
     ),
     Operation(
@@ -102,6 +142,7 @@ _FEEDS = (
         path=_SESSION + "/events",
         summary="The session's events as SSE: durable events from the cursor on, then live",
         handler=events,
+        answers=_STREAM,
         errors=frozenset({404, 429}),
         params=(
             _AFTER,
@@ -120,6 +161,8 @@ _FEEDS = (
         path="/v1/agui",
         summary="One AG-UI run over a session (the thread), as SSE of AG-UI events",
         handler=agui,
+        body=_agui_body,
+        answers=_STREAM,
         errors=frozenset({409, 429}),
         streams=True,
     ),
@@ -139,4 +182,4 @@ def operations(role: Role) -> tuple[Operation, ...]:
     """The table of a process of ``role``: a worker serves only its health."""
     if role == "worker":
         return (HEALTH,)
-    return (HEALTH, *_API)
+    return (HEALTH, OPENAPI, *_API)
