@@ -31,6 +31,8 @@ _ERROR = {"$ref": _REF.format(model="Error")}
 _CONVERTOR = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)(?::[a-z]+)?\}")
 _SEGMENT = {"type": "string", "minLength": 1, "pattern": r"^[^/]*[^/.][^/]*$"}
 """A path segment (an id): no ``/``, not ``.`` or ``..`` (clients collapse those)."""
+_PATH_SCHEMAS = {"hash": {"type": "string", "pattern": "^sha256:[0-9a-f]{64}$"}}
+"""Path parameters narrower than a segment (``messages.check_blob_hash``: else 422)."""
 _MAX_SEQ = 10**18 - 1  # ``_read_body.ascii_int``: at most 18 digits
 _RETRY_AFTER = {
     "description": "Seconds to wait before trying again.",
@@ -120,7 +122,10 @@ def _models(operations: Iterable[Operation]) -> list[type[BaseModel]]:
 
 def _operation(op: Operation, refs: Refs) -> dict[str, Any]:
     names = [m.group(1) for m in _CONVERTOR.finditer(op.path)]
-    params = [{"name": n, "in": "path", "required": True, "schema": _SEGMENT} for n in names]
+    params = [
+        {"name": n, "in": "path", "required": True, "schema": _PATH_SCHEMAS.get(n, _SEGMENT)}
+        for n in names
+    ]
     params += [_param(p) for p in op.params]
     doc: dict[str, Any] = {
         "operationId": f"{op.method.lower()}_{_ident(op.path)}",
