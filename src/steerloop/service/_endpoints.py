@@ -18,7 +18,7 @@ from ._api import ApiError, Host
 from ._bodies import CancelBody, CreateBody, DecisionBody, MessageBody
 from ._content import attachment_chars, to_blocks, with_blob_urls
 from ._no_model import require_model, require_session_model
-from ._read_body import ascii_int, read_json, read_json_sized
+from ._read_body import ascii_int, read_body, read_json_sized
 from ._sse import PAGE, feed, pages, sse
 from ._state import source_of, state_of
 
@@ -87,8 +87,7 @@ async def post_message(request: Request, host: Host) -> Response:
 async def cancel(request: Request, host: Host) -> Response:
     """``POST /v1/sessions/{id}/cancel`` → 202 ``{"cmd_seq"}`` (the body may be empty)."""
     session_id = request.path_params["session_id"]
-    limit = state_of(request).settings.body_limit
-    body = CancelBody.model_validate(await read_json(request, limit, allow_empty=True))
+    body = await read_body(request, CancelBody, allow_empty=True)
     await host.require(session_id)
     answer = await host.send(session_id, "cancel", "", None, None, keep_inbox=body.keep_inbox)
     return JSONResponse(answer, status_code=202)
@@ -98,8 +97,7 @@ async def decide(request: Request, host: Host) -> Response:
     """``POST /v1/sessions/{id}/approvals/{call_id}`` → 202."""
     session_id = request.path_params["session_id"]
     call_id = request.path_params["call_id"]
-    limit = state_of(request).settings.body_limit
-    body = DecisionBody.model_validate(await read_json(request, limit))
+    body = await read_body(request, DecisionBody)
     await host.require(session_id)
     answer = await host.submit_approval(session_id, call_id, body.decision, body.reason)
     return JSONResponse(answer, status_code=202)

@@ -26,8 +26,7 @@ from ._answers import Accepted
 from ._api import Host
 from ._errors import ApiError
 from ._operation import Answer, Operation
-from ._read_body import read_json
-from ._state import state_of
+from ._read_body import read_body
 from ._text import check_texts
 
 __all__ = [
@@ -114,8 +113,7 @@ async def answer_input(request: Request, host: Host) -> Response:
     accepted as the session's next command (durable)."""
     session_id = request.path_params["session_id"]
     input_id = request.path_params["input_id"]
-    limit = state_of(request).settings.body_limit
-    body = InputAnswerBody.model_validate(await read_json(request, limit))
+    body = await read_body(request, InputAnswerBody)
     await host.require(session_id)
     answer = await host.submit_input(session_id, input_id, body.action, body.content)
     return JSONResponse(answer, status_code=202)

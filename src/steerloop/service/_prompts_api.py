@@ -24,8 +24,7 @@ from ._api import Host
 from ._errors import ApiError
 from ._no_model import require_session_model
 from ._operation import Answer, Operation
-from ._read_body import read_json
-from ._state import state_of
+from ._read_body import read_body
 from ._text import check_text
 
 __all__ = ["PROMPT_OPERATIONS", "PromptBody", "list_prompts", "send_prompt"]
@@ -90,8 +89,7 @@ async def send_prompt(request: Request, host: Host) -> Response:
     the server's prompt refuses (unknown prompt, missing arguments), 502 ``prompt_failed``
     when the server fails."""
     session_id = request.path_params["session_id"]
-    limit = state_of(request).settings.body_limit
-    body = PromptBody.model_validate(await read_json(request, limit))
+    body = await read_body(request, PromptBody)
     check_text(body.command, "command")
     match = _COMMAND.fullmatch(body.command.strip())
     if match is None:

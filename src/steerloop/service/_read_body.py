@@ -2,14 +2,25 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
+from pydantic import BaseModel
 from starlette.requests import Request
 
 from ..session._json import loads
 from ._errors import ApiError
+from ._state import state_of
 
-__all__ = ["ascii_int", "read_json", "read_json_sized"]
+__all__ = ["ascii_int", "read_body", "read_json", "read_json_sized"]
+
+Body = TypeVar("Body", bound=BaseModel)
+
+
+async def read_body(request: Request, model: type[Body], allow_empty: bool = False) -> Body:
+    """The body as ``model``, read within the app's body limit (``read_json``'s errors, and
+    the model's ``ValidationError``)."""
+    limit = state_of(request).settings.body_limit
+    return model.model_validate(await read_json(request, limit, allow_empty))
 
 
 async def read_json(request: Request, limit: int, allow_empty: bool = False) -> dict[str, Any]:

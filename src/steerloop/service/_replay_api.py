@@ -25,8 +25,7 @@ from ._api import Host
 from ._errors import ApiError
 from ._no_model import has_model
 from ._operation import Answer, Operation
-from ._read_body import read_json
-from ._state import state_of
+from ._read_body import read_body
 from ._text import check_text
 
 __all__ = ["REPLAY_OPERATIONS", "ReplayBody", "list_profiles", "run_replay"]
@@ -65,8 +64,7 @@ async def run_replay(request: Request, host: Host) -> Response:
     "markdown"}``; 422 ``invalid_replay`` for a turn the session has not closed, 429 while
     ``MAX_REPLAYS`` run."""
     session_id = request.path_params["session_id"]
-    limit = state_of(request).settings.body_limit
-    body = ReplayBody.model_validate(await read_json(request, limit))
+    body = await read_body(request, ReplayBody)
     check_text(body.system_prompt, "system_prompt")
     await host.require(session_id)
     profile = host.profile(body.profile)
