@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 import jsonschema
@@ -67,8 +67,12 @@ async def test_the_document_is_valid_openapi_3_1(client: httpx.AsyncClient) -> N
 async def test_the_document_names_exactly_the_apps_routes(tmp_path: Path) -> None:
     """Issue 26: "a test keeps it equal to the routes", both ways, for each role: the web
     chat's static assets are the only routes left out; a worker serves only /healthz."""
-    for role, store in (("all", f"sqlite:///{tmp_path / 'a.db'}"), ("worker", "postgresql://x")):
-        app = create_app(store, profiles, role=role)  # type: ignore[arg-type]
+    roles: tuple[tuple[Literal["all", "worker"], str], ...] = (
+        ("all", f"sqlite:///{tmp_path / 'a.db'}"),
+        ("worker", "postgresql://x"),
+    )
+    for role, store in roles:
+        app = create_app(store, profiles, role=role)
         routes = {(m, p) for m, p in route_operations(app) if p not in WEB_CHAT}
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as c:

@@ -35,11 +35,20 @@ __all__ = ["HEALTH", "operations"]
 
 _SESSION = "/v1/sessions/{session_id:str}"
 _ACCEPTED = (Answer(status=202, description="Accepted as durable.", model=Accepted),)
-_STREAM = (
+_FEED = (
     Answer(
         status=200,
-        description="Server-sent events (`event`, `id`, `data`: one JSON document each), "
-        "with a comment ping every 15 s; ends when the server closes.",
+        description="Server-sent events: each durable event as `event: <type>`, `id: <seq>`, "
+        "`data: <stored JSON>`, then live frames as `event: stream`, `id: <seq>:<n>`; a "
+        "comment ping every 15 s; open until the client leaves or the server stops.",
+        media="text/event-stream",
+    ),
+)
+_RUN = (
+    Answer(
+        status=200,
+        description="Server-sent events of AG-UI 1.0 (`data`: one AG-UI event each), from "
+        "`RUN_STARTED` to `RUN_FINISHED` or `RUN_ERROR`.",
         media="text/event-stream",
     ),
 )
@@ -142,7 +151,7 @@ _FEEDS = (
         path=_SESSION + "/events",
         summary="The session's events as SSE: durable events from the cursor on, then live",
         handler=events,
-        answers=_STREAM,
+        answers=_FEED,
         errors=frozenset({404, 429}),
         params=(
             _AFTER,
@@ -162,7 +171,7 @@ _FEEDS = (
         summary="One AG-UI run over a session (the thread), as SSE of AG-UI events",
         handler=agui,
         body=_agui_body,
-        answers=_STREAM,
+        answers=_RUN,
         errors=frozenset({409, 429}),
         streams=True,
     ),
