@@ -58,10 +58,28 @@ def doc_operations(doc: dict[str, Any]) -> set[tuple[str, str]]:
 
 
 async def test_the_document_is_valid_openapi_3_1(client: httpx.AsyncClient) -> None:
-    """Issue 26: OpenAPI 3.1, served open (no token needed), valid by the spec's schema."""
+    """Issue 26: OpenAPI 3.1, valid by the spec's schema; behind the edge like every route."""
     doc = await document(client)
     assert doc["openapi"].startswith("3.1")
     validate(doc)
+    foreign = await client.get("/openapi.json", headers={"Host": "attacker.test"})
+    assert foreign.status_code == 403
+
+
+async def test_the_document_needs_no_token_the_api_does(tmp_path: Path) -> None:
+    """Issue 26: ``/openapi.json`` holds no secret and is open like ``/healthz``; with a
+    token the document says each API operation needs ``bearerAuth`` and the server agrees."""
+    app = create_app(f"sqlite:///{tmp_path / 'a.db'}", profiles, token="secret")
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as c:
+        answer = await c.get("/openapi.json")
+        refused = await c.get("/v1/sessions")
+    assert answer.status_code == 200
+    assert refused.status_code == 401
+    doc = answer.json()
+    assert doc["security"] == [{"bearerAuth": []}]
+    assert "security" not in doc["paths"]["/v1/sessions"]["get"]  # the document's default
+    assert doc["paths"]["/openapi.json"]["get"]["security"] == []
 
 
 async def test_the_document_names_exactly_the_apps_routes(tmp_path: Path) -> None:
