@@ -22,10 +22,9 @@ from starlette.responses import JSONResponse, Response
 from ..agent import check_input_answer
 from ..session import InputAction, InputRequest, input_state
 from ..session.events import SessionEvent
-from ._answers import Accepted
 from ._api import Host
 from ._errors import ApiError
-from ._operation import Answer, Operation
+from ._operation import command
 from ._read_body import read_body
 from ._text import check_texts
 
@@ -119,12 +118,10 @@ async def answer_input(request: Request, host: Host) -> Response:
     return JSONResponse(answer, status_code=202)
 
 
-INPUT_OPERATION = Operation(
-    method="POST",
-    path="/v1/sessions/{session_id:str}/inputs/{input_id:str}",
-    summary="Answer a pending input request (an MCP elicitation)",
-    handler=answer_input,
-    answers=(Answer(status=202, description="Accepted as durable.", model=Accepted),),
-    body=InputAnswerBody,
-    errors=frozenset({404, 409, 422, 429}),
+INPUT_OPERATION = command(
+    "/v1/sessions/{session_id:str}/inputs/{input_id:str}",
+    "Answer a pending input request (an MCP elicitation)",
+    answer_input,
+    InputAnswerBody,
+    frozenset({404, 409, 422, 429}),
 )

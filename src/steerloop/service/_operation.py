@@ -12,6 +12,7 @@ from pydantic import BaseModel
 from starlette.requests import Request
 from starlette.responses import Response
 
+from ._answers import Accepted
 from ._api import Host
 
 __all__ = [
@@ -21,6 +22,7 @@ __all__ = [
     "Operation",
     "Param",
     "body_model",
+    "command",
 ]
 
 Handler = Callable[[Request, Host], Awaitable[Response]]
@@ -89,3 +91,25 @@ def body_model(op: Operation) -> type[BaseModel] | None:
     if op.body is None or isinstance(op.body, type):
         return op.body
     return op.body()
+
+
+def command(
+    path: str,
+    summary: str,
+    handler: Handler,
+    body: type[BaseModel],
+    errors: frozenset[int],
+    *,
+    body_optional: bool = False,
+) -> Operation:
+    """A POST that queues a command of a session: 202 ``Accepted`` once it is durable."""
+    return Operation(
+        method="POST",
+        path=path,
+        summary=summary,
+        handler=handler,
+        body=body,
+        body_optional=body_optional,
+        answers=(Answer(status=202, description="Accepted as durable.", model=Accepted),),
+        errors=errors,
+    )

@@ -19,11 +19,11 @@ from starlette.responses import JSONResponse, Response
 from .. import Runtime
 from ..mcp import MCPTools, installed_mcp
 from ..messages import TextBlock
-from ._answers import Accepted, PromptList
+from ._answers import PromptList
 from ._api import Host
 from ._errors import ApiError
 from ._no_model import require_session_model
-from ._operation import Answer, Operation
+from ._operation import Answer, Operation, command
 from ._read_body import read_body
 from ._text import check_text
 
@@ -129,13 +129,11 @@ PROMPT_OPERATIONS = (
         answers=(Answer(status=200, description="The prompts.", model=PromptList),),
         errors=frozenset({404}),
     ),
-    Operation(
-        method="POST",
-        path=_PATH,
-        summary="Expand an MCP prompt and send it as the session's next message",
-        handler=send_prompt,
-        answers=(Answer(status=202, description="Sent as a message.", model=Accepted),),
-        body=PromptBody,
-        errors=frozenset({404, 409, 422, 429, 502}),
+    command(
+        _PATH,
+        "Expand an MCP prompt and send it as the session's next message",
+        send_prompt,
+        PromptBody,
+        frozenset({404, 409, 422, 429, 502}),
     ),
 )

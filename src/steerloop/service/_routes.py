@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ._answers import Accepted, Created, Health, LogPage, SessionInfo, SessionList
+from ._answers import Created, Health, LogPage, SessionInfo, SessionList
 from ._blobs import BLOB_OPERATION
 from ._bodies import CancelBody, CreateBody, DecisionBody, MessageBody
 from ._endpoints import (
@@ -23,7 +23,7 @@ from ._endpoints import (
 )
 from ._inputs_api import INPUT_OPERATION
 from ._openapi import OPENAPI
-from ._operation import Answer, Operation, Param
+from ._operation import Answer, Operation, Param, command
 from ._prompts_api import PROMPT_OPERATIONS
 from ._replay_api import REPLAY_OPERATIONS
 from ._state import Role
@@ -34,7 +34,6 @@ if TYPE_CHECKING:
 __all__ = ["HEALTH", "operations"]
 
 _SESSION = "/v1/sessions/{session_id:str}"
-_ACCEPTED = (Answer(status=202, description="Accepted as durable.", model=Accepted),)
 _FEED = (
     Answer(
         status=200,
@@ -89,33 +88,27 @@ _SESSIONS = (
 )
 
 _CONTROL = (
-    Operation(
-        method="POST",
-        path=_SESSION + "/messages",
-        summary="Send a message (followup, steer or inject)",
-        handler=post_message,
-        answers=_ACCEPTED,
-        body=MessageBody,
-        errors=frozenset({404, 409, 422, 429}),
+    command(
+        _SESSION + "/messages",
+        "Send a message (followup, steer or inject)",
+        post_message,
+        MessageBody,
+        frozenset({404, 409, 422, 429}),
     ),
-    Operation(
-        method="POST",
-        path=_SESSION + "/cancel",
-        summary="Cancel the running turn",
-        handler=cancel,
-        answers=_ACCEPTED,
-        body=CancelBody,
+    command(
+        _SESSION + "/cancel",
+        "Cancel the running turn",
+        cancel,
+        CancelBody,
+        frozenset({404, 429}),
         body_optional=True,
-        errors=frozenset({404, 429}),
     ),
-    Operation(
-        method="POST",
-        path=_SESSION + "/approvals/{call_id:str}",
-        summary="Decide a pending tool approval",
-        handler=decide,
-        answers=_ACCEPTED,
-        body=DecisionBody,
-        errors=frozenset({404, 409, 429}),
+    command(
+        _SESSION + "/approvals/{call_id:str}",
+        "Decide a pending tool approval",
+        decide,
+        DecisionBody,
+        frozenset({404, 409, 429}),
     ),
 )
 
