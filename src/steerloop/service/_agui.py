@@ -11,14 +11,12 @@ reasoning messages are closed before a step or the run ends, and the run ends on
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from ag_ui.core import (
-    AssistantMessage,
     BaseEvent,
     CustomEvent,
-    FunctionCall,
     Interrupt,
     Message,
     MessagesSnapshotEvent,
@@ -41,43 +39,15 @@ from ag_ui.core import (
     TextMessageEndEvent,
     TextMessageStartEvent,
     TokenUsage,
-    ToolCall,
     ToolCallArgsEvent,
     ToolCallEndEvent,
     ToolCallResultEvent,
     ToolCallStartEvent,
-    ToolMessage,
-    UserMessage,
 )
 
-from ._agui_media import snapshot_content
+from ._agui_messages import json_object, text_of
 
-__all__ = [
-    "APPROVAL_REASON",
-    "APPROVAL_SCHEMA",
-    "CLIENT_TOOL_REASON",
-    "AguiRun",
-    "approval_interrupt",
-    "client_interrupt",
-    "encode",
-    "messages_snapshot",
-    "text_of",
-]
-
-APPROVAL_REASON = "tool_approval"
-"""``Interrupt.reason`` of a call held for a person's decision."""
-CLIENT_TOOL_REASON = "client_tool"
-"""``Interrupt.reason`` of a call to a client tool: the client runs it."""
-APPROVAL_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "decision": {"enum": ["allow", "deny"]},
-        "reason": {"type": "string", "maxLength": 4096},
-    },
-    "required": ["decision"],
-    "additionalProperties": False,
-}
-"""The ``resume`` payload an approval interrupt expects."""
+__all__ = ["AguiRun", "encode"]
 
 
 def encode(event: BaseEvent) -> str:
@@ -89,86 +59,15 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-def _obj(value: Any) -> dict[str, Any]:
-    return value if isinstance(value, dict) else {}
-
-
-def text_of(blocks: Any, kind: str = "text") -> str:
-    """The text of the ``kind`` blocks of a stored content list."""
-    if isinstance(blocks, str):
-        return blocks if kind == "text" else ""
-    if not isinstance(blocks, list):
-        return ""
-    return "".join(
-        b["text"]
-        for b in blocks
-        if isinstance(b, dict) and b.get("type") == kind and isinstance(b.get("text"), str)
-    )
-
-
-def _calls_of(blocks: Any) -> list[dict[str, Any]]:
-    if not isinstance(blocks, list):
-        return []
-    return [b for b in blocks if isinstance(b, dict) and b.get("type") == "tool-call"]
-
-
-def messages_snapshot(events: Iterable[Mapping[str, Any]], session_id: str = "") -> list[Message]:
-    """The conversation of a stored log as AG-UI messages, ids as the log has them: user
-    messages a person sent (images and files as parts by their blob URL), the model's
-    messages (text and tool calls) and tool results. Injected context, system prompts and
-    reasoning are left out."""
-    out: list[Message] = []
-    for event in events:
-        kind, data = event.get("type"), _obj(event.get("data"))
-        if kind == "user/message" and _obj(data.get("source")).get("kind", "user") == "user":
-            content = data.get("content")
-            parts = snapshot_content(session_id, content)
-            out.append(
-                UserMessage(id=str(data.get("id")), content=parts if parts else text_of(content))
-            )
-        elif kind == "assistant/message":
-            message = _obj(data.get("message"))
-            text = text_of(message.get("content"))
-            calls = [
-                ToolCall(
-                    id=str(c.get("id")),
-                    function=FunctionCall(
-                        name=str(c.get("name")), arguments=str(c.get("arguments"))
-                    ),
-                )
-                for c in _calls_of(message.get("content"))
-            ]
-            if text or calls:
-                out.append(
-                    AssistantMessage(
-                        id=str(message.get("id")), content=text or None, tool_calls=calls or None
-                    )
-                )
-        elif kind == "tool/result":
-            message = _obj(data.get("message"))
-            error = _obj(data.get("error"))
-            out.append(
-                ToolMessage(
-                    id=str(message.get("id")),
-                    tool_call_id=str(message.get("call_id")),
-                    content=text_of(message.get("content")),
-                    error=str(error.get("code") or "TOOL_FAILED")
-                    if message.get("is_error")
-                    else None,
-                )
-            )
-    return out
-
-
 def _usage_of(data: dict[str, Any]) -> tuple[tuple[str, str], dict[str, int]] | None:
     """The (provider, model) and AG-UI counts of one ``assistant/message``'s usage.
 
     steerloop's counts are disjoint (cached input and reasoning output split out); AG-UI's
     ``inputTokens``/``outputTokens`` are totals with those as named parts of them."""
-    usage = _obj(data.get("usage"))
+    usage = json_object(data.get("usage"))
     if not usage:
         return None
-    source = _obj(_obj(data.get("message")).get("source"))
+    source = json_object(json_object(data.get("message")).get("source"))
     read = int(usage.get("cache_read_tokens") or 0)
     write = int(usage.get("cache_write_tokens") or 0)
     reasoning = int(usage.get("reasoning_tokens") or 0)
@@ -301,7 +200,7 @@ class AguiRun:
         if self._step is None:
             return []  # a frame of a step this run does not show
         attempt = str(frame.get("attempt_id"))
-        chunk = _obj(frame.get("chunk"))
+        chunk = json_object(frame.get("chunk"))
         stamp = chunk.get("time") if isinstance(chunk.get("time"), int) else None
         at = stamp or _now_ms()
         out: list[BaseEvent] = []
@@ -342,7 +241,7 @@ class AguiRun:
     def event(self, event: dict[str, Any]) -> list[BaseEvent]:
         """AG-UI events for one stored event of a turn this run shows."""
         kind = event.get("type")
-        data = _obj(event.get("data"))
+        data = json_object(event.get("data"))
         stamp = event.get("time")
         at = stamp if isinstance(stamp, int) else _now_ms()
         out: list[BaseEvent] = []
@@ -367,7 +266,7 @@ class AguiRun:
                 out.append(ToolCallArgsEvent(tool_call_id=call_id, delta=args, timestamp=at))
             out.append(ToolCallEndEvent(tool_call_id=call_id, timestamp=at))
         elif kind == "tool/result":
-            message = _obj(data.get("message"))
+            message = json_object(data.get("message"))
             out.append(
                 ToolCallResultEvent(
                     message_id=str(message.get("id")),
@@ -387,7 +286,7 @@ class AguiRun:
 
     def _assistant(self, data: dict[str, Any], at: int) -> list[BaseEvent]:
         out = self._close_text(at)
-        message = _obj(data.get("message"))
+        message = json_object(data.get("message"))
         message_id = str(message.get("id"))
         self._message_id = message_id
         counted = _usage_of(data)
@@ -423,12 +322,12 @@ class AguiRun:
 
     def end_event(self, event: dict[str, Any]) -> list[BaseEvent]:
         """How a turn's ``turn/end`` ends this run: success, cancelled or ``RUN_ERROR``."""
-        reason = _obj(_obj(event.get("data")).get("reason"))
+        reason = json_object(json_object(event.get("data")).get("reason"))
         kind = reason.get("kind")
         if kind == "aborted":
             return self.finish("cancelled")
         if kind == "error":
-            error = _obj(reason.get("error"))
+            error = json_object(reason.get("error"))
             return self.fail(
                 str(error.get("message") or "the turn failed"),
                 str(error.get("code")) if error.get("code") else None,
@@ -440,30 +339,3 @@ class AguiRun:
                 "INTERRUPTED",
             )
         return self.finish("success")
-
-
-def approval_interrupt(data: Mapping[str, Any]) -> Interrupt:
-    """The interrupt of a ``tool/approval-requested``: the call, its arguments, the reason."""
-    call_id = str(data.get("call_id"))
-    reason = data.get("reason")
-    return Interrupt(
-        id=call_id,
-        reason=APPROVAL_REASON,
-        message=str(reason) if reason else f"allow the call to {data.get('name')}?",
-        tool_call_id=call_id,
-        response_schema=APPROVAL_SCHEMA,
-        metadata={"tool": data.get("name"), "arguments": data.get("arguments")},
-    )
-
-
-def client_interrupt(data: Mapping[str, Any]) -> Interrupt:
-    """The interrupt of a ``tool/deferred``: the client runs the call and resumes with its
-    result (a tool message, or a ``resume`` payload)."""
-    call_id = str(data.get("call_id"))
-    return Interrupt(
-        id=call_id,
-        reason=CLIENT_TOOL_REASON,
-        message=f"run the client tool {data.get('name')} and resume with its result",
-        tool_call_id=call_id,
-        metadata={"tool": data.get("name"), "arguments": data.get("arguments")},
-    )

@@ -25,10 +25,12 @@ from ag_ui.core import BaseEvent, Interrupt, Message, UserMessage
 
 from ..messages import DEFAULT_LIMITS, AttachmentLimits, Block, block_to_json
 from ..session import fold_state
-from ._agui import AguiRun, approval_interrupt, client_interrupt, encode, messages_snapshot
+from ._agui import AguiRun, encode
 from ._agui_input import Plan, parse_request, plan_input, view_of
 from ._agui_inputs import input_interrupt
+from ._agui_interrupts import approval_interrupt, client_interrupt
 from ._agui_media import snapshot_content, upgrade_binary_parts
+from ._agui_messages import messages_snapshot
 from ._api import ApiError, Host, check_session_id
 from ._content import with_blob_urls
 from ._source import FeedReader, FeedSource

@@ -3,13 +3,13 @@ commands the API accepts in their per-session order, feeds SSE readers and unloa
 sessions.
 
 Commands go through ``_commands.LocalCommands``: applied in order per session and answered
-once what they wrote is durable, recognised after a restart from the log alone.
+once what they wrote is durable, recognised after a restart from the log alone. Which
+sessions are loaded, and their reads, are ``_local_sessions.LocalSessions``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 import os
@@ -19,17 +19,11 @@ from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
 from .. import Runtime
-from ..agent import Agent, AgentHandle
+from ..agent import Agent
 from ..errors import SessionPersistenceNotFoundError
 from ..hooks import ASSISTANT_STREAM, SESSION_EVENT, SessionEventPayload, StreamFramePayload
 from ..messages import Block
-from ..session import (
-    InputAction,
-    InputRequest,
-    approval_state,
-    pending_approvals,
-    pending_inputs,
-)
+from ..session import InputAction, InputRequest, approval_state
 from ..session.events import ApprovalRequested, SessionEvent
 from ._api import (
     ApiError,
@@ -45,7 +39,8 @@ from ._commands import Answer, Cancel, Command, Decide, Followup, Inject, Steer,
 from ._inputs_api import checked_answer, input_json
 from ._local_commands import LocalCommands, Queued
 from ._local_feed import Durability, LocalFeeds, LocalReader
-from ._profile import Profile, origin_setup, stored_origin
+from ._local_sessions import LocalSessions
+from ._profile import Profile, origin_setup
 from ._text import check_text, check_texts
 
 __all__ = ["LocalHost"]
@@ -71,15 +66,14 @@ class LocalHost:
         self.profiles = profiles
         self.idle_unload = idle_unload
         self.max_unconsumed = max_unconsumed
-        self._clock = clock
-        self._handles: dict[str, AgentHandle] = {}
-        self._profile_of: dict[str, str] = {}
-        self._locks: dict[str, asyncio.Lock] = {}
+        self.sessions = LocalSessions(
+            rt, profiles, clock=clock, busy=self.unconsumed, forget=self._forget
+        )
+        self._handles = self.sessions.handles
         self._feeds = LocalFeeds(lambda session_id: session_id in self._handles)
-        self._idle_since: dict[str, float] = {}
         self._durable = Durability()
         self.commands = LocalCommands(
-            self.load, self._durable_through, max_unconsumed=max_unconsumed
+            self.sessions.load, self._durable_through, max_unconsumed=max_unconsumed
         )
         self._closed = False
         self._stop = asyncio.Event()
@@ -93,7 +87,10 @@ class LocalHost:
 
     async def start(self) -> None:
         if self.idle_unload is not None and self._unloader is None:
-            self._unloader = asyncio.get_running_loop().create_task(self._unload_idle())
+            unloading = self.sessions.unload_idle(
+                self.idle_unload, self._stop, lambda: self._closed
+            )
+            self._unloader = asyncio.get_running_loop().create_task(unloading)
 
     async def close(self) -> None:
         """Stop accepting, let the drains and the unloader see it, then dispose every agent
@@ -148,8 +145,7 @@ class LocalHost:
         check_texts(meta, "meta")
         if isinstance(first, str):
             check_text(first, "input")
-        lock = self._lock(session_id)
-        async with lock:
+        async with self.sessions.lock(session_id):
             if await self.exists(session_id):
                 raise ApiError(409, "session_exists", f"session {session_id!r} already exists")
             handle = await self.rt.agents.create(
@@ -158,62 +154,19 @@ class LocalHost:
                 setup=origin_setup(profile, meta),
                 meta=meta,
             )
-            self._adopt(session_id, handle, profile)
+            self.sessions.adopt(session_id, handle, profile)
         # Answered once stored: a 201 is a session a restart still has.
         await self._durable_through(session_id, handle.agent, handle.agent.session.next_seq - 1)
         if first is not None:
             await self.send(session_id, "followup", first, None, None)
         return {}
 
-    def _adopt(self, session_id: str, handle: AgentHandle, profile: Profile) -> None:
-        self._handles[session_id] = handle
-        self._profile_of[session_id] = profile.name
-        self._idle_since[session_id] = self._clock()
-
-    def _lock(self, session_id: str) -> asyncio.Lock:
-        lock = self._locks.get(session_id)
-        if lock is None:
-            lock = self._locks[session_id] = asyncio.Lock()
-        return lock
-
-    async def stored_profile(self, session_id: str) -> tuple[str | None, int | None]:
-        """The profile (name, version) a session was created with."""
-        if session_id in self._profile_of:
-            name = self._profile_of[session_id]
-            return name, self.profiles[name].version
-        return await stored_origin(self.rt.sessions.persistence, session_id)
-
     async def load(self, session_id: str) -> Agent:
         """The live agent of ``session_id``, resumed from the store when unloaded."""
-        handle = self._handles.get(session_id)
-        if handle is not None:
-            return handle.agent
-        async with self._lock(session_id):
-            handle = self._handles.get(session_id)
-            if handle is not None:
-                return handle.agent
-            name, version = await self.stored_profile(session_id)
-            profile = self.profiles.get(name or "default")
-            if profile is None or (version is not None and version != profile.version):
-                raise ApiError(
-                    503,
-                    "profile_not_served",
-                    f"session {session_id!r} needs profile {name!r} version {version}, "
-                    "which this process does not serve",
-                )
-            handle = await self.rt.agents.resume(
-                resume_session_id=session_id,
-                agent_options=profile.options,
-                setup=origin_setup(profile, None),
-            )
-            self._adopt(session_id, handle, profile)
-            return handle.agent
+        return await self.sessions.load(session_id)
 
     def status(self, session_id: str) -> str:
-        handle = self._handles.get(session_id)
-        if handle is None:
-            return "unloaded"
-        return str(handle.agent.status)
+        return self.sessions.status(session_id)
 
     async def status_of(self, session_id: str) -> str:
         return self.status(session_id)
@@ -221,7 +174,7 @@ class LocalHost:
     async def describe(self, session_id: str) -> dict[str, Any]:
         """The body of ``GET /v1/sessions/{id}``."""
         await self.require(session_id)
-        profile, _version = await self.stored_profile(session_id)
+        profile, _version = await self.sessions.stored_profile(session_id)
         status = self.status(session_id)
         owner = None
         if status != "unloaded":
@@ -309,32 +262,14 @@ class LocalHost:
 
     async def log_events(self, session_id: str) -> tuple[SessionEvent, ...]:
         """The session's log: the live agent's, else the store's."""
-        handle = self._handles.get(session_id)
-        if handle is not None:
-            return tuple(handle.agent.session.events)
-        store = self.rt.sessions.persistence
-        if store is None:
-            return ()
-        try:
-            return tuple(await store.load(session_id))
-        except SessionPersistenceNotFoundError:
-            return ()
+        return await self.sessions.log_events(session_id)
 
     # --- approvals ------------------------------------------------------------------------
 
     async def pending_approvals(self, session_id: str) -> tuple[ApprovalRequested, ...]:
         """The session's calls waiting for a decision: the live agent's, or the stored
         log's fold when it is not loaded here."""
-        handle = self._handles.get(session_id)
-        if handle is not None:
-            return handle.agent.pending_approvals
-        store = self.rt.sessions.persistence
-        if store is None:
-            return ()
-        try:
-            return pending_approvals(await store.load(session_id))
-        except SessionPersistenceNotFoundError:
-            return ()
+        return await self.sessions.pending_approvals(session_id)
 
     async def submit_approval(
         self, session_id: str, call_id: str, decision: Literal["allow", "deny"], reason: str | None
@@ -359,10 +294,7 @@ class LocalHost:
     async def pending_inputs(self, session_id: str) -> tuple[InputRequest, ...]:
         """The session's input requests waiting for an answer: the live agent's, or the
         stored log's fold when it is not loaded here."""
-        handle = self._handles.get(session_id)
-        if handle is not None:
-            return handle.agent.pending_inputs
-        return pending_inputs(await self.log_events(session_id))
+        return await self.sessions.pending_inputs(session_id)
 
     async def submit_input(
         self,
@@ -393,34 +325,14 @@ class LocalHost:
 
     # --- idle unload ----------------------------------------------------------------------
 
-    async def _unload_idle(self) -> None:
-        assert self.idle_unload is not None
-        period = max(0.05, min(self.idle_unload / 2, 5.0))
-        while not self._closed:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stop.wait(), period)
-            if self._closed:
-                return
-            now = self._clock()
-            for session_id, handle in list(self._handles.items()):
-                idle_for = now - self._idle_since.get(session_id, now)
-                if (
-                    handle.agent.status == "idle"
-                    and self.unconsumed(session_id) == 0
-                    and idle_for >= self.idle_unload
-                ):
-                    await self.unload(session_id)
-
     async def unload(self, session_id: str) -> None:
-        async with self._lock(session_id):
-            handle = self._handles.get(session_id)
-            if handle is None or handle.agent.status != "idle" or self.unconsumed(session_id):
-                return
-            del self._handles[session_id]
-            self._durable.forget(session_id)
-            self.commands.forget(session_id)
-            self._feeds.drop_unread(session_id)
-            await handle.dispose()
+        await self.sessions.unload(session_id)
+
+    def _forget(self, session_id: str) -> None:
+        """What the host keeps beside the agent of a session being unloaded goes with it."""
+        self._durable.forget(session_id)
+        self.commands.forget(session_id)
+        self._feeds.drop_unread(session_id)
 
     # --- the feed -------------------------------------------------------------------------
 
@@ -430,8 +342,7 @@ class LocalHost:
 
     def _on_event(self, payload: SessionEventPayload) -> None:
         session_id = payload.session.id
-        if session_id in self._handles:
-            self._idle_since[session_id] = self._clock()
+        self.sessions.touch(session_id)
         self._feeds.on_event(session_id, payload.event.seq)
 
     def _on_frame(self, payload: StreamFramePayload) -> None:
@@ -475,10 +386,4 @@ class LocalHost:
         )
 
     async def last_seq(self, session_id: str) -> int:
-        handle = self._handles.get(session_id)
-        if handle is not None:
-            return handle.agent.session.next_seq - 1
-        store = self.rt.sessions.persistence
-        if store is None:
-            return 0
-        return (await store.info(session_id)).events
+        return await self.sessions.last_seq(session_id)
